@@ -1,0 +1,111 @@
+"""How long a new replica takes to serve: the lead time the planner must scale ahead by.
+
+Why a module of its own: a GPU inference replica is not ready when it is created. The image pull
+and the model load take minutes, and when no free GPU is on hand a node must be provisioned first.
+A forecast is only useful if capacity is ordered at least that long before demand lands, so the
+planner looks at demand ``lead`` seconds ahead. The lead is learnt from observed start-ups
+(creation -> Ready) but starts from a configured prior, because a fresh controller has seen none.
+
+Estimator (the "blend" the design asks for):
+
+* fewer than ``min_samples`` observations: ``max(prior, slowest observation)``. A handful of fast
+  start-ups do not prove the prior pessimistic (a cached image is not the common case), but a single
+  observed start-up slower than the prior proves the prior optimistic, and sizing with a lead that
+  is known to be too short would make every scale-up late;
+* ``min_samples`` or more: the ``percentile`` of the newest ``max_samples`` observations
+  (``numpy.percentile`` with ``method="higher"``, so the lead is always a start-up time that was
+  actually seen, never an interpolation below the tail). The prior no longer matters: once there is
+  evidence, a stale prior would only keep the lead wrong in either direction.
+
+Only the newest ``max_samples`` are kept so the lead follows changes (a bigger model, a registry
+mirror). The profile is an immutable value: ``observe`` returns a new profile, which the controller
+stores between ticks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+def _check_seconds(name: str, value: float) -> None:
+    try:
+        ok = math.isfinite(float(value)) and float(value) >= 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ColdStartProfile:
+    """Start-up time knowledge for one workload: priors plus the newest observed samples."""
+
+    prior_seconds: float
+    node_prior_seconds: float = 0.0
+    samples: tuple[float, ...] = ()
+    node_samples: tuple[float, ...] = ()
+    percentile: float = 90.0
+    min_samples: int = 5
+    max_samples: int = 50
+
+    def __post_init__(self) -> None:
+        _check_seconds("ColdStartProfile.prior_seconds", self.prior_seconds)
+        _check_seconds("ColdStartProfile.node_prior_seconds", self.node_prior_seconds)
+        if not (math.isfinite(self.percentile) and 0 < self.percentile <= 100):
+            raise ValueError(f"ColdStartProfile.percentile must be in (0, 100], got {self.percentile!r}")
+        if self.min_samples < 1:
+            raise ValueError(f"ColdStartProfile.min_samples must be >= 1, got {self.min_samples}")
+        if self.max_samples < self.min_samples:
+            raise ValueError(
+                f"ColdStartProfile.max_samples ({self.max_samples}) must be >= min_samples ({self.min_samples})"
+            )
+        for name in ("samples", "node_samples"):
+            values = tuple(float(v) for v in getattr(self, name))
+            for v in values:
+                _check_seconds(f"ColdStartProfile.{name} entry", v)
+            object.__setattr__(self, name, values[-self.max_samples :])
+
+    def observe(self, seconds: float) -> ColdStartProfile:
+        """A profile that also knows one more pod start-up (creation -> Ready), in seconds."""
+        _check_seconds("observed pod start-up", seconds)
+        return replace(self, samples=(*self.samples, float(seconds)))
+
+    def observe_node(self, seconds: float) -> ColdStartProfile:
+        """A profile that also knows one more node provisioning time, in seconds."""
+        _check_seconds("observed node start-up", seconds)
+        return replace(self, node_samples=(*self.node_samples, float(seconds)))
+
+    def _estimate(self, prior: float, samples: tuple[float, ...]) -> float:
+        if len(samples) < self.min_samples:
+            return max(prior, *samples) if samples else prior
+        return float(np.percentile(np.asarray(samples, dtype=np.float64), self.percentile, method="higher"))
+
+    def pod_lead_seconds(self) -> float:
+        """Pod start-up lead: the prior (raised by slower observations) until ``min_samples``, then the percentile."""
+        return self._estimate(float(self.prior_seconds), self.samples)
+
+    def node_lead_seconds(self) -> float:
+        """Node provisioning lead, estimated like :meth:`pod_lead_seconds`."""
+        return self._estimate(float(self.node_prior_seconds), self.node_samples)
+
+    def lead_seconds(self, needs_node: bool) -> float:
+        """Time from ordering a replica to it serving: pod start-up, plus node start-up if a node is needed."""
+        return self.pod_lead_seconds() + (self.node_lead_seconds() if needs_node else 0.0)
+
+    def source(self, needs_node: bool) -> str:
+        """Where the lead comes from, for the decision trail (e.g. ``"p90 of 12 samples"``)."""
+        parts = [f"pod {self._describe(self.prior_seconds, self.samples)}"]
+        if needs_node:
+            parts.append(f"node {self._describe(self.node_prior_seconds, self.node_samples)}")
+        return " + ".join(parts)
+
+    def _describe(self, prior: float, samples: tuple[float, ...]) -> str:
+        lead = self._estimate(float(prior), samples)
+        if len(samples) >= self.min_samples:
+            return f"{lead:.0f}s = p{self.percentile:g} of {len(samples)} observed start-ups"
+        if samples and max(samples) > prior:
+            return f"{lead:.0f}s = slowest of {len(samples)} observed (above prior {prior:.0f}s)"
+        return f"{lead:.0f}s = prior ({len(samples)}/{self.min_samples} samples)"

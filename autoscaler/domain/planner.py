@@ -1,0 +1,205 @@
+"""The capacity planner: forecast + cold start + current state -> an explained replica count.
+
+Why a module of its own: this is the one pure function the controller loop, the trace-driven
+simulator and ``explain`` all call, so the order of the rules is written down exactly once:
+
+1. ``lead_time``      lead = pod start-up (+ node start-up when fewer GPUs are free than one replica needs);
+2. ``forecast``       need = ceil(max band(level) over [now + lead, now + lead + window] / capacity);
+3. ``warm_pool``      + spare replicas for the forecast tail (or a fixed N); kept as nodes they are
+                      reported but not added to the replica count;
+4. ``reactive_floor`` max with ceil(observed demand / capacity): a spike the forecast missed is answered;
+5. ``stabilization``  up at once, down only to the max raw recommendation of the window
+                      (or ``hold_missing_metrics``: with missing metrics, never below the current count);
+6. ``step_limit``     replicas added / removed per decision;
+7. ``min_max_clamp``  min_replicas and max_replicas always win, last.
+
+Every rule appends a ``Step`` with the count after it and the numbers it used. The function reads no
+clock (``now`` is an argument) and keeps no state: the stabilisation history travels in
+``WorkloadState.recommendations`` and comes back in ``ScalingDecision.recommendations``.
+
+Departure from DESIGN.md: ``plan(snapshot, forecasts, policy, now) -> ActionPlan`` over a whole
+cluster is built later from this per-workload ``plan_replicas``; node pools and cost ceilings will
+consume ``ScalingDecision`` (``needs_node``, ``warm_pool_replicas``) rather than be folded in here.
+"""
+
+from __future__ import annotations
+
+from autoscaler.domain.capacity import (
+    ForecastNeed,
+    auto_warm_pool,
+    forecast_need,
+    reactive_floor,
+    replicas_for,
+    required_horizon_seconds,
+    required_horizon_steps,
+)
+from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.stabilize import limit_step, stabilize, update_history
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from models.types import Forecast
+
+# replicas_for and the horizon helpers are re-exported for the simulator, benchmarks and the controller.
+__all__ = ["explain_lines", "plan_replicas", "replicas_for", "required_horizon_seconds", "required_horizon_steps"]
+
+
+def _usable_forecast(forecast: Forecast | None, policy: ScalingPolicy) -> str | None:
+    """None when the forecast can be used; otherwise why not (one phrase)."""
+    if forecast is None:
+        return "no forecast"
+    if forecast.horizon == 0:
+        return "forecast has no steps"
+    if policy.level not in forecast.quantiles:
+        return f"forecast has no p{policy.level} band (has {sorted(forecast.quantiles)})"
+    if not forecast.is_finite:
+        return f"forecast from {forecast.model} has non-finite values"
+    return None
+
+
+def plan_replicas(
+    forecast: Forecast | None,
+    state: WorkloadState,
+    policy: ScalingPolicy,
+    cold_start: ColdStartProfile,
+    now: int,
+) -> ScalingDecision:
+    """Decide the replica count for one workload at ``now`` (see the module docstring for the rules)."""
+    now = int(now)
+    current = state.current_replicas
+    steps: list[Step] = []
+    missing: list[str] = []
+
+    # 1. lead time
+    needs_node = state.free_gpus < state.gpus_per_replica
+    lead = cold_start.lead_seconds(needs_node)
+    gpu_note = (
+        f"{state.free_gpus} free GPU(s) < {state.gpus_per_replica} per replica: a new replica waits for a node"
+        if needs_node
+        else f"{state.free_gpus} free GPU(s) >= {state.gpus_per_replica} per replica: no node needed"
+    )
+    steps.append(Step("lead_time", current, f"lead {lead:.0f}s ({cold_start.source(needs_node)}); {gpu_note}"))
+
+    # 2. forecast need
+    need: ForecastNeed | None = None
+    problem = _usable_forecast(forecast, policy)
+    if problem is None and forecast is not None:
+        need = forecast_need(forecast, policy, now, lead)
+        steps.append(Step("forecast", need.replicas, need.detail))
+    else:
+        missing.append(problem or "no forecast")
+        steps.append(Step("forecast", current, f"unavailable: {problem}; no forecast evidence"))
+
+    # 3. warm pool
+    warm = 0
+    forecast_total: int | None = None
+    if need is not None and forecast is not None:
+        if policy.warm_pool is None:
+            pool = auto_warm_pool(forecast, policy, need)
+            warm, warm_detail = pool.replicas, pool.detail
+        else:
+            warm, warm_detail = policy.warm_pool, f"fixed: {policy.warm_pool} spare"
+        if policy.warm_pool_as == "replicas":
+            forecast_total = need.replicas + warm
+            detail = f"{warm_detail}; kept as ready replicas: {need.replicas} + {warm} -> {forecast_total}"
+        else:
+            forecast_total = need.replicas
+            gpus = warm * state.gpus_per_replica
+            detail = (
+                f"{warm_detail}; kept as ready nodes ({warm} x {state.gpus_per_replica} GPU = {gpus} GPU(s)), "
+                f"not as replicas -> {forecast_total}"
+            )
+        steps.append(Step("warm_pool", forecast_total, detail))
+    elif policy.warm_pool is not None:
+        # A fixed pool does not depend on the forecast: keep honouring it.
+        warm = policy.warm_pool
+        steps.append(Step("warm_pool", current, f"fixed: {warm} spare; not added without a forecast"))
+    else:
+        steps.append(Step("warm_pool", current, "auto: needs a forecast; none"))
+
+    # 4. reactive floor
+    reactive = 0
+    if state.demand_known and state.current_demand is not None:
+        reactive = reactive_floor(state.current_demand, policy.capacity_per_replica)
+        base = forecast_total if forecast_total is not None else 0
+        raw = max(base, reactive)
+        who = "forecast" if base >= reactive else "observed demand"
+        steps.append(
+            Step(
+                "reactive_floor",
+                raw,
+                f"observed {state.current_demand:.1f} req/s / {policy.capacity_per_replica:g} req/s per replica "
+                f"-> {reactive}; max({base}, {reactive}) = {raw} ({who} decides)",
+            )
+        )
+    else:
+        missing.append("no current demand metric")
+        raw = forecast_total if forecast_total is not None else current
+        steps.append(Step("reactive_floor", raw, "unavailable: no current demand metric"))
+
+    # 5. stabilisation, or hold on missing metrics
+    window = policy.scale_down_stabilization_seconds
+    if missing:
+        held = max(current, raw)
+        history = update_history(state.recommendations, now, held, window)
+        steps.append(
+            Step(
+                "hold_missing_metrics",
+                held,
+                f"{'; '.join(missing)}: never scale down on missing evidence; "
+                f"max(current {current}, evidence {raw}) = {held}",
+            )
+        )
+        target = held
+    else:
+        history = update_history(state.recommendations, now, raw, window)
+        stab = stabilize(raw, current, history, window)
+        steps.append(Step("stabilization", stab.replicas, stab.detail))
+        target = stab.replicas
+
+    # 6. step limits
+    limited = limit_step(target, current, policy.max_scale_up_step, policy.max_scale_down_fraction)
+    steps.append(Step("step_limit", limited.replicas, limited.detail))
+    blocked = limited.blocked
+
+    # 7. min/max clamp
+    desired = min(max(limited.replicas, policy.min_replicas), policy.max_replicas)
+    if desired > limited.replicas:
+        clamp_detail = f"raised {limited.replicas} -> min_replicas {policy.min_replicas}"
+    elif desired < limited.replicas:
+        blocked += limited.replicas - desired
+        clamp_detail = (
+            f"CAPPED {limited.replicas} -> max_replicas {policy.max_replicas}; "
+            f"{limited.replicas - desired} replicas withheld"
+        )
+    else:
+        clamp_detail = f"{desired} within [{policy.min_replicas}, {policy.max_replicas}]"
+    steps.append(Step("min_max_clamp", desired, clamp_detail))
+
+    return ScalingDecision(
+        desired_replicas=desired,
+        forecast_demand=need.demand if need is not None else None,
+        lead_seconds=lead,
+        warm_pool_replicas=warm,
+        warm_pool_as=policy.warm_pool_as,
+        reactive_replicas=reactive,
+        steps=tuple(steps),
+        recommendations=history,
+        now=now,
+        needs_node=needs_node,
+        forecast_replicas=need.replicas if need is not None else None,
+        raw_replicas=raw,
+        missing_metrics=tuple(missing),
+        scale_up_blocked=blocked,
+    )
+
+
+def explain_lines(decision: ScalingDecision) -> list[str]:
+    """Human-readable lines: a summary, then one line per step (``name -> replicas: detail``)."""
+    lines = [f"desired replicas {decision.desired_replicas} at t={decision.now}"]
+    if decision.missing_metrics:
+        lines[0] += f" (holding: {'; '.join(decision.missing_metrics)})"
+    if decision.scale_up_blocked:
+        lines[0] += f" ({decision.scale_up_blocked} replicas withheld by limits)"
+    width = max(len(step.name) for step in decision.steps) if decision.steps else 0
+    for i, step in enumerate(decision.steps, start=1):
+        lines.append(f"{i}. {step.name:<{width}} -> {step.replicas:>4}  {step.detail}")
+    return lines

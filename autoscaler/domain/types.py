@@ -1,0 +1,209 @@
+"""Value types of the capacity planner: the policy, what is known now, and the explained decision.
+
+Why a module of its own: the planner, the simulator, the controller loop and the ``explain`` command
+all exchange these objects. Their invariants (min <= max, capacity > 0, non-negative counts) are
+checked once, here, so that every consumer can trust them; a bad value fails with a one-line
+``ValueError`` naming the field.
+
+Departure from DESIGN.md: the design sketches a cluster-wide ``ClusterSnapshot``/``ActionPlan``;
+this module holds the per-workload part (``WorkloadState`` -> ``ScalingDecision``) that the
+cluster-wide plan is built from. Node pools and cost come later and add their own types.
+
+A ``ScalingDecision`` carries ``steps``: every rule that touched the replica count, in order, with
+the numbers it used (after llm-d's variant autoscaler), so ``explain`` and the status annotation
+can say *why* a count was chosen, and ``recommendations``: the stabilisation history the caller
+passes back in the next ``WorkloadState`` (the planner keeps no state of its own).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from autoscaler.domain.coldstart import ColdStartProfile
+
+__all__ = ["ColdStartProfile", "ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState"]
+
+WarmPoolAs = Literal["replicas", "nodes"]
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """How one workload is scaled. Validated on construction."""
+
+    capacity_per_replica: float
+    min_replicas: int = 1
+    max_replicas: int = 100
+    level: int = 90
+    warm_pool: int | None = None
+    warm_pool_as: WarmPoolAs = "replicas"
+    lookahead_window_seconds: int = 300
+    scale_down_stabilization_seconds: int = 600
+    max_scale_up_step: int | None = None
+    max_scale_down_fraction: float = 0.5
+    # Added: the band the automatic warm pool covers up to (the highest band in (level, warm_pool_level]
+    # present in the forecast; without one, the spread band(level) - mean stands in, see capacity.py).
+    warm_pool_level: int = 99
+
+    def __post_init__(self) -> None:
+        cap = self.capacity_per_replica
+        _require(
+            isinstance(cap, int | float) and math.isfinite(cap) and cap > 0,
+            f"ScalingPolicy.capacity_per_replica must be a finite number > 0, got {cap!r}",
+        )
+        _require(
+            _is_int(self.min_replicas) and self.min_replicas >= 0,
+            f"ScalingPolicy.min_replicas must be an integer >= 0, got {self.min_replicas!r}",
+        )
+        _require(
+            _is_int(self.max_replicas) and self.max_replicas >= 1,
+            f"ScalingPolicy.max_replicas must be an integer >= 1, got {self.max_replicas!r}",
+        )
+        _require(
+            self.min_replicas <= self.max_replicas,
+            f"ScalingPolicy.min_replicas ({self.min_replicas}) must be <= max_replicas ({self.max_replicas})",
+        )
+        _require(
+            _is_int(self.level) and 0 < self.level < 100,
+            f"ScalingPolicy.level must be a percentile in (0, 100), got {self.level!r}",
+        )
+        _require(
+            _is_int(self.warm_pool_level) and self.level <= self.warm_pool_level < 100,
+            f"ScalingPolicy.warm_pool_level must be an integer in [level, 100), got {self.warm_pool_level!r}",
+        )
+        _require(
+            self.warm_pool is None or (_is_int(self.warm_pool) and self.warm_pool >= 0),
+            f"ScalingPolicy.warm_pool must be None (auto) or an integer >= 0, got {self.warm_pool!r}",
+        )
+        _require(
+            self.warm_pool_as in ("replicas", "nodes"),
+            f"ScalingPolicy.warm_pool_as must be 'replicas' or 'nodes', got {self.warm_pool_as!r}",
+        )
+        _require(
+            _is_int(self.lookahead_window_seconds) and self.lookahead_window_seconds >= 0,
+            f"ScalingPolicy.lookahead_window_seconds must be an integer >= 0, got {self.lookahead_window_seconds!r}",
+        )
+        _require(
+            _is_int(self.scale_down_stabilization_seconds) and self.scale_down_stabilization_seconds >= 0,
+            "ScalingPolicy.scale_down_stabilization_seconds must be an integer >= 0, "
+            f"got {self.scale_down_stabilization_seconds!r}",
+        )
+        _require(
+            self.max_scale_up_step is None or (_is_int(self.max_scale_up_step) and self.max_scale_up_step >= 1),
+            f"ScalingPolicy.max_scale_up_step must be None (unlimited) or an integer >= 1, "
+            f"got {self.max_scale_up_step!r}",
+        )
+        frac = self.max_scale_down_fraction
+        _require(
+            isinstance(frac, int | float) and math.isfinite(frac) and 0 < frac <= 1,
+            f"ScalingPolicy.max_scale_down_fraction must be in (0, 1], got {frac!r}",
+        )
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """What is known about one workload at decision time."""
+
+    current_replicas: int
+    ready_replicas: int
+    current_demand: float | None
+    free_gpus: int = 0
+    gpus_per_replica: int = 1
+    recommendations: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("current_replicas", "ready_replicas", "free_gpus"):
+            value = getattr(self, name)
+            _require(_is_int(value) and value >= 0, f"WorkloadState.{name} must be an integer >= 0, got {value!r}")
+        _require(
+            _is_int(self.gpus_per_replica) and self.gpus_per_replica >= 0,
+            f"WorkloadState.gpus_per_replica must be an integer >= 0, got {self.gpus_per_replica!r}",
+        )
+        demand = self.current_demand
+        if demand is not None:
+            try:
+                value = float(demand)
+            except (TypeError, ValueError):
+                value = -1.0
+            _require(
+                not (math.isfinite(value) and value < 0) and not isinstance(demand, bool | str),
+                f"WorkloadState.current_demand must be None, NaN (missing) or a rate >= 0, got {demand!r}",
+            )
+            object.__setattr__(self, "current_demand", value)
+        recs = tuple((int(t), int(r)) for t, r in self.recommendations)
+        for t, r in recs:
+            _require(r >= 0, f"WorkloadState.recommendations entry ({t}, {r}) has a negative replica count")
+        object.__setattr__(self, "recommendations", recs)
+
+    @property
+    def demand_known(self) -> bool:
+        """Whether ``current_demand`` is a usable observation (not None, not NaN/inf)."""
+        return self.current_demand is not None and math.isfinite(self.current_demand)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rule applied to the replica count: its name, the count after it, and why, with the numbers."""
+
+    name: str
+    replicas: int
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "replicas": self.replicas, "detail": self.detail}
+
+
+def _json_float(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(float(value), 6)
+
+
+@dataclass(frozen=True)
+class ScalingDecision:
+    """The planner's answer for one workload at ``now``, with the trail of steps that produced it."""
+
+    desired_replicas: int
+    forecast_demand: float | None
+    lead_seconds: float
+    warm_pool_replicas: int
+    warm_pool_as: WarmPoolAs
+    reactive_replicas: int
+    steps: tuple[Step, ...]
+    recommendations: tuple[tuple[int, int], ...]
+    now: int
+    # Added fields (all defaulted):
+    needs_node: bool = False  # the lead includes node provisioning (free_gpus < gpus_per_replica)
+    forecast_replicas: int | None = None  # ceil(forecast_demand / capacity); None without a usable forecast
+    raw_replicas: int = 0  # max(forecast + warm pool, reactive floor) before stabilisation, limits and clamp
+    missing_metrics: tuple[str, ...] = field(default=())  # why evidence was missing (empty = none missing)
+    scale_up_blocked: int = 0  # replicas wanted but withheld by max_scale_up_step or max_replicas
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (plain ints, floats, strings, lists): for the status annotation and ``--dry-run``."""
+        return {
+            "desired_replicas": int(self.desired_replicas),
+            "forecast_demand": _json_float(self.forecast_demand),
+            "forecast_replicas": self.forecast_replicas,
+            "lead_seconds": _json_float(self.lead_seconds),
+            "needs_node": bool(self.needs_node),
+            "warm_pool_replicas": int(self.warm_pool_replicas),
+            "warm_pool_as": str(self.warm_pool_as),
+            "reactive_replicas": int(self.reactive_replicas),
+            "raw_replicas": int(self.raw_replicas),
+            "missing_metrics": list(self.missing_metrics),
+            "scale_up_blocked": int(self.scale_up_blocked),
+            "steps": [step.to_dict() for step in self.steps],
+            "recommendations": [[int(t), int(r)] for t, r in self.recommendations],
+            "now": int(self.now),
+        }
