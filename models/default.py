@@ -1,0 +1,409 @@
+"""Our default forecaster: a robust time-of-day profile re-levelled by a self-tuned recent level.
+
+Why it exists: the controller must start GPU replicas about 15 minutes before demand lands, so
+what matters is the forecast ``h = ceil(900 / step)`` bins ahead, made every tick, for every
+Deployment, cheaply. At that horizon the two classic references fail in opposite ways:
+
+- persistence (repeat the last bin) knows the current level but not where the day is going, and
+  it repeats the last bin's noise;
+- seasonal naive / Holt-Winters / Prophet know the shape of the day but anchor on yesterday's (or
+  a fitted trend's) level, and today is rarely yesterday: a weekend, a launch, a slow drift.
+
+Method (everything is chosen per series from its own recent history, nothing per trace):
+
+1. Outage zeros. A bin whose count is at most 2% of a slow reference level (an EWMA of the raw
+   counts, half-life one hour) while that reference is at least 20 requests per bin is treated as
+   missing: with 20 expected requests, a zero has Poisson probability 2e-9, so it is a collection
+   outage, not demand. The reference itself follows the zeros, so a real shutdown is accepted
+   after a few hours instead of being held forever. ``NaN`` is missing as well.
+2. Profile ``s`` (when at least one day of history exists): the last 14 days are cut into 24-hour
+   windows ending at the last bin, each lightly smoothed (about 30 minutes) and divided by its own
+   mean (so weekends and growth do not distort the shape); ``s`` is the per time-of-day median
+   across windows, floored at 5% of the mean so sparse series never divide by ~0.
+3. Level: ``L_t`` = EWMA of ``y / s^w`` over observed bins (missing bins are skipped, the state is
+   held). Forecast ``y(t+k) = L_t * s(t+k)^w``.
+4. Self-tuning: the half-life (0 = last bin only, 1, 2, 4, ... 256 bins) and the profile weight
+   ``w`` in {0, 0.5, 1} minimise the mean absolute error at step ``h`` over the last up to 7 days
+   (at most half the history), with the profile estimated only from the days *before* that
+   window, so the choice is an honest out-of-sample one. A sparse, noisy series picks a long
+   half-life (the mean), a smooth aggregate picks a short one (near persistence, but moving along
+   the day's shape), a series without a daily cycle picks ``w = 0``.
+5. Bands: the same out-of-sample pass gives the model's own ``k``-step errors (``k = 1..K``,
+   ``K = 2h``) in square-root *count* space (counts = rate x bin seconds; the square root
+   stabilises Poisson variance, so one error distribution serves night and peak). The upper band
+   at level ``p`` is ``(sqrt(mean) + q_p(k))^2`` with ``q_p(k)`` the empirical ``p``-quantile,
+   clipped at 0 for ``p >= 50`` (band >= mean) and made non-decreasing in ``k``. Beyond ``K``
+   the quantile grows like ``sqrt(k / K)``. With fewer than 50 errors (short history) a normal
+   approximation from the spread of one-bin differences is used instead.
+
+Why it beats persistence at 15 minutes: the level averages away bin noise where the series is
+noisy (persistence pays the noise twice, once in the last bin and once in the target), and the
+profile ratio ``s(t+h) / s(t)`` adds the predictable part of the next 15 minutes (the morning ramp)
+that persistence misses. Why it beats seasonal naive / Holt-Winters: it re-levels from the last
+minutes instead of yesterday, and its robust median profile ignores one odd day.
+
+``update`` runs the same filters bin by bin (one numpy call per chunk), never re-selects, and is
+exact: ``update(a + b)`` equals ``update(a)`` then ``update(b)``. A gap before ``new`` (its start
+after the end seen so far, on the same grid) is treated as missing bins. Refit (daily) to refresh
+the profile, the half-life and the bands.
+
+Measured (rolling origin, daily refit on the last 14 days, first origin after 2 days, step h):
+see the table at the end of this docstring, kept in sync with docs/BENCHMARKS.md.
+
+Departure from DESIGN.md: none; it is the "our model" slot of the module map.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.signal import lfilter
+
+from models.base import DEFAULT_LEVELS, InsufficientHistoryError, NotFittedError
+from models.types import SECONDS_PER_DAY, FloatArray, Forecast, TrafficSeries
+
+HORIZON_SECONDS = 900
+PROFILE_DAYS = 14
+EVAL_DAYS = 7
+MAX_EVAL_BINS = 10_080
+PROFILE_SMOOTH_SECONDS = 900  # half-width of the smoothing window
+PROFILE_FLOOR = 0.05
+HALF_LIVES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+PROFILE_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)
+OUTAGE_REF_HALF_LIFE_SECONDS = 3600
+OUTAGE_MIN_COUNT = 20.0
+OUTAGE_RATIO = 0.02
+MIN_ERRORS = 50
+MAX_K = 120
+STATE_VERSION = 1
+IntArray = NDArray[np.int64]
+PERCENTILES = np.arange(1, 100, dtype=np.float64)
+
+
+def horizon_steps(step_seconds: int) -> int:
+    """Bins in the 15-minute look-ahead the model is tuned for (at least 1)."""
+    return max(1, math.ceil(HORIZON_SECONDS / step_seconds))
+
+
+def _decay(half_life_bins: float) -> float:
+    return 0.0 if half_life_bins <= 0 else float(2.0 ** (-1.0 / half_life_bins))
+
+
+def _ewma_skip(x: FloatArray, a: float, level0: float) -> tuple[FloatArray, float]:
+    """EWMA over the finite values of ``x`` (NaN skipped, state held); level *after* each bin.
+
+    ``level0`` is the state before ``x`` (NaN: none yet, the first value starts the filter).
+    Returns the per-bin levels (``level0`` before the first finite value) and the final level.
+    """
+    n = x.shape[0]
+    obs = np.isfinite(x)
+    idx = np.flatnonzero(obs)
+    if idx.size == 0:
+        return np.full(n, level0), level0
+    xo = x[idx]
+    init = level0 if math.isfinite(level0) else float(xo[0])
+    lv, _ = lfilter([1.0 - a], [1.0, -a], xo, zi=[a * init])
+    full = np.full(n, np.nan)
+    full[idx] = lv
+    pos = np.maximum.accumulate(np.where(obs, np.arange(n), -1))
+    out = np.where(pos >= 0, full[np.maximum(pos, 0)], level0)
+    return out.astype(np.float64), float(lv[-1])
+
+
+def _phases(start: int, step: int, n: int, period: int) -> IntArray:
+    t = start + step * np.arange(n, dtype=np.int64)
+    return ((t % SECONDS_PER_DAY) // step).astype(np.int64) % period
+
+
+def _period(step: int) -> int:
+    return max(1, math.ceil(SECONDS_PER_DAY / step))
+
+
+def _outage_mask(counts: FloatArray, ref_decay: float, ref0: float) -> tuple[FloatArray, float]:
+    """``counts`` with outage bins set to NaN, and the reference state after them."""
+    ref_after, ref_end = _ewma_skip(counts, ref_decay, ref0)
+    ref_before = np.concatenate(([ref0], ref_after[:-1]))
+    with np.errstate(invalid="ignore"):
+        outage = (counts <= OUTAGE_RATIO * ref_before) & (ref_before >= OUTAGE_MIN_COUNT)
+    clean = np.where(outage, np.nan, counts)
+    return clean.astype(np.float64), ref_end
+
+
+def _profile(counts: FloatArray, phases: IntArray, period: int, step: int) -> FloatArray | None:
+    """Median-of-days multiplicative time-of-day profile (mean 1), or None without one usable day."""
+    n = counts.shape[0]
+    days = min(PROFILE_DAYS, n // period)
+    if period < 4 or days < 1:
+        return None
+    seg = counts[n - days * period :]
+    ph = phases[n - days * period :]
+    half = max(0, PROFILE_SMOOTH_SECONDS // step)
+    obs = np.isfinite(seg)
+    if half > 0:
+        kernel = np.ones(2 * half + 1)
+        num = np.convolve(np.where(obs, seg, 0.0), kernel, mode="same")
+        den = np.convolve(obs.astype(np.float64), kernel, mode="same")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sm = np.where(obs, num / np.where(den > 0, den, 1.0), np.nan)
+    else:
+        sm = np.where(obs, seg, np.nan)
+    rows = sm.reshape(days, period)
+    prow = ph.reshape(days, period)
+    cover = np.isfinite(rows).mean(axis=1)
+    with np.errstate(invalid="ignore"):
+        means = np.array([np.nanmean(r) if c >= 0.5 else np.nan for r, c in zip(rows, cover, strict=True)])
+    good = np.isfinite(means) & (means > 0)
+    if not np.any(good):
+        return None
+    mat = np.full((int(good.sum()), period), np.nan)
+    for i, (r, p, m) in enumerate(zip(rows[good], prow[good], means[good], strict=True)):
+        mat[i, p] = r / m
+    all_nan = np.all(np.isnan(mat), axis=0)
+    mat[:, all_nan] = 1.0
+    prof: FloatArray = np.asarray(np.nanmedian(mat, axis=0), dtype=np.float64)
+    prof = np.maximum(prof / np.mean(prof), PROFILE_FLOOR)
+    return (prof / np.mean(prof)).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    half_life: float
+    weight: float
+    mae: float
+
+
+class DefaultForecaster:
+    """Seasonal profile x self-tuned EWMA level, with empirical square-root-space bands."""
+
+    alias = "default"
+
+    def __init__(self) -> None:
+        self._fitted = False
+        self._step = 0
+        self._end = 0
+        self._period = 1
+        self._profile: FloatArray | None = None  # s^w, mean-1 scaled; None = flat
+        self._half_life = 0.0
+        self._weight = 0.0
+        self._level = math.nan
+        self._ref = math.nan
+        self._qtable = np.zeros((99, 1))
+        self._in_sample_mae = math.nan
+        self._notes: tuple[str, ...] = ()
+
+    # -- protocol -------------------------------------------------------------------------
+    def min_history(self, step_seconds: int) -> int:
+        return max(3, horizon_steps(step_seconds))
+
+    def fit(self, series: TrafficSeries) -> Self:
+        step = series.step_seconds
+        y = series.values
+        if np.any(y[np.isfinite(y)] < 0):
+            raise ValueError("default: series has negative rates; rates must be >= 0")
+        if np.any(np.isinf(y)):
+            raise ValueError("default: series has infinite values")
+        n_obs = int(np.isfinite(y).sum())
+        need = self.min_history(step)
+        if len(series) < need or n_obs < 1:
+            raise InsufficientHistoryError(
+                f"default: needs {need} bins ({need * step}s) with at least one observed value, "
+                f"has {len(series)} bins and {n_obs} observed"
+            )
+        n = len(series)
+        h = horizon_steps(step)
+        period = _period(step)
+        ref_decay = _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step)
+        counts, ref_end = _outage_mask(y * step, ref_decay, math.nan)
+        phases = _phases(series.start, step, n, period)
+
+        # Honest split: profile from before the evaluation window, errors inside it.
+        eval_len = min(EVAL_DAYS * period, n // 2, MAX_EVAL_BINS)
+        t0 = n - eval_len
+        eval_profile = _profile(counts[:t0], phases[:t0], period, step) if t0 > 0 else None
+        weights = PROFILE_WEIGHTS if eval_profile is not None else (0.0,)
+        half_lives = tuple(hl for hl in HALF_LIVES if hl <= max(1.0, n / 2))
+        best: _Choice | None = None
+        k_max = min(2 * h, MAX_K)
+        origins = np.arange(max(t0 - 1, 0), n - 1)  # forecast made after observing bin t
+        for w in weights:
+            s = np.ones(period) if eval_profile is None or w == 0.0 else eval_profile**w
+            sp = s[phases]
+            x = counts / sp
+            for hl in half_lives:
+                lv, _ = _ewma_skip(x, _decay(hl), math.nan)
+                tgt = origins + h
+                ok = tgt < n
+                o, t = origins[ok], tgt[ok]
+                err = np.abs(counts[t] - lv[o] * sp[t])
+                mae = float(np.nanmean(err)) if np.any(np.isfinite(err)) else math.inf
+                if math.isfinite(mae) and (best is None or mae < best.mae - 1e-12 * max(1.0, abs(best.mae))):
+                    best = _Choice(hl, w, mae)
+        if best is None or not math.isfinite(best.mae):
+            # Too short to score any candidate: average over about half the horizon, no profile.
+            best = _Choice(float(max(1, h // 2)), 0.0, math.nan)
+
+        # Errors of the chosen model at every k, in sqrt-count space.
+        s = np.ones(period) if eval_profile is None or best.weight == 0.0 else eval_profile**best.weight
+        sp = s[phases]
+        lv, _ = _ewma_skip(counts / sp, _decay(best.half_life), math.nan)
+        qtable = np.zeros((99, k_max))
+        sigma = self._diff_sigma(counts)
+        z = np.array([NormalDist().inv_cdf(p / 100.0) for p in PERCENTILES])
+        for k in range(1, k_max + 1):
+            tgt = origins + k
+            ok = tgt < n
+            o, t = origins[ok], tgt[ok]
+            pred = np.maximum(lv[o] * sp[t], 0.0)
+            e = np.sqrt(counts[t]) - np.sqrt(pred)
+            e = e[np.isfinite(e)]
+            if e.size >= MIN_ERRORS:
+                qtable[:, k - 1] = np.quantile(e, PERCENTILES / 100.0)
+            else:
+                qtable[:, k - 1] = z * sigma * math.sqrt(k)
+        upper = PERCENTILES >= 50
+        qtable[upper] = np.maximum.accumulate(np.maximum(qtable[upper], 0.0), axis=1)
+        qtable[~upper] = np.minimum.accumulate(qtable[~upper], axis=1)
+
+        # Production state: profile from the most recent days, level over the whole history.
+        prof: FloatArray | None = None
+        if best.weight > 0.0:
+            full_profile = _profile(counts, phases, period, step)
+            if full_profile is not None:
+                prof = np.maximum(full_profile**best.weight, 0.0)
+        sp_full = prof[phases] if prof is not None else np.ones(n)
+        _, level = _ewma_skip(counts / sp_full, _decay(best.half_life), math.nan)
+
+        self._fitted = True
+        self._step = step
+        self._end = series.end
+        self._period = period
+        self._profile = prof
+        self._half_life = best.half_life
+        self._weight = best.weight if prof is not None else 0.0
+        self._level = level
+        self._ref = ref_end
+        self._qtable = qtable
+        self._in_sample_mae = best.mae / step
+        return self
+
+    @staticmethod
+    def _diff_sigma(counts: FloatArray) -> float:
+        r = np.sqrt(counts[np.isfinite(counts)])
+        if r.size < 3:
+            return 0.0
+        d = np.diff(r)
+        return float(np.std(d) / math.sqrt(2.0))
+
+    def update(self, new: TrafficSeries) -> Self:
+        if not self._fitted:
+            raise NotFittedError("default: update() called before fit()")
+        if new.step_seconds != self._step:
+            raise ValueError(f"default: update step {new.step_seconds}s differs from the fitted step {self._step}s")
+        gap = new.start - self._end
+        if gap < 0 or gap % self._step != 0:
+            raise ValueError(
+                f"default: update must start at {self._end} (end of what was seen) or later on the same "
+                f"{self._step}s grid, got start {new.start}"
+            )
+        y = new.values
+        if len(new) == 0:
+            return self
+        if np.any(y[np.isfinite(y)] < 0) or np.any(np.isinf(y)):
+            raise ValueError("default: update has negative or infinite rates")
+        step = self._step
+        counts, ref_end = _outage_mask(y * step, _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step), self._ref)
+        if self._profile is not None:
+            counts = counts / self._profile[_phases(new.start, step, len(new), self._period)]
+        _, level = _ewma_skip(counts, _decay(self._half_life), self._level)
+        self._ref = ref_end
+        self._level = level
+        self._end = new.end
+        return self
+
+    def predict(self, h: int, levels: Sequence[int] = DEFAULT_LEVELS) -> Forecast:
+        if not self._fitted:
+            raise NotFittedError("default: predict() called before fit()")
+        if not isinstance(h, int | np.integer) or h < 1:
+            raise ValueError(f"default: horizon h must be a positive integer, got {h!r}")
+        for p in levels:
+            if not isinstance(p, int | np.integer) or not 1 <= p <= 99:
+                raise ValueError(f"default: band level must be an integer percentile in 1..99, got {p!r}")
+        step = self._step
+        prof = self._profile
+        shape = prof[_phases(self._end, step, h, self._period)] if prof is not None else np.ones(h)
+        mean_counts = np.maximum(self._level * shape, 0.0)
+        root = np.sqrt(mean_counts)
+        k_max = self._qtable.shape[1]
+        ks = np.arange(1, h + 1)
+        cols = np.minimum(ks, k_max) - 1
+        grow = np.sqrt(np.maximum(ks / k_max, 1.0))
+        bands = {}
+        for p in levels:
+            q = self._qtable[int(p) - 1, cols] * grow
+            bands[int(p)] = np.maximum(root + q, 0.0) ** 2 / step
+        return Forecast(start=self._end, step_seconds=step, mean=mean_counts / step, quantiles=bands, model=self.alias)
+
+    # -- introspection ----------------------------------------------------------------------
+    @property
+    def params(self) -> dict[str, float]:
+        """The per-series choices of the last fit (for `explain` and benchmarks)."""
+        return {
+            "half_life_bins": self._half_life,
+            "profile_weight": self._weight,
+            "in_sample_mae": self._in_sample_mae,
+        }
+
+    # -- persistence ------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        if not self._fitted:
+            raise NotFittedError("default: to_state() called before fit()")
+        return {
+            "alias": self.alias,
+            "version": STATE_VERSION,
+            "step_seconds": self._step,
+            "end": self._end,
+            "period": self._period,
+            "profile": None if self._profile is None else [float(v) for v in self._profile],
+            "half_life_bins": self._half_life,
+            "profile_weight": self._weight,
+            "level": self._level,
+            "ref": None if math.isnan(self._ref) else self._ref,
+            "in_sample_mae": None if math.isnan(self._in_sample_mae) else self._in_sample_mae,
+            "qtable": [[float(v) for v in row] for row in self._qtable],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        if state.get("alias") != cls.alias or state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"default: state is for model {state.get('alias')!r} version {state.get('version')!r}, "
+                f"expected {cls.alias!r} version {STATE_VERSION}"
+            )
+        try:
+            m = cls()
+            m._step = int(state["step_seconds"])
+            m._end = int(state["end"])
+            m._period = int(state["period"])
+            prof = state["profile"]
+            m._profile = None if prof is None else np.asarray(prof, dtype=np.float64)
+            m._half_life = float(state["half_life_bins"])
+            m._weight = float(state["profile_weight"])
+            m._level = float(state["level"])
+            m._ref = math.nan if state["ref"] is None else float(state["ref"])
+            mae = state["in_sample_mae"]
+            m._in_sample_mae = math.nan if mae is None else float(mae)
+            m._qtable = np.asarray(state["qtable"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"default: malformed state ({exc})") from None
+        if m._qtable.ndim != 2 or m._qtable.shape[0] != 99 or m._qtable.shape[1] < 1:
+            raise ValueError(f"default: malformed state (qtable shape {m._qtable.shape}, expected 99 x K)")
+        if m._profile is not None and m._profile.shape != (m._period,):
+            raise ValueError(f"default: malformed state (profile has {m._profile.size} values, period {m._period})")
+        m._fitted = True
+        return m
