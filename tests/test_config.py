@@ -1,0 +1,404 @@
+"""Operator configuration: defaults, key-path errors, and hot reload (plain files and ConfigMap symlink swaps)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.cli import UserError
+from autoscaler.config import (
+    CONFIGMAP_KEY,
+    DEFAULT_CONFIG_PATH,
+    MODEL_NAMES,
+    Config,
+    ConfigError,
+    ConfigStore,
+    ForecastProfile,
+    check_promql_template,
+    format_duration,
+    load_config,
+    parse_config,
+    parse_config_text,
+)
+from autoscaler.traces import parse_duration
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def errors_of(text: str) -> tuple[str, ...]:
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(text, "cfg.yaml")
+    return info.value.errors
+
+
+# ---------------------------------------------------------------------------------------------- defaults
+
+
+def test_packaged_defaults_load_and_equal_the_built_in_defaults() -> None:
+    cfg = load_config(DEFAULT_CONFIG_PATH)
+    assert cfg == Config()
+    assert cfg.warnings == ()
+    assert cfg.loop.interval_seconds == 30
+    assert cfg.loop.history_seconds == 14 * 86_400
+    assert cfg.loop.step_seconds == 60
+    default = cfg.profile("default")
+    assert (default.model, default.horizon_seconds, default.quantile, default.warm_pool) == ("default", 900, 90, "auto")
+    assert (default.refit_seconds, default.scale_down_stabilization_seconds, default.look_ahead_seconds) == (
+        86_400, 600, 300,
+    )
+    assert (cfg.cold_start.pod_startup_seconds, cfg.cold_start.node_startup_seconds) == (180, 240)
+    assert (cfg.cold_start.percentile, cfg.cold_start.min_samples) == (90, 5)
+    assert cfg.prometheus.arrival_rate_query in cfg.prometheus.queries
+    assert cfg.namespaces == ()
+    assert cfg.allows_namespace("anything")
+
+
+def test_config_dir_symlink_points_at_the_packaged_defaults() -> None:
+    source_tree_copy = REPO / "config" / "default.yaml"
+    assert source_tree_copy.resolve() == DEFAULT_CONFIG_PATH.resolve()
+    assert load_config(source_tree_copy) == Config()
+
+
+def test_empty_mapping_means_all_defaults_but_an_empty_file_is_an_error() -> None:
+    assert parse_config_text("{}") == Config()
+    assert any("file is empty" in e for e in errors_of(""))
+    assert any("file is empty" in e for e in errors_of("# only a comment\n"))
+
+
+def test_partial_file_overrides_only_what_it_names() -> None:
+    cfg = parse_config_text("profiles:\n  default:\n    horizon: 30m\nloop:\n  interval: 1m\n")
+    assert cfg.profile("default").horizon_seconds == 1800
+    assert cfg.profile("default").quantile == 90
+    assert cfg.loop.interval_seconds == 60
+    assert cfg.loop.step_seconds == 60
+    assert cfg.cold_start == Config().cold_start
+
+
+def test_named_profiles_inherit_from_default() -> None:
+    cfg = parse_config_text(
+        "profiles:\n  default:\n    horizon: 30m\n    quantile: 95\n  batch:\n    quantile: 50\n    warm_pool: 2\n"
+    )
+    batch = cfg.profile("batch")
+    assert batch == ForecastProfile(
+        name="batch", horizon_seconds=1800, quantile=50, warm_pool=2,
+    )
+    assert cfg.profile("default").quantile == 95
+
+
+def test_integer_seconds_are_accepted_as_durations() -> None:
+    cfg = parse_config_text("loop:\n  interval: 45\n")
+    assert cfg.loop.interval_seconds == 45
+
+
+def test_unknown_profile_lookup_names_the_known_ones() -> None:
+    cfg = parse_config_text("profiles:\n  default: {}\n  chat: {}\n")
+    with pytest.raises(ConfigError, match=r"profile 'caht' \(did you mean 'chat'\?\); defined: chat, default"):
+        cfg.profile("caht")
+
+
+def test_config_error_is_a_user_error_so_the_cli_prints_one_line() -> None:
+    with pytest.raises(UserError) as info:
+        parse_config_text("loop: {interval: soon}", "cfg.yaml")
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith("cfg.yaml: loop.interval: ")
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("profiles: {default: {horizon: soon}}", "profiles.default.horizon: invalid duration 'soon'"),
+        ("profiles: {default: {horizon: -5m}}", "profiles.default.horizon: invalid duration '-5m'"),
+        ("profiles: {default: {refit: true}}", "profiles.default.refit: invalid duration True"),
+        ("loop:\n  step: 0\n", "loop.step: invalid duration '0'"),
+        ("profiles: {default: {quantile: 100}}", "profiles.default.quantile: must be between 1 and 99, got 100"),
+        ("profiles: {default: {quantile: 0}}", "profiles.default.quantile: must be between 1 and 99, got 0"),
+        ("profiles: {default: {quantile: 90.5}}", "profiles.default.quantile: expected an integer between 1 and 99"),
+        ("profiles: {default: {quantile: yes}}", "profiles.default.quantile: expected an integer between 1 and 99"),
+        ("profiles: {default: {warm_pool: some}}", "profiles.default.warm_pool: expected \"auto\" or an integer >= 0"),
+        ("profiles: {default: {warm_pool: -1}}", "profiles.default.warm_pool: expected \"auto\" or an integer >= 0"),
+        ("profiles: {default: {model: arima}}", "profiles.default.model: unknown model 'arima'"),
+        ("profiles:\n  chat:\n    horizon: 20m\n", "profiles: a 'default' profile is required (found: chat)"),
+        ("profiles:\n  default: {}\n  Chat_Bot: {}\n", "profiles.Chat_Bot: profile names must be lower-case"),
+        ("profiles: [default]\n", "profiles: expected a mapping of profile names to settings, got a list"),
+        ("profiles:\n  default: 3\n", "profiles.default: expected a mapping, got int 3"),
+        ("loop: 30s\n", "loop: expected a mapping, got str '30s'"),
+        ("cold_start:\n  percentile: 101\n", "cold_start.percentile: must be between 1 and 100, got 101"),
+        ("cold_start:\n  min_samples: 0\n", "cold_start.min_samples: must be >= 1, got 0"),
+        ("cold_start:\n  pod_startup: 3 minutes\n", "cold_start.pod_startup: invalid duration '3 minutes'"),
+        ("prometheus: {url: 'prometheus:9090'}", "prometheus.url: 'prometheus:9090' is not an http:// or https:// URL"),
+        ("prometheus:\n  retries: -1\n", "prometheus.retries: must be between 0 and 20, got -1"),
+        ("prometheus:\n  ca_file: 7\n", "prometheus.ca_file: expected a file path or null, got int 7"),
+        ("prometheus:\n  queries: up\n", "prometheus.queries: expected a mapping of query names to PromQL"),
+        ("prometheus:\n  queries:\n    q: ''\n", "prometheus.queries.q: empty query"),
+        ("prometheus:\n  queries:\n    q: 3\n", "prometheus.queries.q: expected a PromQL string, got int 3"),
+        ("prometheus:\n  queries:\n    q: 'up{job=\"{job}\"}'\n", "prometheus.queries.q: unknown placeholder(s) {job}"),
+        ("prometheus:\n  arrival_rate_query: nope\n", "prometheus.arrival_rate_query: no query named 'nope'"),
+        ("namespaces: default\n", "namespaces: expected a list of namespace names, got str 'default'"),
+        ("namespaces: [ok, Not_OK]\n", "namespaces[1]: 'Not_OK' is not a valid namespace name"),
+        ("namespaces: [a, a]\n", "namespaces[1]: duplicate namespace 'a'"),
+        ("leader_election: {lease_name: My_Lease}", "leader_election.lease_name: 'My_Lease' is not a valid Kubernetes"),
+        ("leader_election:\n  lease_duration: forever\n", "leader_election.lease_duration: invalid duration 'forever'"),
+        # Cross-key rules.
+        ("loop:\n  history: 1d\n", "profiles.default.history: 2w is longer than the fetched loop.history (1d)"),
+        ("profiles: {default: {horizon: 4m}}", "profiles.default.look_ahead: 5m reaches beyond the horizon (4m)"),
+        ("loop:\n  step: 1h\nprofiles:\n  default:\n    horizon: 30m\n",
+         "profiles.default.horizon: 30m is shorter than one loop.step (1h)"),
+        ("loop:\n  step: 14d\n", "loop.step: 2w must be shorter than loop.history (2w)"),
+    ],
+)
+def test_each_error_names_its_key_path(text: str, expected: str) -> None:
+    errors = errors_of(text)
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("loop:\n  intervl: 30s\n", "loop.intervl: unknown key (did you mean 'interval'?)"),
+        ("profile:\n  default: {}\n", "profile: unknown key (did you mean 'profiles'?)"),
+        ("profiles: {default: {horizn: 15m}}", "profiles.default.horizn: unknown key (did you mean 'horizon'?)"),
+        ("profiles: {default: {quantile_level: 90}}", "profiles.default.quantile_level: unknown key"),
+        ("prometheus:\n  queries:\n    q: 'up{ns=\"{namspace}\"}'\n", "(did you mean 'namespace'?)"),
+        ("profiles: {default: {model: holtwinters}}", "(did you mean 'holt_winters'?)"),
+    ],
+)
+def test_unknown_keys_and_values_suggest_the_close_match(text: str, expected: str) -> None:
+    errors = errors_of(text)
+    assert any(expected in e for e in errors), errors
+
+
+def test_unknown_key_without_a_close_match_lists_the_allowed_ones() -> None:
+    (error,) = errors_of("cold_start:\n  zzz: 1\n")
+    assert error == "cold_start.zzz: unknown key; allowed: pod_startup, node_startup, percentile, min_samples"
+
+
+def test_every_mistake_is_reported_at_once() -> None:
+    errors = errors_of("loop:\n  interval: soon\nprofiles:\n  default:\n    quantile: 0\nextra: 1\n")
+    assert {e.split(":")[0] for e in errors} == {"loop.interval", "profiles.default.quantile", "extra"}
+
+
+def test_yaml_syntax_errors_and_duplicate_keys_give_a_position() -> None:
+    (syntax,) = errors_of("loop: [\n")
+    assert syntax.startswith("line 2, column 1: invalid YAML")
+    (duplicate,) = errors_of("loop:\n  interval: 30s\n  interval: 1m\n")
+    assert duplicate == "line 3, column 3: invalid YAML: duplicate key 'interval'"
+
+
+def test_top_level_must_be_a_mapping() -> None:
+    (error,) = errors_of("- loop\n")
+    assert error.startswith("expected a mapping of sections")
+
+
+def test_missing_file_is_reported_with_its_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: no such file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_doubtful_but_legal_settings_are_warnings() -> None:
+    cfg = parse_config_text(
+        "profiles:\n  default:\n    horizon: 6m\n    look_ahead: 1m\n"
+        "  hw:\n    model: holt_winters\n    history: 1d\n    horizon: 15m\n"
+    )
+    assert any(w.startswith("profiles.default.horizon: 6m is shorter than the cold-start priors") for w in cfg.warnings)
+    assert any(w.startswith("profiles.hw.history: holt_winters needs two full daily seasons") for w in cfg.warnings)
+    assert not any(w.startswith("profiles.hw.horizon") for w in cfg.warnings)  # 15m > 3m + 4m
+    assert cfg.profile("hw").look_ahead_seconds == 60  # inherited from default, like every unset key
+
+
+def test_query_overrides_merge_with_the_built_in_queries() -> None:
+    builtin = Config().prometheus.queries
+    cfg = parse_config_text(
+        "prometheus:\n  arrival_rate_query: tokens\n  queries:\n"
+        "    tokens: 'sum(rate(vllm:prompt_tokens_total{namespace=~\"{namespaces_regex}\"}[{window}]))'\n"
+    )
+    assert set(cfg.prometheus.queries) == {*builtin, "tokens"}
+    assert cfg.prometheus.arrival_rate_template.startswith("sum(rate(vllm:prompt_tokens_total")
+
+
+def test_promql_label_matchers_are_not_mistaken_for_placeholders() -> None:
+    assert check_promql_template('sum(rate(x{namespace="{namespace}", job=~"a|b"}[{window}])) by (pod)') is None
+    assert check_promql_template("up{namespace=\"{ns}\"}") is not None
+
+
+def test_model_names_match_the_registry_when_there_is_one() -> None:
+    try:
+        from models import registry  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        assert MODEL_NAMES == ("default", "persistence", "seasonal_naive", "holt_winters", "prophet")
+    else:
+        assert tuple(registry.MODEL_NAMES) == MODEL_NAMES
+
+
+# ---------------------------------------------------------------------------------------------- round trip
+
+
+durations = st.integers(min_value=1, max_value=4 * 604_800)
+
+
+@given(durations)
+def test_format_duration_round_trips_through_parse_duration(seconds: int) -> None:
+    text = format_duration(seconds)
+    assert parse_duration(text) == seconds
+    assert len(text) <= len(f"{seconds}s")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    horizon=st.integers(min_value=5, max_value=120).map(lambda m: m * 60),
+    quantile=st.integers(min_value=1, max_value=99),
+    warm_pool=st.one_of(st.just("auto"), st.integers(min_value=0, max_value=50)),
+    pod=st.integers(min_value=1, max_value=3600),
+    percentile=st.integers(min_value=1, max_value=100),
+    namespaces=st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True), unique=True, max_size=4),
+)
+def test_any_valid_config_survives_a_yaml_round_trip(
+    horizon: int, quantile: int, warm_pool: int | str, pod: int, percentile: int, namespaces: list[str]
+) -> None:
+    data = Config().to_dict()
+    data["profiles"]["default"].update(horizon=format_duration(horizon), quantile=quantile, warm_pool=warm_pool)
+    data["profiles"]["other"] = {"quantile": 100 - quantile, "look_ahead": format_duration(min(horizon, 120))}
+    data["cold_start"].update(pod_startup=pod, percentile=percentile)
+    data["namespaces"] = namespaces
+    cfg = parse_config(data)
+    assert cfg.profile("default").quantile == quantile
+    assert cfg.profile("other").horizon_seconds == horizon
+    assert cfg.profile("default").warm_pool == warm_pool
+    assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
+
+
+# ---------------------------------------------------------------------------------------------- reload
+
+
+def write(path: Path, text: str) -> None:
+    """Replace a file the way editors and `kubectl cp` do: write a sibling, then rename over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_reload_picks_up_a_change(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    write(path, "profiles:\n  default:\n    horizon: 15m\n")
+    store = ConfigStore(path)
+    assert store.current().profile("default").horizon_seconds == 900
+    assert store.maybe_reload() is False  # unchanged
+    write(path, "profiles:\n  default:\n    horizon: 30m\n")
+    assert store.maybe_reload() is True
+    assert store.current().profile("default").horizon_seconds == 1800
+    assert store.generation == 2
+    assert store.maybe_reload() is False
+
+
+def test_in_place_same_size_edit_is_detected(tmp_path: Path) -> None:
+    """Same inode, same size, mtime forced back: only the content hash can tell."""
+    path = tmp_path / "config.yaml"
+    path.write_text("loop:\n  interval: 30s\n")
+    before = path.stat()
+    store = ConfigStore(path)
+    with path.open("r+") as fh:
+        fh.write("loop:\n  interval: 40s\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_ino == before.st_ino
+    assert store.maybe_reload() is True
+    assert store.current().loop.interval_seconds == 40
+
+
+def test_comment_only_edit_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    write(path, "loop:\n  interval: 30s\n")
+    store = ConfigStore(path)
+    write(path, "# tuned on Monday\nloop:\n  interval: 30s\n")
+    assert store.maybe_reload() is False
+    assert store.generation == 1
+
+
+def test_broken_edit_keeps_the_last_good_config_and_reports_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "config.yaml"
+    write(path, "profiles:\n  default:\n    horizon: 20m\n")
+    reported: list[ConfigError] = []
+    store = ConfigStore(path, on_error=reported.append)
+    good = store.current()
+
+    write(path, "profiles:\n  default:\n    horizon: soon\n")
+    with caplog.at_level(logging.ERROR, logger="autoscaler.config"):
+        assert store.maybe_reload() is False
+        assert store.maybe_reload() is False  # same broken content: not reported again
+    assert store.current() is good
+    assert store.last_error is not None
+    assert "profiles.default.horizon: invalid duration 'soon'" in str(store.last_error)
+    assert [str(e) for e in reported] == [str(store.last_error)]
+    assert store.reload_failures == 1
+    assert sum("keeping the last good one" in r.getMessage() for r in caplog.records) == 1
+
+    write(path, "profiles: [\n")  # a different mistake is reported
+    assert store.maybe_reload() is False
+    assert len(reported) == 2
+    assert "invalid YAML" in str(store.last_error)
+
+    write(path, "profiles:\n  default:\n    horizon: 25m\n")  # fixed
+    assert store.maybe_reload() is True
+    assert store.last_error is None
+    assert store.current().profile("default").horizon_seconds == 1500
+
+
+def test_deleted_file_keeps_the_last_good_config(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    write(path, "loop:\n  interval: 1m\n")
+    store = ConfigStore(path)
+    path.unlink()
+    assert store.maybe_reload() is False
+    assert store.current().loop.interval_seconds == 60
+    assert "no such file" in str(store.last_error)
+    write(path, "loop:\n  interval: 1m\n")  # restored unchanged: the error clears, nothing reloads
+    assert store.maybe_reload() is False
+    assert store.last_error is None
+
+
+def test_first_load_must_succeed(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    write(path, "loop:\n  interval: soon\n")
+    with pytest.raises(ConfigError, match=r"loop\.interval: invalid duration"):
+        ConfigStore(path)
+
+
+def configmap_swap(mount: Path, version: str, text: str) -> None:
+    """Do what the kubelet's atomic writer does: new timestamped dir, then rename a new ``..data`` link over the old."""
+    target = mount / f"..{version}"
+    target.mkdir()
+    (target / CONFIGMAP_KEY).write_text(text)
+    os.symlink(target.name, mount / "..data_tmp")
+    os.replace(mount / "..data_tmp", mount / "..data")
+    if not (mount / CONFIGMAP_KEY).is_symlink():
+        os.symlink(f"..data/{CONFIGMAP_KEY}", mount / CONFIGMAP_KEY)
+
+
+@pytest.mark.parametrize("point_at", ["directory", "file"])
+def test_configmap_symlink_swap_is_detected(tmp_path: Path, point_at: str) -> None:
+    mount = tmp_path / "etc-predictive-autoscaler"
+    mount.mkdir()
+    configmap_swap(mount, "2026_01_01_00_00_00.1", "profiles:\n  default:\n    quantile: 90\n")
+    store = ConfigStore(mount if point_at == "directory" else mount / CONFIGMAP_KEY)
+    assert store.current().profile("default").quantile == 90
+
+    # The new version is written with an *older* mtime: a swap must not depend on mtimes increasing.
+    configmap_swap(mount, "2026_01_01_00_05_00.2", "profiles:\n  default:\n    quantile: 95\n")
+    old = mount / "..2026_01_01_00_00_00.1" / CONFIGMAP_KEY
+    os.utime(mount / "..2026_01_01_00_05_00.2" / CONFIGMAP_KEY, ns=(0, old.stat().st_mtime_ns - 10**9))
+    assert store.maybe_reload() is True
+    assert store.current().profile("default").quantile == 95
+
+    configmap_swap(mount, "2026_01_01_00_10_00.3", "profiles:\n  default:\n    quantile: 990\n")
+    assert store.maybe_reload() is False
+    assert store.current().profile("default").quantile == 95
+    assert "profiles.default.quantile: must be between 1 and 99, got 990" in str(store.last_error)
