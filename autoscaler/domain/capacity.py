@@ -80,7 +80,7 @@ def _rel(t: float, now: int) -> str:
     return f"t+{t - now:.0f}s"
 
 
-def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seconds: int) -> WindowSelection:
+def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seconds: float) -> WindowSelection:
     """The forecast steps whose bins overlap ``[now + lead, now + lead + window]``.
 
     Falls back to the forecast's last steps (it ends before the window) or first steps (it starts
@@ -94,7 +94,7 @@ def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seco
     starts = forecast.timestamps().astype(np.float64)
     ends = starts + step
     overlap = np.flatnonzero((starts <= hi) & (ends > lo)).astype(np.int64)
-    span = min(forecast.horizon, window_seconds // step + 1)
+    span = min(forecast.horizon, int(window_seconds // step) + 1)
     forecast_end = float(ends[-1])
     if overlap.size == 0 and forecast_end <= lo:
         idx = np.arange(forecast.horizon - span, forecast.horizon, dtype=np.int64)
@@ -142,6 +142,33 @@ def forecast_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seco
     if window.note:
         detail += f" ({window.note})"
     return ForecastNeed(demand, replicas, window, detail)
+
+
+@dataclass(frozen=True)
+class LeadGap:
+    """Replicas the forecast needs *before* ``now + lead``: the ones a scale-down must not remove."""
+
+    demand: float
+    replicas: int
+    detail: str
+
+
+def lead_gap_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seconds: float) -> LeadGap:
+    """``ceil(max band(level) over [now, now + lead] / capacity)``.
+
+    A replica removed now cannot serve again before ``now + lead``, so demand inside the lead is a
+    reason to *keep* replicas, though never to add them (an added one would arrive too late). This
+    closes a gap of the plain look-ahead window when the lead is longer than the stabilisation
+    window: the recommendations that once covered ``[now, now + lead]`` have already expired.
+    """
+    band = forecast.band(policy.level)
+    window = select_window(forecast, now, 0.0, lead_seconds)
+    demand = max(0.0, float(np.max(band[window.indices])))
+    replicas = replicas_for(demand, policy.capacity_per_replica)
+    detail = f"p{policy.level} demand {demand:.1f} req/s over [t+0s, {_rel(window.hi, now)}] -> {replicas}"
+    if window.note:
+        detail += f" ({window.note})"
+    return LeadGap(demand, replicas, detail)
 
 
 @dataclass(frozen=True)

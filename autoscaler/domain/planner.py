@@ -8,6 +8,8 @@ simulator and ``explain`` all call, so the order of the rules is written down ex
 3. ``warm_pool``      + spare replicas for the forecast tail (or a fixed N); kept as nodes they are
                       reported but not added to the replica count;
 4. ``reactive_floor`` max with ceil(observed demand / capacity): a spike the forecast missed is answered;
+   ``lead_gap``       keep min(current, band need over [now, now + lead]): a replica removed now could not
+                      return before now + lead, so demand inside the lead blocks removing it (never adds);
 5. ``stabilization``  up at once, down only to the max raw recommendation of the window
                       (or ``hold_missing_metrics``: with missing metrics, never below the current count);
 6. ``step_limit``     replicas added / removed per decision;
@@ -28,6 +30,7 @@ from autoscaler.domain.capacity import (
     ForecastNeed,
     auto_warm_pool,
     forecast_need,
+    lead_gap_need,
     reactive_floor,
     replicas_for,
     required_horizon_seconds,
@@ -76,7 +79,14 @@ def plan_replicas(
         if needs_node
         else f"{state.free_gpus} free GPU(s) >= {state.gpus_per_replica} per replica: no node needed"
     )
-    steps.append(Step("lead_time", current, f"lead {lead:.0f}s ({cold_start.source(needs_node)}); {gpu_note}"))
+    steps.append(
+        Step(
+            "lead_time",
+            current,
+            f"lead {lead:.0f}s ({cold_start.source(needs_node)}); {gpu_note}; "
+            f"{state.ready_replicas}/{current} replicas ready",
+        )
+    )
 
     # 2. forecast need
     need: ForecastNeed | None = None
@@ -134,6 +144,21 @@ def plan_replicas(
         missing.append("no current demand metric")
         raw = forecast_total if forecast_total is not None else current
         steps.append(Step("reactive_floor", raw, "unavailable: no current demand metric"))
+
+    # 4b. lead gap: do not remove replicas the forecast needs before a replacement could be ready
+    if need is not None and forecast is not None and raw < current:
+        gap = lead_gap_need(forecast, policy, now, lead)
+        kept = max(raw, min(current, gap.replicas))
+        verdict = f"keep {kept}" if kept > raw else "nothing to keep"
+        steps.append(
+            Step(
+                "lead_gap",
+                kept,
+                f"{gap.detail}; a replica removed now is back at t+{lead:.0f}s at the earliest: "
+                f"max({raw}, min(current {current}, {gap.replicas})) -> {verdict}",
+            )
+        )
+        raw = kept
 
     # 5. stabilisation, or hold on missing metrics
     window = policy.scale_down_stabilization_seconds

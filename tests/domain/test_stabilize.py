@@ -1,0 +1,54 @@
+"""HPA-style stabilisation and per-decision step limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.domain.stabilize import limit_step, stabilize, update_history
+
+
+def test_history_drops_stale_future_and_same_time_entries() -> None:
+    history = ((100, 9), (401, 7), (1000, 3), (1000, 4), (1200, 50))
+    updated = update_history(history, now=1000, raw=5, window_seconds=600)
+    # 100 is older than the window (cutoff 400, exclusive), 1200 is in the future, 1000 is replaced.
+    assert updated == ((401, 7), (1000, 5))
+
+
+def test_zero_window_keeps_only_now() -> None:
+    assert update_history(((990, 9),), now=1000, raw=2, window_seconds=0) == ((1000, 2),)
+
+
+@pytest.mark.parametrize(
+    ("raw", "current", "history", "expected"),
+    [
+        (10, 4, ((0, 10),), 10),  # scale up at once
+        (4, 4, ((0, 4),), 4),
+        (2, 8, ((0, 8), (60, 2)), 8),  # a recent 8 holds the count
+        (2, 8, ((0, 5), (60, 2)), 5),  # falls to the window max only
+        (2, 8, ((60, 2),), 2),  # whole window agrees: scale down
+        (2, 4, ((0, 9), (60, 2)), 4),  # never above current on the way down
+    ],
+)
+def test_stabilize(raw: int, current: int, history: tuple[tuple[int, int], ...], expected: int) -> None:
+    assert stabilize(raw, current, history, 600).replicas == expected
+
+
+@pytest.mark.parametrize(
+    ("target", "current", "up", "frac", "expected", "blocked"),
+    [
+        (20, 4, None, 0.5, 20, 0),
+        (20, 4, 5, 0.5, 9, 11),
+        (6, 4, 5, 0.5, 6, 0),
+        (1, 10, None, 0.5, 5, 0),
+        (1, 10, None, 0.25, 8, 0),  # floor(2.5) = 2
+        (0, 1, None, 0.1, 0, 0),  # at least one replica may always go
+        (5, 2, None, 0.1, 5, 0),
+        (7, 10, None, 0.3, 7, 0),  # 0.3 * 10 must be 3, not 2.999...
+    ],
+)
+def test_limit_step(target: int, current: int, up: int | None, frac: float, expected: int, blocked: int) -> None:
+    limited = limit_step(target, current, up, frac)
+    assert limited.replicas == expected
+    assert limited.blocked == blocked
+    if blocked:
+        assert "LIMITED" in limited.detail
