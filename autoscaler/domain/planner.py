@@ -18,6 +18,9 @@ simulator and ``explain`` all call, so the order of the rules is written down ex
 Every rule appends a ``Step`` with the count after it and the numbers it used. The function reads no
 clock (``now`` is an argument) and keeps no state: the stabilisation history travels in
 ``WorkloadState.recommendations`` and comes back in ``ScalingDecision.recommendations``.
+While metrics are missing the *held* count is recorded in that history (not the lower evidence), so
+once metrics return a scale-down still waits a full stabilisation window: one fresh sample after an
+outage is not enough to give GPUs back.
 
 Departure from DESIGN.md: ``plan(snapshot, forecasts, policy, now) -> ActionPlan`` over a whole
 cluster is built later from this per-workload ``plan_replicas``; node pools and cost ceilings will
@@ -146,7 +149,7 @@ def plan_replicas(
         steps.append(Step("reactive_floor", raw, "unavailable: no current demand metric"))
 
     # 4b. lead gap: do not remove replicas the forecast needs before a replacement could be ready
-    if need is not None and forecast is not None and raw < current:
+    if need is not None and forecast is not None and raw < current and not missing:
         gap = lead_gap_need(forecast, policy, now, lead)
         kept = max(raw, min(current, gap.replicas))
         verdict = f"keep {kept}" if kept > raw else "nothing to keep"

@@ -299,14 +299,13 @@ def test_more_forecast_never_gives_fewer_replicas(
 ) -> None:
     fc = data.draw(forecasts(horizon=h))
     shift = np.array(data.draw(st.lists(finite, min_size=h, max_size=h)))  # everything moves up
-    widen = np.array(data.draw(st.lists(finite, min_size=h, max_size=h)))  # bands widen on top
-    more = Forecast(
-        fc.start,
-        fc.step_seconds,
-        fc.mean + shift,
-        {k: v + shift + widen for k, v in fc.quantiles.items()},
-        "more",
-    )
+    bands: dict[int, np.ndarray] = {}
+    for k in sorted(fc.quantiles):  # then each band widens by its own amount, staying ordered
+        widen = np.array(data.draw(st.lists(finite, min_size=h, max_size=h)))
+        bands[k] = fc.quantiles[k] + shift + widen
+    for lower, upper in zip(sorted(bands), sorted(bands)[1:], strict=False):
+        bands[upper] = np.maximum(bands[upper], bands[lower])
+    more = Forecast(fc.start, fc.step_seconds, fc.mean + shift, bands, "more")
     base = plan_replicas(fc, ws, policy, cold, now=0)
     bigger = plan_replicas(more, ws, policy, cold, now=0)
     assert bigger.desired_replicas >= base.desired_replicas
@@ -366,3 +365,15 @@ def test_no_scale_down_inside_the_stabilisation_window(
         if decision.desired_replicas < current:
             assert decision.desired_replicas >= min(recent, policy.max_replicas), (tick, raws, decision.steps)
         current, recs = decision.desired_replicas, decision.recommendations
+
+
+def test_raising_the_band_towards_the_tail_does_not_shrink_the_total() -> None:
+    # Summing ceil(p90/c) + ceil((p99 - p90)/c) would give 2 replicas here and 1 once p90 rises to 10:
+    # more forecast, fewer replicas. Sizing the total at ceil(p99/c) keeps it at 1 for both.
+    policy = ScalingPolicy(capacity_per_replica=10.0, min_replicas=0)
+    totals = []
+    for p90 in (9.5, 10.0):
+        fc = forecast([p90] * 60, p99=[10.0] * 60, mean=[5.0] * 60)
+        decision = plan_replicas(fc, state(current=0, demand=0.0, **WITH_GPU), policy, POD, now=0)
+        totals.append(decision.desired_replicas)
+    assert totals == [1, 1]
