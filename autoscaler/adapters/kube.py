@@ -1,0 +1,336 @@
+"""``Cluster`` over the official ``kubernetes`` client: list opted-in Deployments, read pod start-ups, scale,
+publish status, post Events.
+
+Why it exists: this is the one place that knows the Kubernetes wire format. Everything it returns is a
+plain view from ``autoscaler.ports``; every write either succeeds or raises ``KubeWriteError`` with one
+line naming the object, the HTTP status and the API server's message (a limiter or a write that fails
+silently is the failure mode the design warns about).
+
+Choices, and why:
+
+* Patches are sent as ``application/merge-patch+json``. The client (v37) picks
+  ``application/json-patch+json`` first from the endpoint's list and then, because our body is a dict,
+  rewrites it to ``strategic-merge-patch+json`` (``kubernetes/client/rest.py``). Strategic merge works for
+  built-in kinds but not for custom resources and has list-merge semantics nobody needs for one
+  annotation or one integer, so we pass ``_content_type`` explicitly: RFC 7386, same on every kind.
+* Every write reads first and is skipped when the object already has the value, so a steady state
+  writes nothing (no resourceVersion churn for GitOps tools and watchers). The patch itself carries no
+  resourceVersion precondition: the controller owns this one field, so "last writer wins" is right, and
+  a precondition would only turn the deployment controller's frequent status updates into conflicts.
+* ``409 Conflict`` (the API server gave up its internal retries, or an admission webhook reported a
+  conflict) is retried a bounded number of times: re-read, compare, patch again. Anything else, and
+  running out of retries, raises ``KubeWriteError``.
+* Events use ``generateName`` (``<deployment>.``) so two Events in the same tick never collide on a name
+  derived from the (injected, possibly frozen) clock.
+* Start-up durations are ``Ready.lastTransitionTime - creationTimestamp`` for Ready pods whose containers
+  never restarted: after a restart the Ready transition time measures the restart, not the start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.domain.annotations import ENABLED_LABEL, EVENT_MESSAGE_LIMIT, STATUS_ANNOTATION
+from autoscaler.ports import EventType, NotReadyPod, PodStartups, WorkloadView
+
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "predictive-autoscaler"
+ENABLED_SELECTOR = f"{ENABLED_LABEL}=true"
+
+T = TypeVar("T")
+
+
+class KubeError(Exception):
+    """A Kubernetes API failure the controller cannot paper over; the message is one line."""
+
+
+class KubeReadError(KubeError):
+    """Listing or reading failed: the tick has no trustworthy snapshot and must not act."""
+
+
+class KubeWriteError(KubeError):
+    """A write (scale, status, Event) failed after bounded retries."""
+
+
+class KubeConfigError(KubeError):
+    """No usable kubeconfig or in-cluster service account."""
+
+
+def api_client_from_config(kubeconfig: str | Path | None = None, context: str | None = None) -> client.ApiClient:
+    """An ApiClient from a kubeconfig path, or in-cluster config when running in a pod and no path is given.
+
+    Without a path and outside a pod, ``$KUBECONFIG`` / ``~/.kube/config`` are used. Token refreshes are not
+    written back into the file (``persist_config=False``): the controller never edits a user's kubeconfig.
+    """
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=None if kubeconfig is None else str(kubeconfig),
+                context=context,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+    except (config.ConfigException, OSError, TypeError, ValueError) as exc:
+        where = str(kubeconfig) if kubeconfig is not None else os.environ.get("KUBECONFIG", "~/.kube/config")
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise KubeConfigError(f"cannot load Kubernetes config from {where}: {detail}") from exc
+    return client.ApiClient(cfg)
+
+
+def render_selector(selector: Mapping[str, Any] | None) -> str:
+    """A LabelSelector (API JSON) as a label-selector query string.
+
+    ``matchExpressions`` are rendered too: dropping them would select pods of other workloads.
+    """
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], sorted(expr.get("values") or [])
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise ValueError(f"unknown label selector operator {op!r} for key {key!r}")
+    return ",".join(parts)
+
+
+def _api_message(exc: ApiException) -> str:
+    body = exc.body
+    message = ""
+    if isinstance(body, str) and body:
+        try:
+            parsed = json.loads(body)
+            message = str(parsed.get("message", "")) if isinstance(parsed, dict) else ""
+        except ValueError:
+            message = body.strip().splitlines()[0][:300]
+    reason = exc.reason or ""
+    return f"HTTP {exc.status} {reason}".strip() + (f": {message}" if message else "")
+
+
+class KubeCluster:
+    """The ``Cluster`` port over one ``ApiClient``."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        instance: str | None = None,
+        max_conflict_retries: int = 3,
+        conflict_backoff_seconds: float = 0.1,
+        request_timeout_seconds: float = 30.0,
+        page_size: int = 500,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_conflict_retries < 0:
+            raise ValueError(f"max_conflict_retries must be >= 0, got {max_conflict_retries}")
+        self._api = api_client
+        self._apps = client.AppsV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._instance = instance or os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or COMPONENT
+        self._retries = max_conflict_retries
+        self._backoff = conflict_backoff_seconds
+        self._timeout = request_timeout_seconds
+        self._page_size = page_size
+        self._sleep = sleep
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    def _read(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return call()
+        except ApiException as exc:
+            raise KubeReadError(f"{what}: {_api_message(exc)}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubeReadError(f"{what}: cannot reach the API server at {self._api.configuration.host}") from exc
+
+    def list_workloads(self) -> list[WorkloadView]:
+        views: list[WorkloadView] = []
+        token: str | None = None
+        while True:
+            page = self._read(
+                f"list deployments with label {ENABLED_SELECTOR}",
+                lambda token=token: self._apps.list_deployment_for_all_namespaces(  # type: ignore[misc]
+                    label_selector=ENABLED_SELECTOR,
+                    limit=self._page_size,
+                    _continue=token,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            for dep in page.items or []:
+                views.append(self._view(self._api.sanitize_for_serialization(dep)))  # type: ignore[no-untyped-call]
+            # The generated model names the field ``var_continue`` (``continue`` is a Python keyword).
+            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
+            if not token:
+                return views
+
+    @staticmethod
+    def _view(d: Mapping[str, Any]) -> WorkloadView:
+        meta = d.get("metadata") or {}
+        spec = d.get("spec") or {}
+        status = d.get("status") or {}
+        replicas = spec.get("replicas")
+        return WorkloadView(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            uid=meta.get("uid", ""),
+            resource_version=meta.get("resourceVersion", ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            replicas=1 if replicas is None else int(replicas),
+            ready_replicas=int(status.get("readyReplicas") or 0),
+            selector=render_selector(spec.get("selector")),
+            pod_template=spec.get("template") or {},
+        )
+
+    def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
+        pods = self._read(
+            f"list pods in {namespace} with selector {selector!r}",
+            lambda: self._core.list_namespaced_pod(namespace, label_selector=selector, _request_timeout=self._timeout),
+        )
+        durations: list[float] = []
+        not_ready: list[NotReadyPod] = []
+        for pod in pods.items or []:
+            meta, status = pod.metadata, pod.status or client.V1PodStatus()
+            created: datetime | None = meta.creation_timestamp if meta is not None else None
+            if meta is None or created is None or meta.deletion_timestamp is not None:
+                continue
+            phase = status.phase or "Pending"
+            if phase in ("Succeeded", "Failed"):
+                continue
+            conditions = {c.type: c for c in (status.conditions or [])}
+            ready = conditions.get("Ready")
+            if ready is not None and ready.status == "True":
+                restarted = any((cs.restart_count or 0) > 0 for cs in (status.container_statuses or []))
+                if ready.last_transition_time is not None and not restarted:
+                    seconds = (ready.last_transition_time - created).total_seconds()
+                    if seconds >= 0:
+                        durations.append(seconds)
+                continue
+            scheduled_cond = conditions.get("PodScheduled")
+            scheduled = scheduled_cond is not None and scheduled_cond.status == "True"
+            not_ready.append(
+                NotReadyPod(
+                    name=meta.name or "",
+                    age_seconds=max(0.0, (now - created).total_seconds()),
+                    phase=phase,
+                    scheduled=scheduled,
+                    reason=None if scheduled or scheduled_cond is None else scheduled_cond.reason,
+                    message=None if scheduled or scheduled_cond is None else scheduled_cond.message,
+                )
+            )
+        return PodStartups(durations=tuple(durations), not_ready=tuple(not_ready))
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    def _write(self, what: str, attempt_once: Callable[[], bool]) -> bool:
+        """Run read-compare-patch; retry on 409 a bounded number of times; raise KubeWriteError otherwise."""
+        for attempt in range(self._retries + 1):
+            try:
+                return attempt_once()
+            except ApiException as exc:
+                if exc.status == 409 and attempt < self._retries:
+                    self._sleep(self._backoff * (attempt + 1))
+                    continue
+                suffix = f" (after {attempt + 1} attempts)" if exc.status == 409 else ""
+                raise KubeWriteError(f"{what}: {_api_message(exc)}{suffix}") from exc
+            except urllib3.exceptions.HTTPError as exc:
+                raise KubeWriteError(f"{what}: cannot reach the API server at {self._api.configuration.host}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        if replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas} for deployment {namespace}/{name}")
+
+        def once() -> bool:
+            current = self._apps.read_namespaced_deployment_scale(name, namespace, _request_timeout=self._timeout)
+            if current.spec is not None and current.spec.replicas == replicas:
+                return False
+            self._apps.patch_namespaced_deployment_scale(
+                name,
+                namespace,
+                {"spec": {"replicas": replicas}},
+                field_manager=COMPONENT,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self._timeout,
+            )
+            return True
+
+        return self._write(f"scale deployment {namespace}/{name} to {replicas}", once)
+
+    def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        text = json.dumps(status, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+        def once() -> bool:
+            dep = self._apps.read_namespaced_deployment(name, namespace, _request_timeout=self._timeout)
+            annotations = (dep.metadata.annotations if dep.metadata is not None else None) or {}
+            if annotations.get(STATUS_ANNOTATION) == text:
+                return False
+            self._apps.patch_namespaced_deployment(
+                name,
+                namespace,
+                {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
+                field_manager=COMPONENT,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self._timeout,
+            )
+            return True
+
+        return self._write(f"write status annotation on deployment {namespace}/{name}", once)
+
+    def post_event(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        type: EventType,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> None:
+        if type not in ("Normal", "Warning"):
+            raise ValueError(f"event type must be 'Normal' or 'Warning', got {type!r}")
+        if now.tzinfo is None:
+            raise ValueError(f"event time must be timezone-aware (UTC), got naive {now.isoformat()}")
+        encoded = message.encode()
+        if len(encoded) > EVENT_MESSAGE_LIMIT:
+            message = encoded[: EVENT_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version="apps/v1", kind="Deployment", name=name, namespace=namespace, uid=uid
+            ),
+            type=type,
+            reason=reason,
+            message=message,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
+            reporting_instance=self._instance[:128],
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+
+        def once() -> bool:
+            self._core.create_namespaced_event(namespace, event, _request_timeout=self._timeout)
+            return True
+
+        self._write(f"post {type} event {reason} on deployment {namespace}/{name}", once)

@@ -1,0 +1,161 @@
+"""Fixtures for the Kubernetes adapter tests: the recording fake over real HTTP, and a real API server.
+
+``fake_api``/``api_client``: our ``FakeKubeAPI`` on 127.0.0.1 with the official client pointed at it
+(see ``fakeapi.py`` for why not kmock). ``real_api_client``/``real_namespace``: for ``@pytest.mark.kube``
+tests, the cluster ``$KUBECONFIG`` points at, in a fresh namespace deleted afterwards; skipped when
+``KUBECONFIG`` is not set.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.kube import api_client_from_config
+from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
+from tests.kube.fakeapi import FakeKubeAPI
+
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeKubeAPI]:
+    api = FakeKubeAPI()
+    api.start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def api_client(fake_api: FakeKubeAPI) -> Iterator[client.ApiClient]:
+    cfg = client.Configuration()
+    cfg.host = fake_api.url
+    with client.ApiClient(cfg) as api:
+        yield api
+
+
+def deployment(
+    namespace: str,
+    name: str,
+    *,
+    replicas: int = 2,
+    enabled: bool = True,
+    annotations: dict[str, str] | None = None,
+    gpus: int = 1,
+    match_expressions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    labels = {"app": name, **({ENABLED_LABEL: "true"} if enabled else {})}
+    selector: dict[str, Any] = {"matchLabels": {"app": name}}
+    if match_expressions:
+        selector["matchExpressions"] = match_expressions
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {
+                PREFIX + "min-replicas": "1",
+                PREFIX + "max-replicas": "10",
+                PREFIX + "capacity-per-replica": "5",
+                **(annotations or {}),
+            },
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": selector,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": "vllm/vllm-openai:v0.6.0",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {},
+                        }
+                    ]
+                },
+            },
+        },
+        "status": {"replicas": replicas, "readyReplicas": max(0, replicas - 1)},
+    }
+
+
+def pod(
+    namespace: str,
+    name: str,
+    app: str,
+    *,
+    created: datetime,
+    ready_at: datetime | None = None,
+    phase: str = "Running",
+    scheduled: bool = True,
+    unschedulable_message: str = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    restarts: int = 0,
+) -> dict[str, Any]:
+    def ts(t: datetime) -> str:
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    conditions: list[dict[str, Any]] = []
+    if scheduled:
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": ts(created)})
+    else:
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": unschedulable_message,
+                "lastTransitionTime": ts(created),
+            }
+        )
+    ready_cond: dict[str, Any] = {"type": "Ready", "status": "False", "lastTransitionTime": ts(created)}
+    if ready_at is not None:
+        ready_cond = {"type": "Ready", "status": "True", "lastTransitionTime": ts(ready_at)}
+    conditions.append(ready_cond)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": app}, "creationTimestamp": ts(created)},
+        "spec": {"containers": [{"name": "server", "image": "vllm/vllm-openai:v0.6.0"}]},
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "containerStatuses": [
+                {
+                    "name": "server",
+                    "image": "vllm/vllm-openai:v0.6.0",
+                    "imageID": "",
+                    "ready": ready_at is not None,
+                    "restartCount": restarts,
+                }
+            ],
+        },
+    }
+
+
+# ---- a real API server (KUBECONFIG) ----------------------------------------------------------------
+
+
+@pytest.fixture
+def real_api_client() -> Iterator[client.ApiClient]:
+    if not os.environ.get("KUBECONFIG"):
+        pytest.skip("KUBECONFIG is not set: no real API server to test against")
+    with api_client_from_config(os.environ["KUBECONFIG"]) as api:
+        yield api
+
+
+@pytest.fixture
+def real_namespace(real_api_client: client.ApiClient) -> Iterator[str]:
+    core = client.CoreV1Api(real_api_client)
+    name = f"pa-test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
