@@ -76,6 +76,8 @@ PROFILE_SMOOTH_SECONDS = 900  # half-width of the smoothing window
 PROFILE_FLOOR = 0.05
 HALF_LIVES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 PROFILE_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)
+BETAS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+LONG_HALF_LIFE_SECONDS = SECONDS_PER_DAY // 4
 OUTAGE_REF_HALF_LIFE_SECONDS = 3600
 OUTAGE_MIN_COUNT = 20.0
 OUTAGE_RATIO = 0.02
@@ -84,6 +86,9 @@ MAX_K = 120
 STATE_VERSION = 1
 IntArray = NDArray[np.int64]
 PERCENTILES = np.arange(1, 100, dtype=np.float64)
+_Z = np.array([NormalDist().inv_cdf(p / 100.0) for p in PERCENTILES])
+MAX_BAND_ORIGINS = 2000
+SCALAR_UPDATE_BINS = 16
 
 
 def horizon_steps(step_seconds: int) -> int:
@@ -125,14 +130,23 @@ def _period(step: int) -> int:
     return max(1, math.ceil(SECONDS_PER_DAY / step))
 
 
-def _outage_mask(counts: FloatArray, ref_decay: float, ref0: float) -> tuple[FloatArray, float]:
-    """``counts`` with outage bins set to NaN, and the reference state after them."""
+def _outage_mask(counts: FloatArray, ref_decay: float, ref0: float) -> tuple[FloatArray, float, float | None]:
+    """``counts`` with outage bins set to NaN, the reference state after them, and the outage reading.
+
+    The reading is the raw count of the last observed bin when that bin is an outage (NaN when it
+    is not), or None when ``counts`` has no observed bin (the previous reading stands).
+    """
     ref_after, ref_end = _ewma_skip(counts, ref_decay, ref0)
     ref_before = np.concatenate(([ref0], ref_after[:-1]))
     with np.errstate(invalid="ignore"):
         outage = (counts <= OUTAGE_RATIO * ref_before) & (ref_before >= OUTAGE_MIN_COUNT)
     clean = np.where(outage, np.nan, counts)
-    return clean.astype(np.float64), ref_end
+    observed = np.flatnonzero(np.isfinite(counts))
+    reading: float | None = None
+    if observed.size:
+        last = int(observed[-1])
+        reading = float(counts[last]) if outage[last] else math.nan
+    return clean.astype(np.float64), ref_end, reading
 
 
 def _profile(counts: FloatArray, phases: IntArray, period: int, step: int) -> FloatArray | None:
@@ -175,7 +189,12 @@ def _profile(counts: FloatArray, phases: IntArray, period: int, step: int) -> Fl
 class _Choice:
     half_life: float
     weight: float
+    beta: float
     mae: float
+
+
+def _pow(profile: FloatArray | None, w: float, period: int) -> FloatArray:
+    return np.ones(period) if profile is None or w == 0.0 else np.asarray(profile**w, dtype=np.float64)
 
 
 class DefaultForecaster:
@@ -188,14 +207,17 @@ class DefaultForecaster:
         self._step = 0
         self._end = 0
         self._period = 1
-        self._profile: FloatArray | None = None  # s^w, mean-1 scaled; None = flat
+        self._profile: FloatArray | None = None  # mean-1 time-of-day profile; None = flat
+        self._sprof: FloatArray | None = None  # profile ** weight, the short level's shape
         self._half_life = 0.0
         self._weight = 0.0
-        self._level = math.nan
-        self._ref = math.nan
+        self._beta = 0.0
+        self._level = math.nan  # short level of y / s^w (counts per bin)
+        self._long = math.nan  # long level of y / s (counts per bin)
+        self._ref = math.nan  # outage reference: EWMA of raw counts
+        self._outage = math.nan  # count read in the ongoing outage (NaN: none ongoing)
         self._qtable = np.zeros((99, 1))
         self._in_sample_mae = math.nan
-        self._notes: tuple[str, ...] = ()
 
     # -- protocol -------------------------------------------------------------------------
     def min_history(self, step_seconds: int) -> int:
@@ -218,8 +240,8 @@ class DefaultForecaster:
         n = len(series)
         h = horizon_steps(step)
         period = _period(step)
-        ref_decay = _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step)
-        counts, ref_end = _outage_mask(y * step, ref_decay, math.nan)
+        long_decay = _decay(LONG_HALF_LIFE_SECONDS / step)
+        counts, ref_end, reading = _outage_mask(y * step, _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step), math.nan)
         phases = _phases(series.start, step, n, period)
 
         # Honest split: profile from before the evaluation window, errors inside it.
@@ -227,67 +249,80 @@ class DefaultForecaster:
         t0 = n - eval_len
         eval_profile = _profile(counts[:t0], phases[:t0], period, step) if t0 > 0 else None
         weights = PROFILE_WEIGHTS if eval_profile is not None else (0.0,)
-        half_lives = tuple(hl for hl in HALF_LIVES if hl <= max(1.0, n / 2))
-        best: _Choice | None = None
+        # A smoother whose memory is comparable to the scoring window cannot be validated on it.
+        half_lives = tuple(hl for hl in HALF_LIVES if hl <= max(1.0, eval_len / 8))
         k_max = min(2 * h, MAX_K)
-        origins = np.arange(max(t0 - 1, 0), n - 1)  # forecast made after observing bin t
-        for w in weights:
-            s = np.ones(period) if eval_profile is None or w == 0.0 else eval_profile**w
-            sp = s[phases]
-            x = counts / sp
+        origins = np.arange(max(t0 - 1, 0), n - h)  # forecast made after observing bin t
+        origins = origins[np.isfinite(counts[origins + h])]
+        tgt = origins + h
+        actual = counts[tgt]
+        # Filters start a few memories before the scoring window (earlier bins barely matter).
+        warm = max(0, int(origins[0]) - 8 * int(max(half_lives)) - 1) if origins.size else 0
+        s1 = _pow(eval_profile, 1.0, period)
+        long_lv = np.full(n, np.nan)
+        long_lv[warm:], _ = _ewma_skip(counts[warm:] / s1[phases[warm:]], long_decay, math.nan)
+        long_part = long_lv[origins] * s1[phases[tgt]]
+        best: _Choice | None = None
+        for w in weights if origins.size else ():
+            sp = _pow(eval_profile, w, period)[phases]
+            x = counts[warm:] / sp[warm:]
             for hl in half_lives:
                 lv, _ = _ewma_skip(x, _decay(hl), math.nan)
-                tgt = origins + h
-                ok = tgt < n
-                o, t = origins[ok], tgt[ok]
-                err = np.abs(counts[t] - lv[o] * sp[t])
-                mae = float(np.nanmean(err)) if np.any(np.isfinite(err)) else math.inf
-                if math.isfinite(mae) and (best is None or mae < best.mae - 1e-12 * max(1.0, abs(best.mae))):
-                    best = _Choice(hl, w, mae)
-        if best is None or not math.isfinite(best.mae):
+                short_part = lv[origins - warm] * sp[tgt]
+                miss = actual - short_part
+                gap = long_part - short_part
+                for beta in BETAS:
+                    mae = float(np.mean(np.abs(miss - beta * gap))) if beta else float(np.mean(np.abs(miss)))
+                    if math.isfinite(mae) and (best is None or mae < best.mae - 1e-12 * max(1.0, best.mae)):
+                        best = _Choice(hl, w, beta, mae)
+        if best is None:
             # Too short to score any candidate: average over about half the horizon, no profile.
-            best = _Choice(float(max(1, h // 2)), 0.0, math.nan)
+            best = _Choice(float(max(1, h // 2)), 0.0, 0.0, math.nan)
 
-        # Errors of the chosen model at every k, in sqrt-count space.
-        s = np.ones(period) if eval_profile is None or best.weight == 0.0 else eval_profile**best.weight
-        sp = s[phases]
-        lv, _ = _ewma_skip(counts / sp, _decay(best.half_life), math.nan)
+        # Errors of the chosen model at every k, in sqrt-count space (origins thinned to at most
+        # MAX_BAND_ORIGINS: neighbouring origins' errors are nearly the same draw anyway).
+        sp = _pow(eval_profile, best.weight, period)[phases]
+        lv = np.full(n, np.nan)
+        lv[warm:], _ = _ewma_skip(counts[warm:] / sp[warm:], _decay(best.half_life), math.nan)
+        all_origins = np.arange(max(t0 - 1, 0), n - 1)
+        all_origins = all_origins[:: max(1, math.ceil(all_origins.size / MAX_BAND_ORIGINS))]
         qtable = np.zeros((99, k_max))
         sigma = self._diff_sigma(counts)
-        z = np.array([NormalDist().inv_cdf(p / 100.0) for p in PERCENTILES])
         for k in range(1, k_max + 1):
-            tgt = origins + k
-            ok = tgt < n
-            o, t = origins[ok], tgt[ok]
-            pred = np.maximum(lv[o] * sp[t], 0.0)
-            e = np.sqrt(counts[t]) - np.sqrt(pred)
+            o = all_origins[all_origins + k < n]
+            t = o + k
+            pred = (1.0 - best.beta) * lv[o] * sp[t] + best.beta * long_lv[o] * s1[phases[t]]
+            e = np.sqrt(counts[t]) - np.sqrt(np.maximum(pred, 0.0))
             e = e[np.isfinite(e)]
             if e.size >= MIN_ERRORS:
                 qtable[:, k - 1] = np.quantile(e, PERCENTILES / 100.0)
             else:
-                qtable[:, k - 1] = z * sigma * math.sqrt(k)
+                qtable[:, k - 1] = _Z * sigma * math.sqrt(k)
         upper = PERCENTILES >= 50
         qtable[upper] = np.maximum.accumulate(np.maximum(qtable[upper], 0.0), axis=1)
         qtable[~upper] = np.minimum.accumulate(qtable[~upper], axis=1)
 
-        # Production state: profile from the most recent days, level over the whole history.
-        prof: FloatArray | None = None
-        if best.weight > 0.0:
-            full_profile = _profile(counts, phases, period, step)
-            if full_profile is not None:
-                prof = np.maximum(full_profile**best.weight, 0.0)
-        sp_full = prof[phases] if prof is not None else np.ones(n)
-        _, level = _ewma_skip(counts / sp_full, _decay(best.half_life), math.nan)
+        # Production state: profile from the most recent days, levels over the whole history.
+        uses_profile = eval_profile is not None and (best.weight > 0.0 or best.beta > 0.0)
+        prof = _profile(counts, phases, period, step) if uses_profile else None
+        weight = best.weight if prof is not None else 0.0
+        sprof = _pow(prof, weight, period)
+        _, level = _ewma_skip(counts / sprof[phases], _decay(best.half_life), math.nan)
+        _, long_level = _ewma_skip(counts / _pow(prof, 1.0, period)[phases], long_decay, math.nan)
 
         self._fitted = True
         self._step = step
         self._end = series.end
         self._period = period
         self._profile = prof
+        self._sprof = None if prof is None else sprof
         self._half_life = best.half_life
-        self._weight = best.weight if prof is not None else 0.0
+        self._weight = weight
+        self._beta = best.beta
         self._level = level
+        self._long = long_level
         self._ref = ref_end
+        self._outage = math.nan if reading is None else reading
         self._qtable = qtable
         self._in_sample_mae = best.mae / step
         return self
@@ -314,15 +349,51 @@ class DefaultForecaster:
         y = new.values
         if len(new) == 0:
             return self
-        if np.any(y[np.isfinite(y)] < 0) or np.any(np.isinf(y)):
-            raise ValueError("default: update has negative or infinite rates")
         step = self._step
-        counts, ref_end = _outage_mask(y * step, _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step), self._ref)
-        if self._profile is not None:
-            counts = counts / self._profile[_phases(new.start, step, len(new), self._period)]
-        _, level = _ewma_skip(counts, _decay(self._half_life), self._level)
-        self._ref = ref_end
-        self._level = level
+        prof, sprof, period = self._profile, self._sprof, self._period
+        ref_decay = _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step)
+        short_decay = _decay(self._half_life)
+        long_decay = _decay(LONG_HALF_LIFE_SECONDS / step)
+        if len(new) > SCALAR_UPDATE_BINS:
+            if np.any(y[np.isfinite(y)] < 0) or np.any(np.isinf(y)):
+                raise ValueError(f"default: update starting at {new.start} has negative or infinite rates")
+            counts, self._ref, reading = _outage_mask(y * step, ref_decay, self._ref)
+            if reading is not None:
+                self._outage = reading
+            if prof is not None and sprof is not None:
+                ph = _phases(new.start, step, len(new), period)
+                short_x, long_x = counts / sprof[ph], counts / prof[ph]
+            else:
+                short_x = long_x = counts
+            _, self._level = _ewma_skip(short_x, short_decay, self._level)
+            _, self._long = _ewma_skip(long_x, long_decay, self._long)
+        else:
+            # The same recursions, one bin at a time in plain floats (a live tick is one bin);
+            # the arithmetic is operation for operation the filter's, so results are identical.
+            values = y.tolist()
+            if any(v < 0.0 or v == math.inf for v in values):
+                raise ValueError(f"default: update starting at {new.start} has negative or infinite rates")
+            t = new.start
+            for v in values:
+                t += step
+                if v != v:  # NaN: missing, state held
+                    continue
+                c = v * step
+                ref = self._ref
+                outage = ref == ref and ref >= OUTAGE_MIN_COUNT and c <= OUTAGE_RATIO * ref
+                self._ref = (1.0 - ref_decay) * c + ref_decay * (ref if ref == ref else c)
+                if outage:
+                    self._outage = c
+                    continue
+                self._outage = math.nan
+                if prof is not None and sprof is not None:
+                    i = ((t - step) % SECONDS_PER_DAY) // step % period
+                    xs, xl = c / sprof[i], c / prof[i]
+                else:
+                    xs = xl = c
+                lv, lg = self._level, self._long
+                self._level = (1.0 - short_decay) * xs + short_decay * (lv if lv == lv else xs)
+                self._long = (1.0 - long_decay) * xl + long_decay * (lg if lg == lg else xl)
         self._end = new.end
         return self
 
@@ -335,19 +406,25 @@ class DefaultForecaster:
             if not isinstance(p, int | np.integer) or not 1 <= p <= 99:
                 raise ValueError(f"default: band level must be an integer percentile in 1..99, got {p!r}")
         step = self._step
-        prof = self._profile
-        shape = prof[_phases(self._end, step, h, self._period)] if prof is not None else np.ones(h)
-        mean_counts = np.maximum(self._level * shape, 0.0)
+        prof, sprof = self._profile, self._sprof
+        beta = self._beta
+        if prof is not None and sprof is not None:
+            ph = _phases(self._end, step, h, self._period)
+            mean_counts = np.maximum((1.0 - beta) * self._level * sprof[ph] + beta * self._long * prof[ph], 0.0)
+        else:
+            mean_counts = np.full(h, max((1.0 - beta) * self._level + beta * self._long, 0.0))
         root = np.sqrt(mean_counts)
         k_max = self._qtable.shape[1]
-        ks = np.arange(1, h + 1)
-        cols = np.minimum(ks, k_max) - 1
-        grow = np.sqrt(np.maximum(ks / k_max, 1.0))
-        bands = {}
-        for p in levels:
-            q = self._qtable[int(p) - 1, cols] * grow
-            bands[int(p)] = np.maximum(root + q, 0.0) ** 2 / step
-        return Forecast(start=self._end, step_seconds=step, mean=mean_counts / step, quantiles=bands, model=self.alias)
+        if h <= k_max:
+            qs = self._qtable[:, :h]
+        else:
+            ks = np.arange(1, h + 1)
+            qs = self._qtable[:, np.minimum(ks, k_max) - 1] * np.sqrt(np.maximum(ks / k_max, 1.0))
+        bands = {int(p): np.maximum(root + qs[int(p) - 1], 0.0) ** 2 / step for p in levels}
+        # During an ongoing outage the point is the metric's reading (the outage continues until it
+        # stops); the bands keep the demand the outage is hiding, so capacity sized on them holds.
+        point = mean_counts / step if math.isnan(self._outage) else np.full(h, self._outage / step)
+        return Forecast(start=self._end, step_seconds=step, mean=point, quantiles=bands, model=self.alias)
 
     # -- introspection ----------------------------------------------------------------------
     @property
@@ -356,6 +433,7 @@ class DefaultForecaster:
         return {
             "half_life_bins": self._half_life,
             "profile_weight": self._weight,
+            "long_weight": self._beta,
             "in_sample_mae": self._in_sample_mae,
         }
 
@@ -372,8 +450,11 @@ class DefaultForecaster:
             "profile": None if self._profile is None else [float(v) for v in self._profile],
             "half_life_bins": self._half_life,
             "profile_weight": self._weight,
+            "beta": self._beta,
             "level": self._level,
+            "long_level": self._long,
             "ref": None if math.isnan(self._ref) else self._ref,
+            "outage_reading": None if math.isnan(self._outage) else self._outage,
             "in_sample_mae": None if math.isnan(self._in_sample_mae) else self._in_sample_mae,
             "qtable": [[float(v) for v in row] for row in self._qtable],
         }
@@ -394,8 +475,12 @@ class DefaultForecaster:
             m._profile = None if prof is None else np.asarray(prof, dtype=np.float64)
             m._half_life = float(state["half_life_bins"])
             m._weight = float(state["profile_weight"])
+            m._sprof = None if m._profile is None else _pow(m._profile, m._weight, m._period)
+            m._beta = float(state["beta"])
             m._level = float(state["level"])
+            m._long = float(state["long_level"])
             m._ref = math.nan if state["ref"] is None else float(state["ref"])
+            m._outage = math.nan if state["outage_reading"] is None else float(state["outage_reading"])
             mae = state["in_sample_mae"]
             m._in_sample_mae = math.nan if mae is None else float(mae)
             m._qtable = np.asarray(state["qtable"], dtype=np.float64)
