@@ -12,9 +12,10 @@ Estimator (the "blend" the design asks for):
   start-ups do not prove the prior pessimistic (a cached image is not the common case), but a single
   observed start-up slower than the prior proves the prior optimistic, and sizing with a lead that
   is known to be too short would make every scale-up late;
-* ``min_samples`` or more: the ``percentile`` of the newest ``max_samples`` observations
-  (``numpy.percentile`` with ``method="higher"``, so the lead is always a start-up time that was
-  actually seen, never an interpolation below the tail). The prior no longer matters: once there is
+* ``min_samples`` or more: the ``percentile`` of the newest ``max_samples`` observations, by the
+  "higher" rule (``numpy.percentile(..., method="higher")``: the sorted sample at index
+  ``ceil((n - 1) * p / 100)``), so the lead is always a start-up time that was actually seen, never an
+  interpolation below the tail. The prior no longer matters: once there is
   evidence, a stale prior would only keep the lead wrong in either direction.
 
 Only the newest ``max_samples`` are kept so the lead follows changes (a bigger model, a registry
@@ -26,8 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-
-import numpy as np
+from functools import cached_property
 
 
 def _check_seconds(name: str, value: float) -> None:
@@ -81,15 +81,25 @@ class ColdStartProfile:
     def _estimate(self, prior: float, samples: tuple[float, ...]) -> float:
         if len(samples) < self.min_samples:
             return max(prior, *samples) if samples else prior
-        return float(np.percentile(np.asarray(samples, dtype=np.float64), self.percentile, method="higher"))
+        ordered = sorted(samples)
+        return ordered[math.ceil((len(ordered) - 1) * (self.percentile / 100.0))]
+
+    # The planner asks for the lead several times per decision; a profile is immutable, so compute once.
+    @cached_property
+    def _pod_lead(self) -> float:
+        return self._estimate(float(self.prior_seconds), self.samples)
+
+    @cached_property
+    def _node_lead(self) -> float:
+        return self._estimate(float(self.node_prior_seconds), self.node_samples)
 
     def pod_lead_seconds(self) -> float:
         """Pod start-up lead: the prior (raised by slower observations) until ``min_samples``, then the percentile."""
-        return self._estimate(float(self.prior_seconds), self.samples)
+        return self._pod_lead
 
     def node_lead_seconds(self) -> float:
         """Node provisioning lead, estimated like :meth:`pod_lead_seconds`."""
-        return self._estimate(float(self.node_prior_seconds), self.node_samples)
+        return self._node_lead
 
     def lead_seconds(self, needs_node: bool) -> float:
         """Time from ordering a replica to it serving: pod start-up, plus node start-up if a node is needed."""
@@ -97,13 +107,12 @@ class ColdStartProfile:
 
     def source(self, needs_node: bool) -> str:
         """Where the lead comes from, for the decision trail (e.g. ``"p90 of 12 samples"``)."""
-        parts = [f"pod {self._describe(self.prior_seconds, self.samples)}"]
+        parts = [f"pod {self._describe(self._pod_lead, self.prior_seconds, self.samples)}"]
         if needs_node:
-            parts.append(f"node {self._describe(self.node_prior_seconds, self.node_samples)}")
+            parts.append(f"node {self._describe(self._node_lead, self.node_prior_seconds, self.node_samples)}")
         return " + ".join(parts)
 
-    def _describe(self, prior: float, samples: tuple[float, ...]) -> str:
-        lead = self._estimate(float(prior), samples)
+    def _describe(self, lead: float, prior: float, samples: tuple[float, ...]) -> str:
         if len(samples) >= self.min_samples:
             return f"{lead:.0f}s = p{self.percentile:g} of {len(samples)} observed start-ups"
         if samples and max(samples) > prior:

@@ -111,3 +111,20 @@ def test_lead_is_within_what_is_known(prior: float, samples: list[float], min_sa
     else:
         assert min(kept) <= lead <= max(kept)
         assert lead in kept
+
+
+@given(
+    samples=st.lists(st.floats(0, 3600), min_size=1, max_size=50),
+    percentile=st.floats(0.01, 100.0) | st.sampled_from([50.0, 90.0, 95.0, 99.0, 100.0]),
+)
+def test_percentile_matches_numpy_higher_rule(samples: list[float], percentile: float) -> None:
+    profile = ColdStartProfile(prior_seconds=0.0, samples=tuple(samples), percentile=percentile, min_samples=1)
+    assert profile.pod_lead_seconds() == np.percentile(samples, percentile, method="higher")
+
+
+def test_profiles_with_equal_fields_are_equal_after_use() -> None:
+    a = ColdStartProfile(prior_seconds=10.0, samples=(1.0, 2.0))
+    b = ColdStartProfile(prior_seconds=10.0, samples=(1.0, 2.0))
+    a.lead_seconds(needs_node=True)  # caches the estimate on ``a`` only
+    assert a == b
+    assert hash(a) == hash(b)
