@@ -35,7 +35,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +62,7 @@ class Fault:
     status: int
     times: int
     reason: str
+    action: Callable[[FakeKubeAPI], None] | None = None  # instead of failing: change state first (a racer)
 
 
 class ApiError(Exception):
@@ -154,6 +155,16 @@ class FakeKubeAPI:
         with self._lock:
             self.faults.append(Fault(method.upper(), re.compile(path), status, times, reason or default))
 
+    def before(self, method: str, path: str, action: Callable[[FakeKubeAPI], None]) -> None:
+        """Run ``action`` once, just before the next matching request is served (under the server's lock):
+        another writer that gets in between a client's read and its write."""
+        with self._lock:
+            self.faults.append(Fault(method.upper(), re.compile(path), 0, 1, "", action))
+
+    def store_unlocked(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Write an object from inside a ``before`` action (the lock is already held)."""
+        return self._store(resource, copy.deepcopy(obj))
+
     def calls(self, method: str | None = None, path: str = "") -> list[Recorded]:
         rx = re.compile(path)
         with self._lock:
@@ -213,6 +224,9 @@ class FakeKubeAPI:
                 for fault in self.faults:
                     if fault.times > 0 and fault.method == method and fault.path.search(url.path):
                         fault.times -= 1
+                        if fault.action is not None:
+                            fault.action(self)
+                            continue
                         raise ApiError(fault.status, fault.reason, f"injected {fault.status} for {method} {url.path}")
                 return self._route(method, url.path, query, content_type, body)
             except ApiError as err:

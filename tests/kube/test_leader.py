@@ -112,6 +112,26 @@ def test_race_for_an_expired_lease_has_one_winner(
     assert lease_spec(fake_api)["holderIdentity"] == "pod-c"
 
 
+def test_racer_writing_between_read_and_put_wins(
+    fake_api: FakeKubeAPI, api_client: client.ApiClient, clock: Clock
+) -> None:
+    """No injected error: c renews the Lease between b's read and b's PUT, so b's resourceVersion is stale."""
+    a, b = elector(api_client, "pod-a", clock), elector(api_client, "pod-b", clock)
+    assert a.try_acquire_or_renew()
+    clock.advance(60)
+
+    def c_takes_over(api: FakeKubeAPI) -> None:
+        lease = api.objects[("leases", "ops", "predictive-autoscaler")]
+        api.store_unlocked("leases", {**lease, "spec": {**lease["spec"], "holderIdentity": "pod-c"}})
+
+    fake_api.before("PUT", LEASE_PATH + "$", c_takes_over)
+    assert b.try_acquire_or_renew() is False
+    assert not b.is_leader
+    (put,) = fake_api.calls("PUT")
+    assert put.body["spec"]["holderIdentity"] == "pod-b"  # b tried...
+    assert lease_spec(fake_api)["holderIdentity"] == "pod-c"  # ...and lost on resourceVersion
+
+
 def test_stale_resource_version_gets_409(fake_api: FakeKubeAPI, api_client: client.ApiClient, clock: Clock) -> None:
     """The fake enforces resourceVersion like the API server: a write based on an old read gets 409."""
     a = elector(api_client, "pod-a", clock)
