@@ -1,0 +1,94 @@
+"""The controller's own Prometheus metrics (served on ``/metrics``).
+
+Why a class with its own registry: tests and the fleet benchmark build several controllers in one
+process; a private ``CollectorRegistry`` per controller keeps their numbers apart (the default
+global registry would raise on duplicate names).
+
+Operators read these to trust the controller before letting it act (advisory mode): forecast vs
+actual demand, desired vs actual replicas, what each decision did, how long ticks take, and every
+error by kind. A limiter or an outage is loud here, never silent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+WORKLOAD = ("namespace", "deployment")
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.forecast = Gauge(
+            "predictive_autoscaler_forecast_requests_per_second",
+            "Forecast arrival rate at the horizon (band=mean or pNN).",
+            [*WORKLOAD, "band"],
+            registry=r,
+        )
+        self.demand = Gauge(
+            "predictive_autoscaler_demand_requests_per_second",
+            "Latest observed arrival rate (the last complete bin).",
+            WORKLOAD,
+            registry=r,
+        )
+        self.desired = Gauge(
+            "predictive_autoscaler_desired_replicas", "Replicas the planner wants.", WORKLOAD, registry=r
+        )
+        self.current = Gauge("predictive_autoscaler_current_replicas", "spec.replicas seen.", WORKLOAD, registry=r)
+        self.ready = Gauge("predictive_autoscaler_ready_replicas", "status.readyReplicas seen.", WORKLOAD, registry=r)
+        self.lead = Gauge("predictive_autoscaler_lead_seconds", "Cold-start lead time used.", WORKLOAD, registry=r)
+        self.warm_pool = Gauge(
+            "predictive_autoscaler_warm_pool_replicas", "Spare replicas kept for forecast error.", WORKLOAD, registry=r
+        )
+        self.decisions = Counter(
+            "predictive_autoscaler_decisions_total",
+            "Decisions by outcome (up, down, hold, advisory).",
+            [*WORKLOAD, "outcome"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "predictive_autoscaler_forecast_fallbacks_total",
+            "Forecasts served by a fallback model.",
+            WORKLOAD,
+            registry=r,
+        )
+        self.errors = Counter(
+            "predictive_autoscaler_errors_total",
+            "Errors by kind (metrics_unavailable, metrics_query, kube_read, kube_write, invalid_annotation, "
+            "forecast, config).",
+            ["kind"],
+            registry=r,
+        )
+        self.metrics_up = Gauge(
+            "predictive_autoscaler_metrics_source_up",
+            "1 when the last Prometheus fetch succeeded, 0 while replicas are held for missing data.",
+            registry=r,
+        )
+        self.leader = Gauge("predictive_autoscaler_is_leader", "1 on the replica that acts.", registry=r)
+        self.workloads = Gauge(
+            "predictive_autoscaler_workloads",
+            "Opted-in Deployments by state (managed, invalid).",
+            ["state"],
+            registry=r,
+        )
+        self.tick_seconds = Histogram(
+            "predictive_autoscaler_tick_duration_seconds",
+            "Wall time of one control-loop tick.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60),
+            registry=r,
+        )
+        self.last_tick = Gauge(
+            "predictive_autoscaler_last_tick_timestamp_seconds", "When the last tick finished.", registry=r
+        )
+
+    def forget(self, namespace: str, deployment: str) -> None:
+        """Drop the series of a Deployment that is gone or opted out (no stale gauges)."""
+        for gauge in (self.demand, self.desired, self.current, self.ready, self.lead, self.warm_pool):
+            with contextlib.suppress(KeyError):
+                gauge.remove(namespace, deployment)
+        for band in ("mean", "p50", "p90", "p99"):
+            with contextlib.suppress(KeyError):
+                self.forecast.remove(namespace, deployment, band)
