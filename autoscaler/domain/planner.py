@@ -20,7 +20,9 @@ clock (``now`` is an argument) and keeps no state: the stabilisation history tra
 ``WorkloadState.recommendations`` and comes back in ``ScalingDecision.recommendations``.
 While metrics are missing the *held* count is recorded in that history (not the lower evidence), so
 once metrics return a scale-down still waits a full stabilisation window: one fresh sample after an
-outage is not enough to give GPUs back.
+outage is not enough to give GPUs back. An *empty* history (a first decision, or a restart that lost
+it) counts the current replica count as recommended now, for the same reason; a caller that never
+passes the history back therefore never scales down, which is the safe way to get it wrong.
 
 Departure from DESIGN.md: ``plan(snapshot, forecasts, policy, now) -> ActionPlan`` over a whole
 cluster is built later from this per-workload ``plan_replicas``; node pools and cost ceilings will
@@ -179,25 +181,31 @@ def plan_replicas(
         target = held
     else:
         history = update_history(state.recommendations, now, raw, window)
+        seeded = not state.recommendations and window > 0 and raw < current
+        if seeded:
+            # No history at all (first decision, or a restart that lost it): nothing shows that the
+            # window agreed with a scale-down, so the current count stands as recommended now. Stamped one
+            # second earlier so that re-planning at the same ``now`` does not replace it.
+            history = ((now - 1, current), *history)
         stab = stabilize(raw, current, history, window)
-        steps.append(Step("stabilization", stab.replicas, stab.detail))
+        detail = stab.detail + ("; no history passed in: the current count counts as recommended now" if seeded else "")
+        steps.append(Step("stabilization", stab.replicas, detail))
         target = stab.replicas
 
     # 6. step limits
     limited = limit_step(target, current, policy.max_scale_up_step, policy.max_scale_down_fraction)
     steps.append(Step("step_limit", limited.replicas, limited.detail))
-    blocked = limited.blocked
 
     # 7. min/max clamp
     desired = min(max(limited.replicas, policy.min_replicas), policy.max_replicas)
+    # Replicas a scale-up wanted but did not get (step limit or max_replicas): reported loudly.
+    blocked = max(0, target - max(desired, current))
     if desired > limited.replicas:
         clamp_detail = f"raised {limited.replicas} -> min_replicas {policy.min_replicas}"
     elif desired < limited.replicas:
-        blocked += limited.replicas - desired
-        clamp_detail = (
-            f"CAPPED {limited.replicas} -> max_replicas {policy.max_replicas}; "
-            f"{limited.replicas - desired} replicas withheld"
-        )
+        clamp_detail = f"CAPPED {limited.replicas} -> max_replicas {policy.max_replicas}"
+        if blocked:
+            clamp_detail += f"; {blocked} replicas of the scale-up withheld in total"
     else:
         clamp_detail = f"{desired} within [{policy.min_replicas}, {policy.max_replicas}]"
     steps.append(Step("min_max_clamp", desired, clamp_detail))

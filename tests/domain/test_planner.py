@@ -377,3 +377,29 @@ def test_raising_the_band_towards_the_tail_does_not_shrink_the_total() -> None:
         decision = plan_replicas(fc, state(current=0, demand=0.0, **WITH_GPU), policy, POD, now=0)
         totals.append(decision.desired_replicas)
     assert totals == [1, 1]
+
+
+def test_capping_a_count_above_max_is_not_a_withheld_scale_up() -> None:
+    policy = ScalingPolicy(capacity_per_replica=10.0, max_replicas=20, warm_pool=0)
+    decision = plan_replicas(forecast([100.0] * 60), state(current=30, demand=100.0, **WITH_GPU), policy, POD, now=0)
+    assert decision.desired_replicas == 20  # held at 30 by stabilisation (no history), then capped
+    assert decision.scale_up_blocked == 0
+    assert "CAPPED 30 -> max_replicas 20" in decision.steps[-1].detail
+    assert "withheld" not in decision.steps[-1].detail
+
+
+def test_empty_history_does_not_scale_down_at_once() -> None:
+    policy = ScalingPolicy(capacity_per_replica=10.0, warm_pool=0, scale_down_stabilization_seconds=300)
+    low = forecast([10.0] * 60)
+    first = plan_replicas(low, state(current=8, demand=0.0, **WITH_GPU), policy, POD, now=0)
+    assert first.desired_replicas == 8
+    assert "no history passed in" in first.steps[names(first).index("stabilization")].detail
+    assert first.recommendations == ((-1, 8), (0, 1))
+    again = plan_replicas(
+        low, state(current=8, demand=0.0, recommendations=first.recommendations, **WITH_GPU), policy, POD, now=0
+    )
+    assert again.desired_replicas == 8  # re-planning at the same instant does not sneak the scale-down in
+    later = plan_replicas(
+        low, state(current=8, demand=0.0, recommendations=first.recommendations, **WITH_GPU), policy, POD, now=300
+    )
+    assert later.desired_replicas == 4  # the seeded entry has expired; halved by the fraction limit
