@@ -1,0 +1,133 @@
+"""``predictive-autoscaler run``: the controller process.
+
+``--once`` runs one tick and exits 0 when it succeeded (metrics fetched, every write landed), 1
+otherwise; ``--dry-run`` prints the plan as JSON and writes nothing (no scale, no status, no
+Event, no Lease). Without ``--once`` it loops every ``loop.interval`` until SIGTERM/SIGINT, which
+lets the current tick finish and then releases the Lease so a standby takes over at once.
+
+Only the Lease holder acts; a standby still ticks (forecasts stay warm, metrics stay exported) so
+a takeover does not start from cold models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
+from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.cli import UserError
+from autoscaler.config import DEFAULT_CONFIG_PATH, Config, ConfigError, ConfigStore, PrometheusConfig
+from autoscaler.runtime.clock import SystemClock, utc
+from autoscaler.runtime.http import HealthState, serve
+from autoscaler.runtime.leader import LeaderElector
+from autoscaler.runtime.loop import Controller, TickReport
+
+log = logging.getLogger("predictive_autoscaler")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="run the controller against a cluster", description=__doc__)
+    p.add_argument("--once", action="store_true", help="run one tick and exit (0 = it succeeded)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan as JSON; write nothing")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument("--prometheus-url", help="override prometheus.url from the config")
+    p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="config file or ConfigMap directory")
+    p.add_argument("--listen", default="0.0.0.0:8080", help="address for /metrics, /healthz, /readyz")
+    p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
+                   help="this replica's name in the leader Lease")
+    p.add_argument("--no-leader-election", action="store_true", help="act without holding the Lease")
+    p.set_defaults(handler=run)
+
+
+def _source(cfg: PrometheusConfig, url: str | None) -> PrometheusSource:
+    try:
+        return PrometheusSource(
+            url or cfg.url,
+            bearer_token_file=cfg.bearer_token_file,
+            ca_file=cfg.ca_file,
+            timeout_seconds=cfg.timeout_seconds,
+            retries=cfg.retries,
+            queries=cfg.queries,
+        )
+    except ValueError as exc:
+        raise UserError(f"prometheus: {exc}") from None
+
+
+def _print(report: TickReport) -> None:
+    print(json.dumps(report.to_dict(), indent=2, sort_keys=False))
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        store = ConfigStore(args.config)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        api = api_client_from_config(args.kubeconfig)
+    except KubeError as exc:
+        raise UserError(str(exc)) from None
+    cfg: Config = store.current()
+    source = _source(cfg.prometheus, args.prometheus_url)
+    controller = Controller(KubeCluster(api), source, store.current, dry_run=args.dry_run)
+    clock = SystemClock()
+    leader = None
+    if not (args.dry_run or args.no_leader_election):
+        le = cfg.leader_election
+        leader = LeaderElector(api, le.lease_namespace, le.lease_name, args.identity, le.lease_duration_seconds,
+                               clock=lambda: utc(clock.now()))
+
+    def acting() -> bool:
+        return True if leader is None else leader.try_acquire_or_renew()
+
+    if args.once:
+        report = controller.tick(clock.now(), acting=acting() and not args.dry_run)
+        if leader is not None and leader.is_leader:
+            leader.release()
+        if args.dry_run:
+            _print(report)
+        for e in report.errors:
+            print(f"error: {e}", file=sys.stderr)
+        return 0 if report.ok else 1
+
+    host, _, port = args.listen.rpartition(":")
+    health = HealthState(clock.now, stall_after=max(120.0, 4.0 * cfg.loop.interval_seconds))
+    server = serve(controller.metrics.registry, health, host or "0.0.0.0", int(port))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("controller %s started; metrics on %s", args.identity, args.listen)
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            if store.maybe_reload():
+                new = store.current()
+                if new.prometheus != cfg.prometheus:
+                    source.close()
+                    source = _source(new.prometheus, args.prometheus_url)
+                    controller.source = source
+                cfg = new
+                log.info("configuration reloaded (generation %d)", store.generation)
+            if store.last_error is not None:
+                controller.metrics.errors.labels("config").inc()
+            report = controller.tick(clock.now(), acting=acting())
+            if args.dry_run:
+                _print(report)
+            health.tick_finished()
+            clock.sleep(cfg.loop.interval_seconds - (time.monotonic() - started), stop)
+    finally:
+        if leader is not None and leader.is_leader:
+            leader.release()
+        server.shutdown()
+        source.close()
+        log.info("controller stopped")
+    return 0

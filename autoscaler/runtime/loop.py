@@ -1,0 +1,553 @@
+"""The control loop: one tick = snapshot -> forecast -> plan -> apply.
+
+Why it is shaped this way (kopf's and Karpenter's lessons): every tick first *reads* (Deployments,
+their start-up times, one fleet-wide Prometheus query), then *decides* with pure functions
+(``parse_workload``, the forecaster, ``plan_replicas``), and only at the end *applies* the plan
+through the ``Cluster`` port. So ``--dry-run`` is the same tick with the last phase replaced by
+printing, and a test can drive ticks with a fake clock, a recording cluster and a real Prometheus.
+
+What the loop remembers between ticks (``_Memory``, per Deployment): the fetched history (so a
+tick fetches only the newest bins, not two weeks), the fitted forecaster (refit on the profile's
+cadence, ``update`` in between), the stabilisation history, the learned start-up samples, and
+which problems were already reported (an Event per *new* problem, not one every 30 seconds).
+
+Failure policy (nothing is lost, nothing scales down blindly):
+- a malformed annotation: a Warning Event naming key and value on that Deployment; it is left as it
+  is; the others go on;
+- Prometheus unreachable or the query failing: every workload is planned with *no* evidence, which
+  the planner turns into "hold" (never down); a Warning Event on each workload when the outage
+  starts, ``metrics_source_up`` = 0 until a fetch succeeds again;
+- Pods Pending unschedulable (no GPU to be had): no further scale-up piles on, a Warning Event;
+- a failed write (scale, status, Event): retried by the adapter on conflicts, then counted, logged
+  and returned in the tick report (``run --once`` exits non-zero); the next tick re-plans and
+  retries by construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from autoscaler.adapters.kube import KubeError
+from autoscaler.adapters.prometheus import PrometheusError
+from autoscaler.config import Config, ForecastProfile
+from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
+from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.planner import plan_replicas, required_horizon_steps
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from autoscaler.ports import Cluster, PodStartups, WorkloadView
+from autoscaler.runtime.clock import utc
+from autoscaler.runtime.metrics import ControllerMetrics
+from models.base import Forecaster
+from models.registry import make_chain
+from models.types import Forecast, TrafficSeries
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+STARTUP_RECHECK_SECONDS = 300
+STATUS_REFRESH_SECONDS = 300
+TRACK_EVERY_SECONDS = 300
+TRACK_LENGTH = 48  # 4 hours of forecast-vs-actual points at 5-minute spacing, for `explain`
+REFETCH_BINS = 2  # the newest bins may still change as late scrapes land: fetch them again
+
+
+class MetricsSource(Protocol):
+    """What the loop needs from the metrics backend (``PrometheusSource`` implements it)."""
+
+    def fleet_history(
+        self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
+    ) -> Mapping[Key, TrafficSeries]: ...
+
+
+@dataclass
+class _Memory:
+    history: TrafficSeries | None = None
+    forecaster: Forecaster | None = None
+    model_key: tuple[str, int] | None = None
+    fitted_at: int = 0
+    seen_until: int = 0
+    recommendations: tuple[tuple[int, int], ...] = ()
+    startups: PodStartups = field(default_factory=PodStartups)
+    startups_checked: float = -math.inf
+    reported: frozenset[str] = frozenset()
+    status_written: dict[str, Any] | None = None
+    status_written_at: float = -math.inf
+    track: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WorkloadOutcome:
+    """One Deployment's part of a tick: what was seen, decided and done."""
+
+    namespace: str
+    name: str
+    current_replicas: int
+    ready_replicas: int
+    mode: str | None = None
+    decision: ScalingDecision | None = None
+    forecast: dict[str, Any] | None = None
+    problems: tuple[str, ...] = ()
+    actions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "mode": self.mode,
+            "current_replicas": self.current_replicas,
+            "ready_replicas": self.ready_replicas,
+            "desired_replicas": None if self.decision is None else self.decision.desired_replicas,
+            "forecast": self.forecast,
+            "decision": None if self.decision is None else self.decision.to_dict(),
+            "problems": list(self.problems),
+            "actions": list(self.actions),
+        }
+
+
+@dataclass(frozen=True)
+class TickReport:
+    now: int
+    acting: bool
+    dry_run: bool
+    metrics_ok: bool
+    workloads: tuple[WorkloadOutcome, ...]
+    errors: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """The tick did everything it meant to: metrics fetched, every write landed."""
+        return self.metrics_ok and not self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now,
+            "acting": self.acting,
+            "dry_run": self.dry_run,
+            "metrics_ok": self.metrics_ok,
+            "errors": list(self.errors),
+            "workloads": [w.to_dict() for w in self.workloads],
+        }
+
+
+def _finite(x: float) -> float | None:
+    return round(float(x), 6) if math.isfinite(x) else None
+
+
+def _splice(old: TrafficSeries | None, new: TrafficSeries, keep_seconds: int) -> TrafficSeries:
+    """``old`` extended/overwritten by ``new`` (same step), trimmed to the newest ``keep_seconds``."""
+    step = new.step_seconds
+    if old is None or old.step_seconds != step or new.start > old.end:
+        merged = new
+    else:
+        head = old.values[: max(0, (new.start - old.start) // step)]
+        merged = TrafficSeries(np.concatenate([head, new.values]), step, old.start)
+    keep = max(1, keep_seconds // step)
+    return merged.slice(len(merged) - keep, len(merged)) if len(merged) > keep else merged
+
+
+def _policy(spec: WorkloadSpec, profile: ForecastProfile) -> ScalingPolicy:
+    warm: int | None = spec.warm_pool
+    if warm is None and profile.warm_pool != "auto":
+        warm = int(profile.warm_pool)
+    return ScalingPolicy(
+        capacity_per_replica=spec.capacity_per_replica,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        level=profile.quantile,
+        warm_pool=warm,
+        lookahead_window_seconds=profile.look_ahead_seconds,
+        scale_down_stabilization_seconds=profile.scale_down_stabilization_seconds,
+    )
+
+
+class Controller:
+    """Runs ticks. Holds per-Deployment memory; all I/O goes through ``cluster`` and ``source``."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        source: MetricsSource,
+        config: Callable[[], Config],
+        *,
+        metrics: ControllerMetrics | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.source = source
+        self._config = config
+        self.metrics = metrics if metrics is not None else ControllerMetrics()
+        self.dry_run = dry_run
+        self._memory: dict[Key, _Memory] = {}
+        self._metrics_were_ok = True
+
+    # ------------------------------------------------------------------ tick
+
+    def tick(self, now: float, *, acting: bool = True) -> TickReport:
+        """One pass over the fleet at ``now``. ``acting`` is False on a standby replica."""
+        started = time.perf_counter()
+        cfg = self._config()
+        write = acting and not self.dry_run
+        self.metrics.leader.set(1 if acting else 0)
+        errors: list[str] = []
+        try:
+            views = [v for v in self.cluster.list_workloads() if cfg.allows_namespace(v.namespace)]
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_read").inc()
+            return self._finish(now, acting, False, (), [f"listing Deployments failed: {exc}"], started)
+
+        outcomes: list[WorkloadOutcome] = []
+        valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]] = []
+        for view in views:
+            spec, profile, problems = self._parse(view, cfg)
+            self._report_problems(view, problems, now, write, errors)
+            if spec is None or profile is None:
+                outcomes.append(
+                    WorkloadOutcome(
+                        view.namespace, view.name, view.replicas, view.ready_replicas,
+                        problems=tuple(str(p) for p in problems if p.severity == "error"),
+                    )
+                )
+                continue
+            valid.append((view, spec, profile))
+        self.metrics.workloads.labels("managed").set(len(valid))
+        self.metrics.workloads.labels("invalid").set(len(views) - len(valid))
+        self._forget({(v.namespace, v.name) for v in views})
+
+        metrics_ok = self._fetch(cfg, valid, int(now), errors)
+        self._report_outage(valid, metrics_ok, now, write, errors)
+        for view, spec, profile in valid:
+            outcomes.append(self._plan_and_apply(view, spec, profile, cfg, now, metrics_ok, write, errors))
+        return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started)
+
+    def _finish(
+        self, now: float, acting: bool, metrics_ok: bool, outcomes: tuple[WorkloadOutcome, ...],
+        errors: list[str], started: float,
+    ) -> TickReport:
+        self.metrics.tick_seconds.observe(time.perf_counter() - started)
+        self.metrics.last_tick.set(now)
+        for e in errors:
+            log.warning("%s", e)
+        return TickReport(int(now), acting, self.dry_run, metrics_ok, outcomes, tuple(errors))
+
+    # ------------------------------------------------------------------ read & validate
+
+    def _parse(
+        self, view: WorkloadView, cfg: Config
+    ) -> tuple[WorkloadSpec | None, ForecastProfile | None, list[AnnotationError]]:
+        result = parse_workload(view.namespace, view.name, view.labels, view.annotations, view.pod_template)
+        problems = list(result.problems)
+        spec = result.spec
+        if spec is None:
+            return None, None, problems
+        if spec.forecast_profile not in cfg.profiles:
+            known = ", ".join(sorted(cfg.profiles))
+            problems.append(
+                AnnotationError(
+                    PREFIX + "forecast-profile", spec.forecast_profile, f"no such profile in the config ({known})"
+                )
+            )
+            return None, None, problems
+        if PREFIX + "cold-start" not in view.annotations:
+            spec = replace(spec, cold_start_seconds=float(cfg.cold_start.pod_startup_seconds))
+        return spec, cfg.profiles[spec.forecast_profile], problems
+
+    def _report_problems(
+        self, view: WorkloadView, problems: list[AnnotationError], now: float, write: bool, errors: list[str]
+    ) -> None:
+        memory = self._memory.setdefault((view.namespace, view.name), _Memory())
+        texts = frozenset(str(p) for p in problems)
+        new = [p for p in problems if str(p) not in memory.reported]
+        if any(p.severity == "error" for p in new):
+            self.metrics.errors.labels("invalid_annotation").inc()
+        if write and new:
+            for reason, message in event_payloads(new):
+                self._event(view, "Warning", reason, message, now, errors)
+        if write or not new:
+            memory.reported = (memory.reported & texts) | texts
+
+    def _fetch(
+        self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: int, errors: list[str]
+    ) -> bool:
+        """One fleet query for the newest bins; one more for Deployments seen for the first time."""
+        if not valid:
+            self.metrics.metrics_up.set(1)
+            return True
+        step = cfg.loop.step_seconds
+        end = (now // step) * step
+        query = cfg.prometheus.arrival_rate_query
+        fresh: list[tuple[WorkloadView, ForecastProfile]] = []
+        known: list[tuple[WorkloadView, ForecastProfile]] = []
+        for view, _, profile in valid:
+            h = self._memory[(view.namespace, view.name)].history
+            (known if h is not None and h.step_seconds == step else fresh).append((view, profile))
+        plans: list[tuple[list[tuple[WorkloadView, ForecastProfile]], int]] = []
+        if fresh:
+            window = max(max(p.history_seconds for _, p in fresh), cfg.loop.history_seconds)
+            plans.append((fresh, end - (window // step) * step))
+        if known:
+            oldest = min(self._history_end(v) for v, _ in known)
+            plans.append((known, max(oldest - REFETCH_BINS * step, end - (cfg.loop.history_seconds // step) * step)))
+        try:
+            for group, start in plans:
+                if start >= end:
+                    continue
+                namespaces = sorted({v.namespace for v, _ in group})
+                answer = self.source.fleet_history(query, namespaces, start, end, step)
+                grid = TrafficSeries(np.full((end - start) // step, np.nan), step, start)
+                for view, profile in group:
+                    memory = self._memory[(view.namespace, view.name)]
+                    got = answer.get((view.namespace, view.name), grid)
+                    keep = max(profile.history_seconds, cfg.loop.history_seconds)
+                    memory.history = _splice(memory.history, got, keep)
+        except PrometheusError as exc:
+            kind = "metrics_unavailable" if type(exc).__name__ == "PrometheusUnavailable" else "metrics_query"
+            self.metrics.errors.labels(kind).inc()
+            self.metrics.metrics_up.set(0)
+            errors.append(f"metrics fetch failed, holding replicas: {exc}")
+            return False
+        self.metrics.metrics_up.set(1)
+        return True
+
+    def _history_end(self, view: WorkloadView) -> int:
+        h = self._memory[(view.namespace, view.name)].history
+        assert h is not None
+        return h.end
+
+    def _report_outage(
+        self, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], ok: bool, now: float, write: bool,
+        errors: list[str],
+    ) -> None:
+        if write and ok != self._metrics_were_ok:
+            reason, kind, text = (
+                ("MetricsRecovered", "Normal", "metrics are back; forecasting and scaling resume")
+                if ok
+                else ("MetricsUnavailable", "Warning", "cannot read traffic metrics; replicas are held (never "
+                      "scaled down on missing data) until they return")
+            )
+            for view, _, _ in valid:
+                self._event(view, kind, reason, text, now, errors)
+        if write or ok:
+            self._metrics_were_ok = ok
+
+    # ------------------------------------------------------------------ decide
+
+    def _forecast(
+        self, key: Key, profile: ForecastProfile, policy: ScalingPolicy, cold: ColdStartProfile, now: int,
+        errors: list[str],
+    ) -> Forecast | None:
+        memory = self._memory[key]
+        series = memory.history
+        if series is None or len(series) < 2 or not np.any(np.isfinite(series.values)):
+            return None
+        usable_end = series.end - series.step_seconds  # the newest bin may still change: not absorbed yet
+        h = max(required_horizon_steps(policy, cold, series.step_seconds),
+                math.ceil(profile.horizon_seconds / series.step_seconds) + 1)
+        levels = sorted({50, policy.level, policy.warm_pool_level})
+        model_key = (profile.model, profile.history_seconds)
+        try:
+            if (
+                memory.forecaster is None
+                or memory.model_key != model_key
+                or now - memory.fitted_at >= profile.refit_seconds
+                or memory.seen_until < series.start
+            ):
+                window = min(len(series) - 1, profile.history_seconds // series.step_seconds)
+                train = series.slice(len(series) - 1 - window, len(series) - 1)
+                memory.forecaster = make_chain(profile.model).fit(train)
+                memory.model_key, memory.fitted_at, memory.seen_until = model_key, now, usable_end
+            elif usable_end > memory.seen_until:
+                lo = (memory.seen_until - series.start) // series.step_seconds
+                memory.forecaster.update(series.slice(lo, len(series) - 1))
+                memory.seen_until = usable_end
+            forecast = memory.forecaster.predict(h, levels)
+        except Exception as exc:  # a forecaster bug must not stop the fleet: hold this one, report it
+            memory.forecaster = None
+            self.metrics.errors.labels("forecast").inc()
+            errors.append(f"{key[0]}/{key[1]}: forecast failed ({type(exc).__name__}: {exc}); holding replicas")
+            return None
+        if forecast.fallbacks:
+            self.metrics.fallbacks.labels(*key).inc()
+        return forecast
+
+    def _startups(self, view: WorkloadView, now: float, errors: list[str]) -> PodStartups:
+        memory = self._memory[(view.namespace, view.name)]
+        stale = now - memory.startups_checked >= STARTUP_RECHECK_SECONDS
+        if stale or view.ready_replicas != view.replicas or memory.startups.not_ready:
+            try:
+                memory.startups = self.cluster.pod_startups(view.namespace, view.selector, utc(now))
+                memory.startups_checked = now
+            except KubeError as exc:
+                self.metrics.errors.labels("kube_read").inc()
+                errors.append(f"{view.namespace}/{view.name}: reading pod start-ups failed: {exc}")
+        return memory.startups
+
+    def _plan_and_apply(
+        self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, cfg: Config, now: float,
+        metrics_ok: bool, write: bool, errors: list[str],
+    ) -> WorkloadOutcome:
+        key = (view.namespace, view.name)
+        memory = self._memory[key]
+        policy = _policy(spec, profile)
+        startups = self._startups(view, now, errors)
+        cold = ColdStartProfile(
+            prior_seconds=spec.cold_start_seconds,
+            node_prior_seconds=float(cfg.cold_start.node_startup_seconds),
+            samples=startups.durations,
+            percentile=float(cfg.cold_start.percentile),
+            min_samples=cfg.cold_start.min_samples,
+        )
+        forecast = self._forecast(key, profile, policy, cold, int(now), errors) if metrics_ok else None
+        demand: float | None = None
+        if metrics_ok and memory.history is not None and len(memory.history):
+            last = float(memory.history.values[-1])
+            demand = last if math.isfinite(last) else None
+        state = WorkloadState(
+            current_replicas=view.replicas,
+            ready_replicas=view.ready_replicas,
+            current_demand=demand,
+            gpus_per_replica=spec.gpus_per_replica,
+            recommendations=memory.recommendations,
+        )
+        decision = plan_replicas(forecast, state, policy, cold, int(now))
+        memory.recommendations = decision.recommendations
+        blocked = startups.pending_unschedulable
+        if blocked and decision.desired_replicas > view.replicas:
+            decision = replace(
+                decision,
+                desired_replicas=view.replicas,
+                steps=(*decision.steps, Step(
+                    "gpus_unavailable", view.replicas,
+                    f"{blocked} pod(s) Pending unschedulable: holding at {view.replicas} instead of "
+                    f"{decision.desired_replicas} so Pending replicas do not pile up",
+                )),
+            )
+            self.metrics.errors.labels("gpu_unavailable").inc()
+        summary = self._forecast_summary(forecast, profile, now)
+        self._track(memory, summary, demand, now)
+        actions = self._apply(view, spec, decision, summary, blocked, now, write, errors)
+        self._export(key, view, decision, summary, demand, spec)
+        return WorkloadOutcome(
+            view.namespace, view.name, view.replicas, view.ready_replicas, str(spec.mode), decision, summary,
+            actions=tuple(actions),
+        )
+
+    @staticmethod
+    def _forecast_summary(forecast: Forecast | None, profile: ForecastProfile, now: float) -> dict[str, Any] | None:
+        """The forecast at the profile's horizon: the numbers a person checks first."""
+        if forecast is None:
+            return None
+        target = now + profile.horizon_seconds
+        i = int(np.clip(math.ceil((target - forecast.start) / forecast.step_seconds) - 1, 0, forecast.horizon - 1))
+        return {
+            "model": forecast.model,
+            "fallbacks": list(forecast.fallbacks),
+            "at": int(forecast.start + (i + 1) * forecast.step_seconds),
+            "horizon_seconds": profile.horizon_seconds,
+            "mean": _finite(float(forecast.mean[i])),
+            "bands": {f"p{k}": _finite(float(v[i])) for k, v in sorted(forecast.quantiles.items())},
+        }
+
+    @staticmethod
+    def _track(memory: _Memory, summary: dict[str, Any] | None, demand: float | None, now: float) -> None:
+        if memory.track and now - memory.track[-1]["t"] < TRACK_EVERY_SECONDS:
+            return
+        entry: dict[str, Any] = {"t": int(now), "actual": None if demand is None else _finite(demand)}
+        if summary is not None:
+            entry.update(at=summary["at"], mean=summary["mean"], upper=max(summary["bands"].values(), default=None))
+        memory.track = [*memory.track, entry][-TRACK_LENGTH:]
+
+    # ------------------------------------------------------------------ apply
+
+    def _event(
+        self, view: WorkloadView, kind: str, reason: str, message: str, now: float, errors: list[str]
+    ) -> None:
+        try:
+            self.cluster.post_event(view.namespace, view.name, view.uid, kind, reason, message, utc(now))  # type: ignore[arg-type]
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_write").inc()
+            errors.append(f"{view.namespace}/{view.name}: posting Event {reason} failed: {exc}")
+
+    def _apply(
+        self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision, summary: dict[str, Any] | None,
+        blocked: int, now: float, write: bool, errors: list[str],
+    ) -> list[str]:
+        memory = self._memory[(view.namespace, view.name)]
+        desired = decision.desired_replicas
+        actions: list[str] = []
+        if spec.advisory:
+            outcome = "advisory"
+        else:
+            outcome = "up" if desired > view.replicas else "down" if desired < view.replicas else "hold"
+        self.metrics.decisions.labels(view.namespace, view.name, outcome).inc()
+        if not write:
+            if outcome in ("up", "down"):
+                actions.append(f"would scale {view.replicas} -> {desired}")
+            return actions
+        if blocked and "gpus_unavailable" not in memory.reported:
+            self._event(view, "Warning", "GPUsUnavailable",
+                        f"{blocked} pod(s) Pending unschedulable; scale-up held at {view.replicas}", now, errors)
+            memory.reported |= {"gpus_unavailable"}
+        elif not blocked:
+            memory.reported -= {"gpus_unavailable"}
+        if outcome in ("up", "down"):
+            try:
+                self.cluster.scale(view.namespace, view.name, desired)
+                actions.append(f"scaled {view.replicas} -> {desired}")
+                why = next((s.detail for s in decision.steps if s.name == "forecast"), decision.steps[-1].detail)
+                self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown",
+                            f"replicas {view.replicas} -> {desired}: {why}", now, errors)
+            except KubeError as exc:
+                self.metrics.errors.labels("kube_write").inc()
+                errors.append(f"{view.namespace}/{view.name}: scaling to {desired} failed: {exc}")
+        status = {
+            "mode": str(spec.mode),
+            "desiredReplicas": desired,
+            "currentReplicas": view.replicas,
+            "readyReplicas": view.ready_replicas,
+            "leadSeconds": _finite(decision.lead_seconds),
+            "warmPool": {"replicas": decision.warm_pool_replicas, "as": decision.warm_pool_as},
+            "forecast": summary,
+            "steps": [s.to_dict() for s in decision.steps],
+            "track": memory.track,
+        }
+        if status != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
+            try:
+                self.cluster.write_status(view.namespace, view.name, {**status, "time": utc(now).isoformat()})
+                memory.status_written, memory.status_written_at = status, now
+                actions.append("status written")
+            except KubeError as exc:
+                self.metrics.errors.labels("kube_write").inc()
+                errors.append(f"{view.namespace}/{view.name}: writing status failed: {exc}")
+        return actions
+
+    def _export(
+        self, key: Key, view: WorkloadView, decision: ScalingDecision, summary: dict[str, Any] | None,
+        demand: float | None, spec: WorkloadSpec,
+    ) -> None:
+        m = self.metrics
+        m.desired.labels(*key).set(decision.desired_replicas)
+        m.current.labels(*key).set(view.replicas)
+        m.ready.labels(*key).set(view.ready_replicas)
+        m.lead.labels(*key).set(decision.lead_seconds)
+        m.warm_pool.labels(*key).set(decision.warm_pool_replicas)
+        if demand is not None:
+            m.demand.labels(*key).set(demand)
+        if summary is not None:
+            if summary["mean"] is not None:
+                m.forecast.labels(*key, "mean").set(summary["mean"])
+            for band, value in summary["bands"].items():
+                if value is not None:
+                    m.forecast.labels(*key, band).set(value)
+
+    def _forget(self, present: set[Key]) -> None:
+        for key in list(self._memory):
+            if key not in present:
+                del self._memory[key]
+                self.metrics.forget(*key)
