@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 import yaml
 
+from autoscaler import promql
 from autoscaler.cli import UserError
 from autoscaler.traces import parse_duration
 
@@ -70,13 +71,14 @@ DEFAULT_CONFIG_PATH = Path(str(resources.files("autoscaler") / "data" / "default
 CONFIGMAP_KEY = "config.yaml"
 """The file read when the configured path is a directory (a mounted ConfigMap)."""
 
-# Local copy: models/registry.py does not exist yet. When it does, import its MODEL_NAMES instead.
+# A local copy, not an import of models.registry: loading a config must not import statsmodels and
+# Prophet (the registry imports the model modules). tests/test_config.py keeps the two equal.
 MODEL_NAMES: tuple[str, ...] = ("default", "persistence", "seasonal_naive", "holt_winters", "prophet")
 
-PROMQL_PLACEHOLDERS: frozenset[str] = frozenset({"namespace", "namespaces_regex", "window", "step"})
-# ``{name}`` with a bare identifier inside: a PromQL label matcher always has an operator
-# (``{namespace="x"}``), so this cannot be confused with one.
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+PROMQL_PLACEHOLDERS: frozenset[str] = frozenset(
+    {promql.NAMESPACE_PLACEHOLDER, promql.FLEET_PLACEHOLDER, "pods", *promql.DURATION_PLACEHOLDERS}
+)
+"""Placeholders a configured PromQL template may use (those ``autoscaler.promql.render`` fills)."""
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -437,15 +439,29 @@ def _parse_cold_start(p: _Parser, data: Mapping[str, Any]) -> ColdStartConfig:
 def check_promql_template(template: str) -> str | None:
     """Why ``template`` is not a usable PromQL template, or ``None`` when it is.
 
-    A template is a non-empty string whose ``{placeholders}`` are among ``PROMQL_PLACEHOLDERS``.
+    The template is rendered by ``autoscaler.promql.render`` with harmless values for each of its
+    placeholders, so every rule the controller will apply at query time (namespace restriction,
+    label placeholders inside quotes, durations outside them, unknown placeholders) fails here, at
+    load time, with the key path, instead of on every tick.
     """
     if not template.strip():
         return "empty query"
-    unknown = sorted({m for m in _PLACEHOLDER.findall(template) if m not in PROMQL_PLACEHOLDERS})
+    names = promql.placeholders(template)
+    unknown = [n for n in names if n not in PROMQL_PLACEHOLDERS]
     if unknown:
-        hints = "".join(_did_you_mean(u, PROMQL_PLACEHOLDERS) for u in unknown[:1])
-        return (f"unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}{hints}; "
+        hint = _did_you_mean(unknown[0], PROMQL_PLACEHOLDERS)
+        return (f"unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}{hint}; "
                 f"allowed: {', '.join('{' + a + '}' for a in sorted(PROMQL_PLACEHOLDERS))}")
+    samples: dict[str, str] = {
+        promql.NAMESPACE_PLACEHOLDER: "default",
+        promql.FLEET_PLACEHOLDER: promql.namespace_regex(["default"]),
+        "pods": promql.deployment_pods_regex("example"),
+        **{d: "5m" for d in promql.DURATION_PLACEHOLDERS},
+    }
+    try:
+        promql.render(template, **{n: samples[n] for n in names})
+    except promql.TemplateError as exc:
+        return str(exc)
     return None
 
 
@@ -718,11 +734,5 @@ class ConfigStore:
             log.warning("config: %s", warning)
 
 
-def _load_builtin_queries() -> dict[str, str]:
-    """The packaged default PromQL templates (the single source for ``PrometheusConfig.queries``)."""
-    data = yaml.safe_load(DEFAULT_CONFIG_PATH.read_text(encoding="utf-8"))
-    queries = data["prometheus"]["queries"]
-    return {str(k): str(v).strip() for k, v in queries.items()}
-
-
-_BUILTIN_QUERIES: dict[str, str] = _load_builtin_queries()
+_BUILTIN_QUERIES: Mapping[str, str] = promql.DEFAULT_QUERIES
+"""The built-in templates live with the renderer (``autoscaler.promql``); the config file only overrides."""

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler import promql
 from autoscaler.cli import UserError
 from autoscaler.config import (
     CONFIGMAP_KEY,
@@ -141,6 +142,11 @@ def test_config_error_is_a_user_error_so_the_cli_prints_one_line() -> None:
         ("prometheus:\n  queries:\n    q: ''\n", "prometheus.queries.q: empty query"),
         ("prometheus:\n  queries:\n    q: 3\n", "prometheus.queries.q: expected a PromQL string, got int 3"),
         ("prometheus:\n  queries:\n    q: 'up{job=\"{job}\"}'\n", "prometheus.queries.q: unknown placeholder(s) {job}"),
+        ("prometheus: {queries: {q: 'sum(up)'}}", "prometheus.queries.q: template is not restricted to a namespace"),
+        ("prometheus:\n  queries:\n    q: 'up{namespace={namespace}}'\n",
+         "prometheus.queries.q: label placeholder {namespace} must be inside a double-quoted string"),
+        ("prometheus:\n  queries:\n    q: 'rate(x{namespace=\"{namespace}\"}[\"{window}\"])'\n",
+         "prometheus.queries.q: duration placeholder {window} must not be inside a string literal"),
         ("prometheus:\n  arrival_rate_query: nope\n", "prometheus.arrival_rate_query: no query named 'nope'"),
         ("namespaces: default\n", "namespaces: expected a list of namespace names, got str 'default'"),
         ("namespaces: [ok, Not_OK]\n", "namespaces[1]: 'Not_OK' is not a valid namespace name"),
@@ -216,17 +222,27 @@ def test_doubtful_but_legal_settings_are_warnings() -> None:
 
 def test_query_overrides_merge_with_the_built_in_queries() -> None:
     builtin = Config().prometheus.queries
+    assert dict(builtin) == dict(promql.DEFAULT_QUERIES)
     cfg = parse_config_text(
         "prometheus:\n  arrival_rate_query: tokens\n  queries:\n"
-        "    tokens: 'sum(rate(vllm:prompt_tokens_total{namespace=~\"{namespaces_regex}\"}[{window}]))'\n"
+        "    tokens: 'sum by (namespace) (rate(vllm:prompt_tokens_total{namespace=~\"{namespaces}\"}[{window}]))'\n"
+        "    queue_depth: 'sum(vllm:num_requests_waiting{namespace=\"{namespace}\"})'\n"
     )
     assert set(cfg.prometheus.queries) == {*builtin, "tokens"}
-    assert cfg.prometheus.arrival_rate_template.startswith("sum(rate(vllm:prompt_tokens_total")
+    assert cfg.prometheus.arrival_rate_template.startswith("sum by (namespace) (rate(vllm:prompt_tokens_total")
+    assert cfg.prometheus.queries["queue_depth"] == 'sum(vllm:num_requests_waiting{namespace="{namespace}"})'
+    assert cfg.prometheus.queries["completion_rate"] == builtin["completion_rate"]
 
 
-def test_promql_label_matchers_are_not_mistaken_for_placeholders() -> None:
-    assert check_promql_template('sum(rate(x{namespace="{namespace}", job=~"a|b"}[{window}])) by (pod)') is None
-    assert check_promql_template("up{namespace=\"{ns}\"}") is not None
+def test_every_built_in_query_passes_the_config_check() -> None:
+    for name, template in promql.DEFAULT_QUERIES.items():
+        assert check_promql_template(template) is None, name
+
+
+def test_promql_label_matchers_and_regex_counts_are_not_mistaken_for_placeholders() -> None:
+    template = 'sum(rate(x{namespace="{namespace}", job=~"a|b", pod=~"p-[a-z]{5}"}[{window}])) by (pod)'
+    assert check_promql_template(template) is None
+    assert check_promql_template('up{namespace="{ns}"}') is not None
 
 
 def test_model_names_match_the_registry_when_there_is_one() -> None:
