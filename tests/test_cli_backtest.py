@@ -1,0 +1,255 @@
+"""``predictive-autoscaler backtest`` end to end: real traces on disk, the real registry models.
+
+Runs through ``autoscaler.cli.main`` (capturing stdout/stderr) and, once, through the installed
+console script in a subprocess. Traces are small synthetic CSVs (a daily cycle with Poisson noise,
+10-minute bins) so every model, Prophet included, finishes in seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoscaler.cli import main
+from autoscaler.traces import bundled_trace_path
+
+MODEL_NAMES = ("default", "persistence", "seasonal_naive", "holt_winters", "prophet")
+METRIC_KEYS = {"wape", "pinball", "coverage", "bias", "fit_seconds", "predict_seconds", "fallbacks"}
+
+
+def write_trace(path: Path, days: float = 4, step: int = 600, tokens: bool = False, seed: int = 7) -> Path:
+    rng = np.random.default_rng(seed)
+    n = int(days * 86_400 // step)
+    t = 1_700_000_000 + step * np.arange(n)
+    rate = 2.0 * (1.0 + 0.6 * np.sin(2 * np.pi * (t % 86_400) / 86_400))  # requests/s
+    counts = rng.poisson(rate * step)
+    lines = ["timestamp,requests" + (",input_tokens,output_tokens" if tokens else "")]
+    for ts, c in zip(t, counts, strict=True):
+        lines.append(f"{ts},{c}" + (f",{c * 900},{c * 120}" if tokens else ""))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    return write_trace(tmp_path / "cycle_10min.csv")
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["backtest", *argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""  # no progress bar when stderr is not a terminal
+    payload = json.loads(out)  # exactly one JSON document and nothing else
+    assert isinstance(payload, dict)
+    return payload
+
+
+def test_json_reports_every_model_with_the_documented_keys(capsys: pytest.CaptureFixture[str], trace: Path) -> None:
+    payload = run_json(capsys, "--trace", str(trace), "--origin-every", "1h")
+    assert set(payload) == {"trace", "horizon_seconds", "level", "models"}
+    assert payload["trace"] == str(trace)
+    assert payload["horizon_seconds"] == 1200  # 15m rounded up to two 10-minute bins
+    assert payload["level"] == 90
+    models = payload["models"]
+    assert isinstance(models, dict)
+    assert list(models) == list(MODEL_NAMES)
+    for name, m in models.items():
+        assert set(m) == METRIC_KEYS, name
+        assert 0 < m["wape"] < 1, name
+        assert 0 <= m["coverage"] <= 1, name
+        assert m["pinball"] > 0, name
+        assert m["fit_seconds"] > 0, name
+        assert m["predict_seconds"] > 0, name
+        assert isinstance(m["fallbacks"], int), name
+
+
+def test_persistence_matches_an_independent_computation(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.csv", days=3)
+    payload = run_json(
+        capsys, "--trace", str(path), "--models", "persistence", "--horizon", "30m", "--origin-every", "20m"
+    )
+    y = np.loadtxt(path, delimiter=",", skiprows=1)[:, 1] / 600
+    h, first, every = 3, (len(y) - 3) // 2, 2  # defaults on a 3-day trace: first origin at half of n - h
+    origins = np.arange(first, len(y) - h + 1, every)
+    actual, point = y[origins + h - 1], y[origins - 1]
+    m = payload["models"]["persistence"]  # type: ignore[index]
+    assert m["wape"] == pytest.approx(np.abs(actual - point).sum() / actual.sum())
+    assert m["bias"] == pytest.approx((point.sum() - actual.sum()) / actual.sum())
+    assert payload["horizon_seconds"] == 1800
+
+
+def test_table_output_is_readable(capsys: pytest.CaptureFixture[str], trace: Path) -> None:
+    assert main(["backtest", "--trace", str(trace), "--models", "default,persistence"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert "cycle_10min.csv" in lines[0]
+    assert "horizon 20m (15m rounded up to whole 10m bins)" in lines[0]
+    header = next(line for line in lines if line.startswith("model"))
+    for column in ("WAPE", "pinball", "p90 cover", "bias", "fit s", "predict ms", "fallbacks"):
+        assert column in header
+    rows = {line.split()[0]: line.split() for line in lines if line.split() and line.split()[0] in MODEL_NAMES}
+    assert set(rows) == {"default", "persistence"}
+    assert all(math.isfinite(float(v)) for v in rows["default"][1:5])
+
+
+def test_token_series_can_be_backtested(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "tok.csv", tokens=True)
+    req = run_json(capsys, "--trace", str(path), "--models", "persistence")
+    tok = run_json(capsys, "--trace", str(path), "--models", "persistence", "--series", "input_tokens")
+    # tokens are requests x 900 here, so the scale-free metrics agree and the series really changed
+    r, t = req["models"]["persistence"], tok["models"]["persistence"]  # type: ignore[index]
+    assert t["wape"] == pytest.approx(r["wape"])
+    assert t["pinball"] == pytest.approx(r["pinball"])
+
+
+def test_levels_changes_the_band_scored(capsys: pytest.CaptureFixture[str], trace: Path) -> None:
+    low = run_json(capsys, "--trace", str(trace), "--models", "default", "--levels", "50")
+    high = run_json(capsys, "--trace", str(trace), "--models", "default", "--levels", "99")
+    assert low["level"] == 50
+    assert high["level"] == 99
+    assert high["models"]["default"]["coverage"] > low["models"]["default"]["coverage"]  # type: ignore[index]
+
+
+def test_bundled_trace_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    payload = run_json(capsys, "--models", "persistence", "--origin-every", "1h")
+    assert payload["trace"] == str(bundled_trace_path())
+    assert payload["horizon_seconds"] == 900
+
+
+class TerminalBuffer(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, trace: Path
+) -> None:
+    terminal = TerminalBuffer()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["backtest", "--trace", str(trace), "--models", "persistence", "--json"]) == 0
+    out, _ = capsys.readouterr()
+    json.loads(out)
+    drawn = terminal.getvalue()
+    assert "backtest [" in drawn
+    assert "100%" in drawn
+    assert drawn.endswith("\r")  # the bar is erased, leaving the terminal clean
+
+
+def read_png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+def test_plot_writes_a_readable_png(capsys: pytest.CaptureFixture[str], trace: Path, tmp_path: Path) -> None:
+    out_png = tmp_path / "plots" / "bt.png"
+    argv = ["backtest", "--trace", str(trace), "--models", "default,persistence,seasonal_naive", "--plot", str(out_png)]
+    assert main(argv) == 0
+    out, _ = capsys.readouterr()
+    assert f"plot written to {out_png}" in out
+    width, height = read_png_size(out_png)
+    assert width >= 1000
+    assert height >= 500
+    assert 30_000 < out_png.stat().st_size < 5_000_000
+
+
+def test_plot_to_an_unwritable_place_is_one_line(capsys: pytest.CaptureFixture[str], trace: Path) -> None:
+    target = trace.parent / "a-file"
+    target.write_text("")
+    code = main(["backtest", "--trace", str(trace), "--models", "persistence", "--plot", str(target / "x.png")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "--plot: cannot write" in err
+
+
+BAD_TRACES = {
+    "missing_column": ("time,requests\n0,1\n600,2\n", "missing column(s) timestamp"),
+    "unsorted": ("timestamp,requests\n600,1\n0,2\n1200,3\n", "not sorted"),
+    "duplicate": ("timestamp,requests\n0,1\n0,2\n600,3\n", "duplicate timestamp 0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TRACES))
+def test_bad_trace_files_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str) -> None:
+    text, needle = BAD_TRACES[case]
+    path = tmp_path / f"{case}.csv"
+    path.write_text(text)
+    assert main(["backtest", "--trace", str(path), "--models", "persistence"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("predictive-autoscaler backtest: error: ")
+    assert needle in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--models", "persistence,arima"], ["arima", *MODEL_NAMES]),
+        (["--models", ","], ["no model named", "persistence"]),
+        (["--levels", "abc"], ["--levels", "1..99"]),
+        (["--levels", "0"], ["--levels", "1..99"]),
+        (["--levels", "100"], ["--levels", "1..99"]),
+        (["--levels", "90,99"], ["--levels", "1..99"]),
+        (["--horizon", "soon"], ["--horizon", "invalid duration 'soon'"]),
+        (["--horizon=-5m"], ["--horizon", "must be positive"]),
+        (["--refit-every", "daily"], ["--refit-every", "invalid duration"]),
+        (["--origin-every", "0"], ["--origin-every", "must be positive"]),
+        (["--series", "input_tokens"], ["no input_tokens column", "requests"]),
+        (["--series", "latency"], ["--series", "requests, input_tokens, output_tokens"]),
+        (["--horizon", "4d"], ["too little history", "needs at least", "the series has 576"]),
+        (["--min-train", "4d"], ["too little history", "the series has 576 (4d)"]),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_clear_line(
+    capsys: pytest.CaptureFixture[str], trace: Path, extra: list[str], needles: list[str]
+) -> None:
+    argv = ["backtest", "--trace", str(trace), "--models", "persistence", *extra]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err
+
+
+def test_console_script_runs_and_fails_cleanly(tmp_path: Path, trace: Path) -> None:
+    exe = shutil.which("predictive-autoscaler")
+    assert exe is not None, "the package's console script is not installed (pip install -e .)"
+    ok = subprocess.run(
+        [exe, "backtest", "--trace", str(trace), "--models", "persistence,default", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stderr == ""
+    assert set(json.loads(ok.stdout)["models"]) == {"persistence", "default"}
+
+    short = write_trace(tmp_path / "short.csv", days=0.1)  # 14 bins of 10 minutes
+    bad = subprocess.run(
+        [exe, "backtest", "--trace", str(short), "--horizon", "3h"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert bad.stderr.count("\n") == 1
+    assert "too little history" in bad.stderr
+    assert "the series has 14" in bad.stderr
