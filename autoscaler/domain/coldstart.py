@@ -26,8 +26,10 @@ stores between ticks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
+from typing import Any
 
 
 def _check_seconds(name: str, value: float) -> None:
@@ -63,10 +65,37 @@ class ColdStartProfile:
                 f"ColdStartProfile.max_samples ({self.max_samples}) must be >= min_samples ({self.min_samples})"
             )
         for name in ("samples", "node_samples"):
-            values = tuple(float(v) for v in getattr(self, name))
-            for v in values:
+            for v in getattr(self, name):
                 _check_seconds(f"ColdStartProfile.{name} entry", v)
+            values = tuple(float(v) for v in getattr(self, name))
             object.__setattr__(self, name, values[-self.max_samples :])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe fields, so the controller can keep the learnt start-up times across restarts."""
+        return {
+            "prior_seconds": float(self.prior_seconds),
+            "node_prior_seconds": float(self.node_prior_seconds),
+            "samples": list(self.samples),
+            "node_samples": list(self.node_samples),
+            "percentile": float(self.percentile),
+            "min_samples": int(self.min_samples),
+            "max_samples": int(self.max_samples),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ColdStartProfile:
+        """Inverse of :meth:`to_dict`; an unknown key or a bad value is a ``ValueError`` naming it."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"ColdStartProfile: unknown key(s) {unknown} (known: {sorted(known)})")
+        if "prior_seconds" not in data:
+            raise ValueError("ColdStartProfile: missing key 'prior_seconds'")
+        kwargs = dict(data)
+        for key in ("samples", "node_samples"):
+            if key in kwargs:
+                kwargs[key] = tuple(kwargs[key])
+        return cls(**kwargs)
 
     def observe(self, seconds: float) -> ColdStartProfile:
         """A profile that also knows one more pod start-up (creation -> Ready), in seconds."""

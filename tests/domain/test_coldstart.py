@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -128,3 +130,24 @@ def test_profiles_with_equal_fields_are_equal_after_use() -> None:
     a.lead_seconds(needs_node=True)  # caches the estimate on ``a`` only
     assert a == b
     assert hash(a) == hash(b)
+
+
+def test_round_trips_through_json() -> None:
+    profile = ColdStartProfile(prior_seconds=120.0, node_prior_seconds=300.0, min_samples=2).observe(90.0)
+    profile = profile.observe(150.0).observe_node(200.0)
+    restored = ColdStartProfile.from_dict(json.loads(json.dumps(profile.to_dict(), allow_nan=False)))
+    assert restored == profile
+    assert restored.lead_seconds(needs_node=True) == profile.lead_seconds(needs_node=True)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"prior_seconds": 1.0, "prior": 2.0}, "unknown key"),
+        ({"node_prior_seconds": 1.0}, "prior_seconds"),
+        ({"prior_seconds": 1.0, "samples": ["x"]}, "samples entry"),
+    ],
+)
+def test_from_dict_rejects_bad_input(data: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ColdStartProfile.from_dict(data)
