@@ -29,6 +29,7 @@ import hashlib
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -51,10 +52,13 @@ __all__ = [
     "Backfill",
     "FakePod",
     "PrometheusServer",
+    "TlsPrometheusServer",
     "alertmanager_server",
     "build_backfill",
     "free_port",
+    "make_test_ca",
     "prometheus_server",
+    "prometheus_tls_server",
     "start_process",
     "write_openmetrics",
 ]
@@ -235,7 +239,9 @@ def _log_tail(log: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def start_process(argv: list[str], ready_url: str, log: Path) -> subprocess.Popen[bytes]:
+def start_process(
+    argv: list[str], ready_url: str, log: Path, verify: ssl.SSLContext | bool = True
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` (output to ``log``) and wait until ``ready_url`` answers 200."""
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -244,7 +250,7 @@ def start_process(argv: list[str], ready_url: str, log: Path) -> subprocess.Pope
         if proc.poll() is not None:
             pytest.fail(f"{argv[0]} exited with {proc.returncode} before ready:\n{_log_tail(log)}")
         try:
-            if httpx.get(ready_url, timeout=1.0).status_code == 200:
+            if httpx.get(ready_url, timeout=1.0, verify=verify).status_code == 200:
                 return proc
         except httpx.TransportError:
             pass
@@ -311,6 +317,12 @@ class PrometheusServer:
 
 
 @dataclass(frozen=True)
+class TlsPrometheusServer:
+    url: str  # https://127.0.0.1:<port>, certificate for IP 127.0.0.1 signed by ``ca_file``
+    ca_file: Path
+
+
+@dataclass(frozen=True)
 class AlertmanagerServer:
     url: str
     config: Path
@@ -349,6 +361,57 @@ def prometheus_server(
     )
     try:
         yield PrometheusServer(url=url, now=backfill.end, backfill=backfill, storage=storage)
+    finally:
+        stop_process(proc)
+
+
+def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:
+    """A throw-away CA and a server certificate for IP 127.0.0.1 (openssl CLI): (ca, cert, key)."""
+    openssl = require_binary("openssl")
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    cert, key, csr = directory / "server.pem", directory / "server.key", directory / "server.csr"
+    ext = directory / "server.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n", encoding="utf-8")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    sign = ["-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", ext]
+    steps = [
+        [openssl, "req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=autoscaler-test-ca"],
+        [openssl, "req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+        [openssl, "x509", "-req", "-in", csr, *sign],
+    ]
+    for argv in steps:
+        done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.fail(f"openssl {argv[1]} failed: {done.stderr[-1000:]}")
+    return ca, cert, key
+
+
+@pytest.fixture(scope="session")
+def prometheus_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsPrometheusServer]:
+    """A real Prometheus (empty storage) serving HTTPS with a certificate from a test CA."""
+    prometheus = require_binary("prometheus")
+    root = tmp_path_factory.mktemp("prometheus-tls")
+    ca, cert, key = make_test_ca(root)
+    web = root / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n", encoding="utf-8")
+    config = root / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n", encoding="utf-8")
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    proc = start_process(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={root / 'data'}",
+            f"--web.config.file={web}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        f"{url}/-/ready",
+        root / "prometheus.log",
+        verify=ssl.create_default_context(cafile=str(ca)),
+    )
+    try:
+        yield TlsPrometheusServer(url=url, ca_file=ca)
     finally:
         stop_process(proc)
 

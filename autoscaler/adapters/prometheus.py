@@ -21,7 +21,8 @@ Policies (each has a test):
 * **HTTP 4xx** (except 429): :class:`PrometheusQueryError` carrying Prometheus's own error
   message; not retried, since the same query fails the same way.
 * **HTTP 5xx, 429, timeouts, refused connections**: retried ``retries`` times with exponential
-  backoff (``backoff_seconds * 2**attempt``), then :class:`PrometheusUnavailable`.
+  backoff (``backoff_seconds * 2**attempt``), then :class:`PrometheusUnavailable`. A failed TLS
+  certificate verification is :class:`PrometheusUnavailable` at once: retrying cannot fix it.
 * The response's ``warnings`` field is recorded: ``last_warnings`` after every call, and
   ``FleetHistory.warnings`` for fleet queries.
 
@@ -142,6 +143,18 @@ def _finite_or_nan(raw: object) -> float:
     return value if math.isfinite(value) else math.nan
 
 
+def _tls_verification_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure behind a transport error, if that is what it is."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _fmt_time(t: float) -> str:
     return str(int(t)) if float(t).is_integer() else repr(float(t))
 
@@ -254,6 +267,11 @@ class PrometheusSource:
             try:
                 response = self._client.post(url, data=dict(form), headers=self._headers())
             except httpx.TransportError as exc:
+                tls = _tls_verification_error(exc)
+                if tls is not None:
+                    raise PrometheusUnavailable(
+                        f"TLS verification of {self.url} failed (wrong or missing ca_file?): {tls}"
+                    ) from None
                 last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
             if response.status_code >= 500 or response.status_code == 429:

@@ -9,7 +9,7 @@ test_prometheus_server.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -38,7 +38,7 @@ def ok(data: dict[str, Any], warnings: list[str] | None = None) -> httpx.Respons
     return httpx.Response(200, json=body)
 
 
-def matrix(*series: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, Any]:
+def matrix(*series: tuple[dict[str, str], Sequence[tuple[float, str]]]) -> dict[str, Any]:
     return {
         "resultType": "matrix",
         "result": [{"metric": labels, "values": [[t, v] for t, v in values]} for labels, values in series],

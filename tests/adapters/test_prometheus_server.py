@@ -18,7 +18,7 @@ from autoscaler.adapters.prometheus import (
     PrometheusUnavailable,
 )
 from autoscaler.promql import DEFAULT_QUERIES, namespace_regex, render
-from tests.servers import GAP_MINUTES, RESET_MINUTE, SHORT_MINUTES, PrometheusServer, free_port
+from tests.servers import GAP_MINUTES, RESET_MINUTE, SHORT_MINUTES, PrometheusServer, TlsPrometheusServer, free_port
 
 pytestmark = pytest.mark.prometheus
 
@@ -108,7 +108,7 @@ def test_fleet_token_rates(prometheus_server: PrometheusServer, query: str, toke
     first = (start - backfill.start) // 60
     for (namespace, deployment), series in history.items():
         pods = backfill.pods_of(namespace, deployment)
-        per_minute = sum(p.total_completions()[first + 1 : first + 1 + len(series)] for p in pods)
+        per_minute = np.sum([p.total_completions()[first + 1 : first + 1 + len(series)] for p in pods], axis=0)
         assert_same(series.values, per_minute * tokens_per_request / 60)
 
 
@@ -160,3 +160,17 @@ def test_unreachable_server_is_unavailable_after_retries() -> None:
     with src, pytest.raises(PrometheusUnavailable, match=r"after 3 attempts: ConnectError"):
         src.instant("up", at=0)
     assert sleeps == [0.01, 0.02]
+
+
+def test_https_with_ca_bundle(prometheus_tls_server: TlsPrometheusServer) -> None:
+    with PrometheusSource(prometheus_tls_server.url, ca_file=prometheus_tls_server.ca_file) as src:
+        (sample,) = src.instant("vector(42)", at=1_700_000_000)
+    assert sample.value == 42
+
+
+def test_https_without_the_ca_fails_at_once(prometheus_tls_server: TlsPrometheusServer) -> None:
+    sleeps: list[float] = []
+    src = PrometheusSource(prometheus_tls_server.url, retries=3, sleep=sleeps.append)
+    with src, pytest.raises(PrometheusUnavailable, match=r"TLS verification .* failed .*ca_file"):
+        src.instant("vector(1)", at=1_700_000_000)
+    assert sleeps == [], "a certificate problem is not retried"
