@@ -332,7 +332,7 @@ class PrometheusSource:
                 "start": _fmt_time(start + first * step_seconds),
                 "end": _fmt_time(start + last * step_seconds),
                 "step": _fmt_time(step_seconds),
-                "timeout": f"{self.timeout_seconds}s",
+                "timeout": _fmt_time(self.timeout_seconds),
             }
             data, chunk_warnings = self._post("/api/v1/query_range", form)
             warnings.extend(w for w in chunk_warnings if w not in warnings)
@@ -355,7 +355,7 @@ class PrometheusSource:
 
     def instant(self, query: str, at: float) -> list[Sample]:
         """Evaluate ``query`` at time ``at``: one sample per series (a scalar has no labels)."""
-        form = {"query": query, "time": _fmt_time(at), "timeout": f"{self.timeout_seconds}s"}
+        form = {"query": query, "time": _fmt_time(at), "timeout": _fmt_time(self.timeout_seconds)}
         data, warnings = self._post("/api/v1/query", form)
         self.last_warnings = tuple(warnings)
         if not isinstance(data, dict):
@@ -431,7 +431,8 @@ class PrometheusSource:
 
         ``query`` is a name in ``self.queries`` or a fleet template taking ``{namespaces}``.
         ``window_seconds`` (rate window) and ``resolution_seconds`` (subquery step) default to
-        the step, so bin ``i`` is the average over ``[start + i*step, start + (i+1)*step)``.
+        the step, so bin ``i`` is the average over ``[start + i*step, start + (i+1)*step)``; the
+        window must span at least two scrapes or ``rate`` has nothing to say (all NaN).
         Bins without a sample are NaN; Deployments without series are absent.
         """
         for name, value in (("start", start), ("end", end), ("step_seconds", step_seconds)):

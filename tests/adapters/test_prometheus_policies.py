@@ -188,7 +188,7 @@ def test_instant_vector_and_scalar() -> None:
     (value,) = src.instant("scalar(x)", at=1000)
     assert value.labels == {}
     assert value.value == 2.5
-    assert fake.forms[0] == {"query": "x", "time": "1000", "timeout": "10s"}
+    assert fake.forms[0] == {"query": "x", "time": "1000", "timeout": "10"}
 
 
 def test_warnings_are_recorded() -> None:

@@ -138,7 +138,8 @@ def test_hostile_namespace_names_are_escaped_and_match_nothing(prometheus_server
 
 def test_empty_answers(prometheus_server: PrometheusServer) -> None:
     backfill = prometheus_server.backfill
-    with PrometheusSource(prometheus_server.url) as src:
+    # (A fractional timeout also goes to Prometheus as its `timeout` parameter, which must accept it.)
+    with PrometheusSource(prometheus_server.url, timeout_seconds=2.5) as src:
         assert src.fleet_history("arrival_rate", ["nobody-here"], backfill.start, backfill.start + 3600, 60) == {}
         before = backfill.start - 86_400
         assert src.fleet_history("arrival_rate", ALLOWED, before, before + 3600, 60) == {}
