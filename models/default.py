@@ -72,10 +72,10 @@ HORIZON_SECONDS = 900
 PROFILE_DAYS = 14
 EVAL_DAYS = 7
 MAX_EVAL_BINS = 10_080
-PROFILE_SMOOTH_SECONDS = 900  # half-width of the smoothing window
+PROFILE_SMOOTH_SECONDS = 1800  # half-width of the smoothing window (an hour-wide window)
 PROFILE_FLOOR = 0.05
 HALF_LIVES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
-PROFILE_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0)
+PROFILE_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 BETAS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
 LONG_HALF_LIFE_SECONDS = SECONDS_PER_DAY // 4
 OUTAGE_REF_HALF_LIFE_SECONDS = 3600
@@ -119,6 +119,12 @@ def _ewma_skip(x: FloatArray, a: float, level0: float) -> tuple[FloatArray, floa
     pos = np.maximum.accumulate(np.where(obs, np.arange(n), -1))
     out = np.where(pos >= 0, full[np.maximum(pos, 0)], level0)
     return out.astype(np.float64), float(lv[-1])
+
+
+def _filter(x: FloatArray, a: float) -> FloatArray:
+    """EWMA with decay ``a`` of a gap-free array, started at its first value."""
+    out, _ = lfilter([1.0 - a], [1.0, -a], x, zi=[a * float(x[0])])
+    return np.asarray(out, dtype=np.float64)
 
 
 def _phases(start: int, step: int, n: int, period: int) -> IntArray:
@@ -251,29 +257,35 @@ class DefaultForecaster:
         weights = PROFILE_WEIGHTS if eval_profile is not None else (0.0,)
         # A smoother whose memory is comparable to the scoring window cannot be validated on it.
         half_lives = tuple(hl for hl in HALF_LIVES if hl <= max(1.0, eval_len / 8))
+        betas = BETAS if LONG_HALF_LIFE_SECONDS / step <= eval_len / 8 else (0.0,)
         k_max = min(2 * h, MAX_K)
         origins = np.arange(max(t0 - 1, 0), n - h)  # forecast made after observing bin t
         origins = origins[np.isfinite(counts[origins + h])]
+        # Filters start a few memories before the scoring window (earlier bins barely matter) and
+        # run over the observed bins only; ``rank`` maps a bin to the last observation at or before it.
+        warm = max(0, int(origins[0]) - 8 * int(max(half_lives)) - 1) if origins.size else 0
+        seen = np.isfinite(counts[warm:])
+        observed = np.flatnonzero(seen) + warm
+        rank = np.cumsum(seen) - 1
+        origins = origins[rank[origins - warm] >= 0]
+        o_rank = rank[origins - warm]
         tgt = origins + h
         actual = counts[tgt]
-        # Filters start a few memories before the scoring window (earlier bins barely matter).
-        warm = max(0, int(origins[0]) - 8 * int(max(half_lives)) - 1) if origins.size else 0
+        obs_counts, obs_phases = counts[observed], phases[observed]
         s1 = _pow(eval_profile, 1.0, period)
-        long_lv = np.full(n, np.nan)
-        long_lv[warm:], _ = _ewma_skip(counts[warm:] / s1[phases[warm:]], long_decay, math.nan)
-        long_part = long_lv[origins] * s1[phases[tgt]]
+        long_part = _filter(obs_counts / s1[obs_phases], long_decay)[o_rank] * s1[phases[tgt]] if origins.size else 0.0
         best: _Choice | None = None
         for w in weights if origins.size else ():
-            sp = _pow(eval_profile, w, period)[phases]
-            x = counts[warm:] / sp[warm:]
+            sw = _pow(eval_profile, w, period)
+            x = obs_counts / sw[obs_phases]
+            target_shape = sw[phases[tgt]]
             for hl in half_lives:
-                lv, _ = _ewma_skip(x, _decay(hl), math.nan)
-                short_part = lv[origins - warm] * sp[tgt]
+                short_part = _filter(x, _decay(hl))[o_rank] * target_shape
                 miss = actual - short_part
                 gap = long_part - short_part
-                for beta in BETAS:
+                for beta in betas:
                     mae = float(np.mean(np.abs(miss - beta * gap))) if beta else float(np.mean(np.abs(miss)))
-                    if math.isfinite(mae) and (best is None or mae < best.mae - 1e-12 * max(1.0, best.mae)):
+                    if best is None or mae < best.mae - 1e-12 * max(1.0, best.mae):
                         best = _Choice(hl, w, beta, mae)
         if best is None:
             # Too short to score any candidate: average over about half the horizon, no profile.
@@ -282,8 +294,8 @@ class DefaultForecaster:
         # Errors of the chosen model at every k, in sqrt-count space (origins thinned to at most
         # MAX_BAND_ORIGINS: neighbouring origins' errors are nearly the same draw anyway).
         sp = _pow(eval_profile, best.weight, period)[phases]
-        lv = np.full(n, np.nan)
-        lv[warm:], _ = _ewma_skip(counts[warm:] / sp[warm:], _decay(best.half_life), math.nan)
+        lv, _ = _ewma_skip(counts / sp, _decay(best.half_life), math.nan)
+        long_lv, _ = _ewma_skip(counts / s1[phases], long_decay, math.nan)
         all_origins = np.arange(max(t0 - 1, 0), n - 1)
         all_origins = all_origins[:: max(1, math.ceil(all_origins.size / MAX_BAND_ORIGINS))]
         qtable = np.zeros((99, k_max))
