@@ -26,6 +26,10 @@ Pods map to Deployments without kube-state-metrics: a Deployment's pods are name
 :data:`POD_TO_DEPLOYMENT_REGEX` recovers the Deployment. Pods with other names (StatefulSets, bare
 pods) get an empty ``deployment`` label; the adapter drops and reports them.
 
+The default templates sum over a Deployment's pods, so Prometheus must scrape each pod once: two
+scrape jobs for the same pods would be counted twice (Prometheus cannot tell a duplicate scrape
+from a second engine in the same pod).
+
 Arrival rate is completions plus growth of what is in the system (waiting + running), over the
 same window: requests that arrived but are still queued are demand too, and a saturated server's
 completion rate alone would under-report exactly when capacity is short. It is clamped at 0

@@ -10,9 +10,9 @@ and never depend on the wall clock. The ground truth (per-pod counter increments
 kept in :class:`Backfill`, so tests compute expected answers from the same numbers that were
 written, not from hard-coded results. What is in it:
 
-* ``serving/llama-chat``: two pods, eight days at 1-minute resolution, a daily cycle; pod ``a``
-  restarts (counter reset) at minute ``RESET_MINUTE``; both pods miss ``GAP_MINUTES`` (a scrape
-  outage);
+* ``serving/llama-chat``: two pods, eight days at 1-minute resolution, a daily cycle; pod
+  ``...-x7k2p`` restarts (counter reset) at minute ``RESET_MINUTE``; both pods miss ``GAP_MINUTES``
+  (a scrape outage);
 * ``serving/mistral-code`` and ``research/qwen-eval`` (two ``finished_reason`` values): the last
   two hours only;
 * ``other-team/llama-chat``: same Deployment name in a namespace the tests never allow;
@@ -66,7 +66,7 @@ __all__ = [
 BACKFILL_START = 1_699_920_000  # 2023-11-14T00:00:00Z, a whole minute (and day)
 BACKFILL_MINUTES = 8 * 24 * 60  # eight days: 11,520 one-minute samples, > 11,000 points per query
 SHORT_MINUTES = 120  # the short-history Deployments: the last two hours
-RESET_MINUTE = 5_000  # pod a of serving/llama-chat restarts: its counters start again from 0
+RESET_MINUTE = 5_000  # pod ...-x7k2p of serving/llama-chat restarts: its counters start again from 0
 GAP_MINUTES = range(9_000, 9_030)  # no samples at all for serving/llama-chat's pods
 READY_TIMEOUT_SECONDS = 60.0
 

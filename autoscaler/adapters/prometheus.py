@@ -10,11 +10,13 @@ Policies (each has a test):
 * **Empty answer**: a Deployment without series is *absent* from the result. Callers treat absence
   as "missing metrics" (hold, report), never as zero traffic.
 * **NaN, +Inf, -Inf** values become NaN (missing), like a bin Prometheus had no sample for.
-* **Several series for one (namespace, deployment)** in a fleet answer (a relabel clash, two scrape
-  jobs for the same pods, a template that keeps an extra label): the Deployment is *dropped*
-  (treated as missing) and the reason recorded in ``FleetHistory.dropped``. Summing was rejected:
-  two jobs scraping the same pods would double the demand and silently double the GPU bill; a
-  template that wants to merge series must aggregate ``by (namespace, deployment)`` itself.
+* **Several series for one (namespace, deployment)** in a fleet answer: the Deployment is
+  *dropped* (treated as missing) and the reason recorded in ``FleetHistory.dropped``. The default
+  templates aggregate ``by (namespace, deployment)`` and cannot produce this; a configured template
+  that keeps another label (``job``, ``model_name``, a relabelled ``deployment`` clash) can.
+  Summing was rejected: when the extra label is a second scrape job of the same pods, a sum doubles
+  the demand and silently doubles the GPU bill. A template that means to merge series must say so
+  by aggregating ``by (namespace, deployment)`` itself.
 * Series without a ``deployment`` (pods not named ``<deployment>-<hash>-<suffix>``) or outside the
   allowed namespaces are dropped with a warning (the namespace check is defence in depth: the
   query is already restricted by :mod:`autoscaler.promql`).
