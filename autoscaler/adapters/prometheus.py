@@ -183,6 +183,7 @@ class PrometheusSource:
 
     ``bearer_token`` or ``bearer_token_file`` (re-read before every request: projected service
     account tokens rotate); ``ca_file``: a CA bundle for a private Prometheus certificate.
+    ``queries`` adds named templates to (or replaces some of) :data:`autoscaler.promql.DEFAULT_QUERIES`.
     ``sleep`` is injectable so tests can record the backoff instead of waiting it out.
     """
 
@@ -230,7 +231,7 @@ class PrometheusSource:
         self.retries = retries
         self.backoff_seconds = backoff_seconds
         self.max_points_per_request = max_points_per_request
-        self.queries: Mapping[str, str] = dict(promql.DEFAULT_QUERIES if queries is None else queries)
+        self.queries: Mapping[str, str] = {**promql.DEFAULT_QUERIES, **(queries or {})}  # named templates
         self._sleep = sleep
         self._client = httpx.Client(transport=transport, verify=verify, timeout=timeout_seconds)
         self.last_warnings: tuple[str, ...] = ()

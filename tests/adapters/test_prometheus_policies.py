@@ -410,3 +410,13 @@ def test_constructor_refuses_bad_settings(tmp_path: Path) -> None:
         PrometheusSource("prometheus:9090")
     with pytest.raises(ValueError, match="max_points_per_request"):
         PrometheusSource(URL, max_points_per_request=20_000)
+
+
+def test_configured_queries_add_to_the_defaults() -> None:
+    custom = 'sum by (namespace, deployment) (my_rps{namespace=~"{namespaces}"})'
+    fake = FakePrometheus(ok(matrix()))
+    src = source(fake, queries={"my_rps": custom})
+    src.fleet_history("my_rps", ["serving"], 0, 60, 60)
+    src.fleet_history("arrival_rate", ["serving"], 0, 60, 60)
+    assert fake.forms[0]["query"] == 'sum by (namespace, deployment) (my_rps{namespace=~"serving"})'
+    assert fake.forms[1]["query"].startswith("clamp_min(")
