@@ -1,0 +1,1 @@
+"""Trace-driven cluster simulator behind ``predictive-autoscaler simulate`` and ``benchmarks/simulate.py``."""

@@ -1,0 +1,282 @@
+"""Replay a trace through the cluster model under each policy, and score the policies the same way.
+
+Why it exists: operators tune a forecast config on their own history before they let the
+controller act, and the project has to show its policy beats the HPA they run today. Both need one
+harness that feeds every policy the same traffic, start-up delays and bill.
+
+Traffic: the trace's per-second rate is constant inside each bin. Ticks are 15 s (the HPA sync
+period) when the bin size is a multiple of 15 s, else the largest divisor of 15 s that divides the
+bin. A missing bin (NaN) carries no demand that can be scored, and policies see it as a missing
+metric (the HPA holds, the planner holds).
+
+Scores, per policy (``PolicyResult``):
+
+* ``gpu_hours``: GPUs held by the Deployment's replicas, from ask to release (see ``cluster``);
+  ``cost_usd`` = ``gpu_hours`` * the GPU-hour price;
+* ``unserved_fraction``: requests that arrived above Ready capacity, over all requests
+  (``sum_t max(0, demand - ready * capacity) / sum_t demand``);
+* ``cold_start_requests``: the part of those unserved requests that replicas already asked for
+  but still starting would have served, i.e. ``sum_t min(shortfall, starting * capacity)`` in
+  requests: demand lost to start-up latency rather than to under-asking;
+* ``scale_events``: ticks at which the replica count changed; ``max_replicas``: the most replicas
+  held (Ready or starting) at once.
+
+The simulation starts warm: every policy begins with the replicas that demand needs over the first
+node + pod start-up, Ready, on nodes that already exist.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from autoscaler.simulation.cluster import Cluster, ClusterConfig
+from autoscaler.simulation.oracle import oracle_schedule
+from autoscaler.simulation.reactive import ReactiveHPA
+from models.types import FloatArray, TrafficSeries
+
+IntArray = NDArray[np.int64]
+METRIC_KEYS = ("gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas")
+DEFAULT_REACTIVE_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+_CEIL_TOLERANCE = 1e-9
+
+
+class TickPolicy(Protocol):
+    """A closed-loop policy: reads the cluster and the current demand metric each tick, returns replicas."""
+
+    name: str
+
+    def decide(self, k: int, cluster: Cluster, demand: float) -> int: ...
+
+
+def tick_seconds_for(step_seconds: int, sync_seconds: int = 15) -> int:
+    """15 s when the bin is a multiple of it; else the largest divisor of 15 s that divides the bin."""
+    return math.gcd(step_seconds, sync_seconds)
+
+
+def need_per_tick(demand: FloatArray, capacity_per_replica: float, min_replicas: int) -> IntArray:
+    """Replicas demand needs on each tick: ``max(min_replicas, ceil(demand / capacity))``."""
+    raw = np.ceil(np.nan_to_num(demand, nan=0.0) / capacity_per_replica - _CEIL_TOLERANCE)
+    return np.maximum(raw, min_replicas).astype(np.int64)
+
+
+def forward_max(values: IntArray, window: int) -> IntArray:
+    """``out[k] = max(values[k : k + window + 1])`` (the window is cut at the end of the array)."""
+    n = int(values.shape[0])
+    if n == 0 or window <= 0:
+        return values.copy()
+    padded = np.concatenate((values, np.full(window, values.min(), dtype=values.dtype)))
+    view = np.lib.stride_tricks.sliding_window_view(padded, window + 1)
+    out: IntArray = view.max(axis=1)[:n].astype(np.int64)
+    return out
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One policy's run: its scores and the replica counts it held on every tick."""
+
+    name: str
+    gpu_hours: float
+    cost_usd: float
+    unserved_fraction: float
+    cold_start_requests: float
+    scale_events: int
+    max_replicas: int
+    requested: IntArray = field(repr=False)
+    ready: IntArray = field(repr=False)
+    seconds: float = 0.0  # wall-clock time the run took (not part of the scores)
+
+    def metrics(self) -> dict[str, float | int]:
+        """The six scores, JSON-safe, in the documented key order."""
+        return {
+            "gpu_hours": round(self.gpu_hours, 4),
+            "cost_usd": round(self.cost_usd, 2),
+            "unserved_fraction": round(self.unserved_fraction, 8),
+            "cold_start_requests": round(self.cold_start_requests, 2),
+            "scale_events": int(self.scale_events),
+            "max_replicas": int(self.max_replicas),
+        }
+
+
+def score(
+    name: str,
+    demand: FloatArray,
+    requested: IntArray,
+    ready: IntArray,
+    capacity_per_replica: float,
+    tick_seconds: int,
+    gpus_per_replica: int,
+    gpu_hour_price: float,
+    seconds: float = 0.0,
+) -> PolicyResult:
+    """Score a run from per-tick demand (req/s, NaN = missing) and replica counts."""
+    d = np.nan_to_num(demand, nan=0.0)
+    shortfall = np.maximum(d - ready * capacity_per_replica, 0.0)
+    total = float(d.sum()) * tick_seconds
+    unserved = float(shortfall.sum()) * tick_seconds
+    starting = (requested - ready) * capacity_per_replica
+    cold = float(np.minimum(shortfall, starting).sum()) * tick_seconds
+    gpu_hours = float(requested.sum()) * tick_seconds * gpus_per_replica / 3600.0
+    return PolicyResult(
+        name=name,
+        gpu_hours=gpu_hours,
+        cost_usd=gpu_hours * gpu_hour_price,
+        unserved_fraction=unserved / total if total > 0 else 0.0,
+        cold_start_requests=cold,
+        scale_events=int(np.count_nonzero(np.diff(requested))),
+        max_replicas=int(requested.max()) if requested.size else 0,
+        requested=requested,
+        ready=ready,
+        seconds=seconds,
+    )
+
+
+def run_closed_loop(policy: TickPolicy, demand: FloatArray, cluster: Cluster) -> tuple[IntArray, IntArray]:
+    """Drive ``policy`` tick by tick; returns ``(requested, ready)`` replicas per tick."""
+    requested: list[int] = []
+    ready: list[int] = []
+    decide = policy.decide
+    for k, d in enumerate(demand.tolist()):
+        cluster.advance(k)
+        desired = decide(k, cluster, d)
+        if desired != cluster.requested:
+            cluster.scale_to(k, desired)
+        requested.append(cluster.requested)
+        ready.append(cluster.ready)
+    return np.asarray(requested, dtype=np.int64), np.asarray(ready, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """What is simulated: the replica size, the cluster, the price and the policies to compare."""
+
+    capacity_per_replica: float
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    gpu_hour_price: float = 3.0
+    min_replicas: int = 1
+    max_replicas: int = 100
+    reactive_targets: tuple[float, ...] = DEFAULT_REACTIVE_TARGETS
+    policies: tuple[str, ...] = ("predictive", "reactive", "oracle")
+
+    def __post_init__(self) -> None:
+        cap = self.capacity_per_replica
+        if not (math.isfinite(cap) and cap > 0):
+            raise ValueError(f"capacity per replica must be a finite number > 0, got {cap!r}")
+        if not (math.isfinite(self.gpu_hour_price) and self.gpu_hour_price >= 0):
+            raise ValueError(f"GPU-hour price must be a finite number >= 0, got {self.gpu_hour_price!r}")
+        if not 0 <= self.min_replicas <= self.max_replicas:
+            raise ValueError(f"need 0 <= min replicas ({self.min_replicas}) <= max replicas ({self.max_replicas})")
+        for t in self.reactive_targets:
+            if not (math.isfinite(t) and 0 < t <= 1):
+                raise ValueError(f"reactive target utilisation must be in (0, 1], got {t!r}")
+        unknown = [p for p in self.policies if p not in ("predictive", "reactive", "oracle")]
+        if unknown:
+            raise ValueError(f"unknown policy {unknown[0]!r} (choose from predictive, reactive, oracle)")
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Every policy's run over one trace, and the per-tick demand they were scored against."""
+
+    trace: str
+    start: int
+    tick_seconds: int
+    demand: FloatArray = field(repr=False)
+    capacity_per_replica: float
+    policies: dict[str, PolicyResult]
+    notes: tuple[str, ...] = ()  # what a policy wants the reader to know (e.g. forecaster fallbacks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trace": self.trace, "policies": {name: r.metrics() for name, r in self.policies.items()}}
+
+    def reactive(self) -> list[PolicyResult]:
+        """The reactive runs, from the most GPU-hours to the fewest."""
+        runs = [r for name, r in self.policies.items() if name.startswith("reactive@")]
+        return sorted(runs, key=lambda r: -r.gpu_hours)
+
+
+@dataclass(frozen=True)
+class ReactiveAtSameCost:
+    """The HPA's unserved fraction interpolated (linearly, between targets) at a given GPU-hour spend."""
+
+    gpu_hours: float
+    unserved_fraction: float
+    between: tuple[str, str]
+    extrapolated: bool  # the spend is outside the targets' range: the nearest end is used
+
+
+def reactive_at(gpu_hours: float, reactive: Sequence[PolicyResult]) -> ReactiveAtSameCost | None:
+    """Interpolate the reactive curve (GPU-hours -> unserved fraction) at ``gpu_hours``."""
+    if not reactive:
+        return None
+    runs = sorted(reactive, key=lambda r: r.gpu_hours)
+    xs = np.asarray([r.gpu_hours for r in runs])
+    ys = np.asarray([r.unserved_fraction for r in runs])
+    value = float(np.interp(gpu_hours, xs, ys))
+    i = int(np.searchsorted(xs, gpu_hours))
+    lo, hi = runs[max(0, i - 1)].name, runs[min(len(runs) - 1, i)].name
+    return ReactiveAtSameCost(gpu_hours, value, (lo, hi), bool(gpu_hours < xs[0] or gpu_hours > xs[-1]))
+
+
+PredictiveFactory = Callable[[TrafficSeries, SimulationConfig, ClusterConfig], TickPolicy]
+
+
+def simulate(
+    series: TrafficSeries,
+    config: SimulationConfig,
+    trace_name: str = "trace",
+    predictive: PredictiveFactory | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SimulationResult:
+    """Run every policy in ``config.policies`` over ``series`` (per-second rates).
+
+    ``predictive`` builds the predictive policy (``autoscaler.simulation.predictive.factory`` with a
+    model and a ``ScalingPolicy``); it is required when "predictive" is among the policies.
+    """
+    step = series.step_seconds
+    tick = tick_seconds_for(step)
+    cluster_cfg = replace(config.cluster, tick_seconds=tick)
+    per_bin = step // tick
+    demand = np.repeat(series.values, per_bin)
+    need = need_per_tick(demand, config.capacity_per_replica, config.min_replicas)
+    full = cluster_cfg.ticks(cluster_cfg.node_startup_seconds + cluster_cfg.pod_startup_seconds)
+    initial = min(int(need[: full + 1].max()) if need.size else config.min_replicas, config.max_replicas)
+    price = config.gpu_hour_price
+    g = cluster_cfg.gpus_per_replica
+
+    def closed(policy: TickPolicy) -> PolicyResult:
+        if progress is not None:
+            progress(policy.name)
+        t0 = time.perf_counter()
+        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial))
+        return score(policy.name, demand, requested, ready, config.capacity_per_replica, tick, g, price,
+                     time.perf_counter() - t0)
+
+    results: dict[str, PolicyResult] = {}
+    notes: list[str] = []
+    if "predictive" in config.policies:
+        if predictive is None:
+            raise ValueError("the predictive policy needs a factory (autoscaler.simulation.predictive.factory)")
+        policy = predictive(series, config, cluster_cfg)
+        results["predictive"] = closed(policy)
+        describe = getattr(policy, "notes", None)
+        if callable(describe):
+            notes.extend(str(n) for n in describe())
+    if "oracle" in config.policies:
+        t0 = time.perf_counter()
+        requested, ready = oracle_schedule(np.minimum(need, config.max_replicas), cluster_cfg)
+        results["oracle"] = score("oracle", demand, requested, ready, config.capacity_per_replica, tick, g, price,
+                                  time.perf_counter() - t0)
+    if "reactive" in config.policies:
+        for target in config.reactive_targets:
+            hpa = ReactiveHPA(target, config.capacity_per_replica, tick, config.min_replicas, config.max_replicas)
+            results[hpa.name] = closed(hpa)
+    return SimulationResult(
+        trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes)
+    )

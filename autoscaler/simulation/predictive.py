@@ -1,0 +1,159 @@
+"""Our policy in the simulator: the forecaster and the planner the controller runs, on trace time.
+
+Why it exists: the simulation is only evidence for the controller if it runs the same code. This
+module drives a ``Forecaster`` (``models.registry.make_chain``) and ``plan_replicas`` exactly as the
+controller loop does, with the trace standing in for Prometheus:
+
+* forecasts use only bins that have ended: at a tick inside bin ``b`` the model has seen bins
+  ``< b``; the forecast is refreshed once per bin (the controller refreshes once per scrape);
+* the model is refit on the newest ``history_seconds`` (14 days) once a day, and in between it
+  absorbs each new bin with ``update``. While history is short the refit interval doubles from one
+  bin (1, 2, 4, ... bins) so the fallback chain can move up to a seasonal model as soon as it has
+  the history for one, instead of waiting a day on persistence;
+* the planner runs every tick (15 s, the controller's loop period) with the current demand as the
+  reactive floor, the cluster's free GPUs (whether a new replica waits for a node), and its own
+  stabilisation history passed back in, as the controller stores it between ticks;
+* the cold-start profile is the configured pod and node start-ups. The simulated start-ups are
+  exactly those, so feeding them back through ``observe`` would change nothing; the controller does
+  feed real ones back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.planner import plan_replicas, required_horizon_steps
+from autoscaler.domain.types import ScalingPolicy, WorkloadState
+from autoscaler.simulation.cluster import Cluster, ClusterConfig
+from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
+from models.base import Forecaster
+from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
+
+# Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
+FORECAST_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError)
+
+
+class PredictivePolicy:
+    """Forecast + ``plan_replicas`` every tick, on one Deployment's trace."""
+
+    name = "predictive"
+
+    def __init__(
+        self,
+        series: TrafficSeries,
+        make_model: Callable[[], Forecaster],
+        policy: ScalingPolicy,
+        cold_start: ColdStartProfile,
+        cluster: ClusterConfig,
+        decision_interval_seconds: int = 30,
+        refit_seconds: int = SECONDS_PER_DAY,
+        history_seconds: int = 14 * SECONDS_PER_DAY,
+    ) -> None:
+        self.series = series
+        self.make_model = make_model
+        self.policy = policy
+        self.cold_start = cold_start
+        self.tick = cluster.tick_seconds
+        self.gpus_per_replica = cluster.gpus_per_replica
+        step = series.step_seconds
+        if step % self.tick:
+            raise ValueError(f"tick {self.tick}s does not divide the trace's {step}s bins")
+        self.per_bin = step // self.tick
+        if decision_interval_seconds <= 0:
+            raise ValueError(f"decision interval must be positive, got {decision_interval_seconds}s")
+        self.decide_every = max(1, round(decision_interval_seconds / self.tick))
+        self.refit_bins = max(1, refit_seconds // step)
+        self.history_bins = max(1, history_seconds // step)
+        self.horizon = required_horizon_steps(policy, cold_start, step)
+        self.levels = tuple(sorted({50, policy.level, policy.warm_pool_level}))
+        self.model: Forecaster | None = None
+        self.fitted_at = 0
+        self.forecast: Forecast | None = None
+        self.recommendations: tuple[tuple[int, int], ...] = ()
+        self.fits = 0
+        self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
+        self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
+
+    def _refit_due(self, b: int) -> bool:
+        if self.model is None:
+            return True
+        since = b - self.fitted_at
+        return since >= self.refit_bins or (self.fitted_at < self.refit_bins and b >= 2 * self.fitted_at)
+
+    def _refresh(self, b: int) -> None:
+        """Bins ``[0, b)`` have ended: bring the model up to date and forecast from bin ``b``."""
+        if b == 0:
+            return
+        try:
+            if self._refit_due(b):
+                model = self.make_model()
+                model.fit(self.series.slice(max(0, b - self.history_bins), b))
+                self.model, self.fitted_at = model, b
+                self.fits += 1
+            elif self.model is not None:
+                self.model.update(self.series.slice(b - 1, b))
+            if self.model is not None:
+                self.forecast = self.model.predict(self.horizon, self.levels)
+                self.models_used[self.forecast.model] = self.models_used.get(self.forecast.model, 0) + 1
+        except FORECAST_ERRORS as exc:
+            self.errors.append(f"bin {b}: {exc}")
+            self.model, self.forecast = None, None
+
+    def notes(self) -> list[str]:
+        """What the forecaster did: models used (bins served) and failures, for the report."""
+        used = ", ".join(f"{m} {n} bins" for m, n in sorted(self.models_used.items(), key=lambda kv: -kv[1]))
+        out = [f"predictive forecasts: {used or 'none'} ({self.fits} fits)"]
+        if self.errors:
+            out.append(
+                f"predictive: {len(self.errors)} forecaster failure(s), planner fell back; first: {self.errors[0]}"
+            )
+        return out
+
+    def decide(self, k: int, cluster: Cluster, demand: float) -> int:
+        if k % self.per_bin == 0:
+            self._refresh(k // self.per_bin)
+        if k % self.decide_every:
+            return cluster.requested
+        now = self.series.start + k * self.tick
+        state = WorkloadState(
+            current_replicas=cluster.requested,
+            ready_replicas=cluster.ready,
+            current_demand=demand if math.isfinite(demand) else None,
+            free_gpus=cluster.free_gpus(),
+            gpus_per_replica=self.gpus_per_replica,
+            recommendations=self.recommendations,
+        )
+        decision = plan_replicas(self.forecast, state, self.policy, self.cold_start, now)
+        self.recommendations = decision.recommendations
+        return decision.desired_replicas
+
+
+def scaling_policy_for(config: SimulationConfig, **overrides: object) -> ScalingPolicy:
+    """The planner policy the simulator runs: the sizing from ``config``, the planner's defaults otherwise."""
+    return ScalingPolicy(
+        capacity_per_replica=config.capacity_per_replica,
+        min_replicas=config.min_replicas,
+        max_replicas=config.max_replicas,
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+def factory(
+    make_model: Callable[[], Forecaster], decision_interval_seconds: int = 30, **policy_overrides: object
+) -> PredictiveFactory:
+    """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
+    ``policy_overrides`` are ``ScalingPolicy`` fields (level, warm_pool, lookahead_window_seconds, ...)."""
+
+    def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
+        cold_start = ColdStartProfile(
+            prior_seconds=float(cluster.pod_startup_seconds),
+            node_prior_seconds=float(cluster.node_startup_seconds),
+        )
+        policy = scaling_policy_for(config, **policy_overrides)
+        return PredictivePolicy(series, make_model, policy, cold_start, cluster, decision_interval_seconds)
+
+    return build
