@@ -9,7 +9,7 @@ import json
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.promql import (
@@ -51,6 +51,7 @@ def test_escape_string(raw: str, escaped: str) -> None:
     assert escape_string(raw) == escaped
 
 
+@settings(deadline=None)  # a shared, loaded test machine: no per-example time limit
 @given(st.text())
 def test_escape_string_round_trips_and_never_closes_the_literal(value: str) -> None:
     escaped = escape_string(value)
@@ -60,6 +61,7 @@ def test_escape_string_round_trips_and_never_closes_the_literal(value: str) -> N
     assert re.search(r'(?<!\\)(?:\\\\)*"', escaped) is None
 
 
+@settings(deadline=None)
 @given(
     st.lists(st.text(alphabet="ab.*+?()[]{}|^$\\-", min_size=1, max_size=4), min_size=1, max_size=4),
     st.text(alphabet="ab.*+?()[]{}|^$\\-", max_size=5),
