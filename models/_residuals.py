@@ -143,14 +143,15 @@ class ErrorBands:
 
     def apply(self, mean: FloatArray, levels: Sequence[int]) -> dict[int, FloatArray]:
         """Bands ``(sqrt(max(mean,0)) + q_k)^2`` for each level (clipped so the root is >= 0)."""
-        root = np.sqrt(np.maximum(np.asarray(mean, dtype=np.float64), 0.0))
+        floor = np.maximum(np.asarray(mean, dtype=np.float64), 0.0)
+        root = np.sqrt(floor)
         h = root.shape[0]
         bands: dict[int, FloatArray] = {}
         for level in sorted({int(x) for x in levels}):
             q = self.offsets_for(level, h)
             band = np.square(np.maximum(root + q, 0.0))
             if level >= 50:
-                band = np.maximum(band, root * root)
+                band = np.maximum(band, floor)  # exactly >= the mean (sqrt(x)**2 may round below x)
             bands[level] = band
         # enforce ordering across requested levels exactly (interpolation keeps it, rounding might not)
         prev: FloatArray | None = None

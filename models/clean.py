@@ -12,8 +12,8 @@ every model:
   below ``p_max`` (1e-6). The reference is a centred rolling median over ``window_seconds`` on each
   side, recomputed with the already-marked bins excluded (so a four-hour outage does not hide
   itself by dragging the median down). Because real traffic is burstier than Poisson, the drop must
-  also be a 4.75-sigma outlier in ``sqrt(count)`` against the local noise (median absolute successive
-  difference, which ignores the daily cycle): a bursty trace with genuine empty minutes between
+  also be a 4.75-sigma outlier in ``sqrt(count)`` against the local noise (upper quartile of absolute
+  successive differences, which ignores the daily cycle): a bursty trace with genuine empty minutes between
   bursts keeps them. Real quiet periods of a sparse series survive: at a median
   of a few requests per bin, an empty bin is ordinary (P(0) = e^-3 = 0.05 at 3 per bin).
 - ``counter_to_rate``: a cumulative counter sampled at scrape times -> per-second rates per bin;
@@ -68,20 +68,23 @@ def _poisson_log_cdf_bound(k: FloatArray, lam: FloatArray) -> FloatArray:
 
 
 def _sqrt_noise(counts: FloatArray, half: int, min_periods: int) -> FloatArray:
-    """Local noise of ``sqrt(count)`` from the median absolute successive difference (robust, cycle-free).
+    """Local noise (sd) of ``sqrt(count)`` from the upper quartile of absolute successive differences.
 
-    For a Poisson count it is about 0.5; bursty (overdispersed) traffic has more, and then an empty bin
-    is less surprising than Poisson says.
+    Successive differences ignore the daily cycle. The upper quartile (not the median) is used so that
+    burstiness shows even when only a quarter of the differences touch a burst or an empty bin, while
+    an outage run adds just two large differences. For a Poisson count the result is about 0.5;
+    bursty (overdispersed) traffic has more, and then an empty bin is less surprising than Poisson says.
     """
     root = np.sqrt(counts)
     step_diff = np.abs(np.diff(root, prepend=np.nan))
-    mad = (
+    q75 = (
         pd.Series(step_diff)
         .rolling(2 * half + 1, center=True, min_periods=min_periods)
-        .median()
+        .quantile(0.75)
         .to_numpy(dtype=np.float64)
     )
-    out: FloatArray = 1.4826 * mad / math.sqrt(2.0)
+    # |N(0, 2 sd^2)| has upper quartile 1.1503 * sqrt(2) * sd
+    out: FloatArray = q75 / (1.1503 * math.sqrt(2.0))
     return out
 
 
@@ -144,7 +147,7 @@ def prepare(
 
 
 def counter_to_rate(
-    timestamps: Sequence[int] | NDArray[np.int64],
+    timestamps: Sequence[float] | NDArray[np.int64] | FloatArray,
     counter_values: Sequence[float] | FloatArray,
     *,
     step_seconds: int | None = None,

@@ -130,7 +130,8 @@ class ProphetForecaster:
         if self._model is None:
             if self._model_json is None:
                 raise NotFittedError("prophet: used before fit()")
-            self._model = model_from_json(self._model_json)
+            with _quiet(self.warnings):
+                self._model = model_from_json(self._model_json)
         return self._model
 
     def fit(self, series: TrafficSeries) -> Self:
@@ -168,8 +169,8 @@ class ProphetForecaster:
         )
         with _quiet(self.warnings):
             model.fit(df)
+            self._model_json = model_to_json(model)
         self._model = model
-        self._model_json = model_to_json(model)
         self._step = step
         self._cache_start = start + n * step
         self._pos = 0
