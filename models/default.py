@@ -72,7 +72,10 @@ HORIZON_SECONDS = 900
 PROFILE_DAYS = 14
 EVAL_DAYS = 7
 MAX_EVAL_BINS = 10_080
-PROFILE_SMOOTH_SECONDS = 1800  # half-width of the smoothing window (an hour-wide window)
+# Half-widths of the profile's smoothing window: sharp features (a batch job at 02:00) need a
+# narrow one, noisy series a wide one; chosen per series with the other parameters.
+PROFILE_SMOOTH_SECONDS: tuple[int, ...] = (120, 600, 1800)
+MAX_SELECT_ORIGINS = 4000
 PROFILE_FLOOR = 0.05
 HALF_LIVES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 PROFILE_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -155,7 +158,7 @@ def _outage_mask(counts: FloatArray, ref_decay: float, ref0: float) -> tuple[Flo
     return clean.astype(np.float64), ref_end, reading
 
 
-def _profile(counts: FloatArray, phases: IntArray, period: int, step: int) -> FloatArray | None:
+def _profile(counts: FloatArray, phases: IntArray, period: int, step: int, smooth_seconds: int) -> FloatArray | None:
     """Median-of-days multiplicative time-of-day profile (mean 1), or None without one usable day."""
     n = counts.shape[0]
     days = min(PROFILE_DAYS, n // period)
@@ -163,7 +166,7 @@ def _profile(counts: FloatArray, phases: IntArray, period: int, step: int) -> Fl
         return None
     seg = counts[n - days * period :]
     ph = phases[n - days * period :]
-    half = max(0, PROFILE_SMOOTH_SECONDS // step)
+    half = max(0, smooth_seconds // step)
     obs = np.isfinite(seg)
     if half > 0:
         kernel = np.ones(2 * half + 1)
@@ -193,6 +196,7 @@ def _profile(counts: FloatArray, phases: IntArray, period: int, step: int) -> Fl
 
 @dataclass(frozen=True)
 class _Choice:
+    smooth: int
     half_life: float
     weight: float
     beta: float
@@ -216,6 +220,7 @@ class DefaultForecaster:
         self._profile: FloatArray | None = None  # mean-1 time-of-day profile; None = flat
         self._sprof: FloatArray | None = None  # profile ** weight, the short level's shape
         self._half_life = 0.0
+        self._smooth = 0
         self._weight = 0.0
         self._beta = 0.0
         self._level = math.nan  # short level of y / s^w (counts per bin)
@@ -253,14 +258,22 @@ class DefaultForecaster:
         # Honest split: profile from before the evaluation window, errors inside it.
         eval_len = min(EVAL_DAYS * period, n // 2, MAX_EVAL_BINS)
         t0 = n - eval_len
-        eval_profile = _profile(counts[:t0], phases[:t0], period, step) if t0 > 0 else None
-        weights = PROFILE_WEIGHTS if eval_profile is not None else (0.0,)
+        eval_profiles: dict[int, FloatArray | None] = {}
+        halves: set[int] = set()
+        for smooth in PROFILE_SMOOTH_SECONDS:
+            prof_k = _profile(counts[:t0], phases[:t0], period, step, smooth) if t0 > 0 else None
+            if prof_k is not None and smooth // step not in halves:
+                eval_profiles[smooth] = prof_k
+                halves.add(smooth // step)
+        if not eval_profiles:
+            eval_profiles[0] = None
         # A smoother whose memory is comparable to the scoring window cannot be validated on it.
         half_lives = tuple(hl for hl in HALF_LIVES if hl <= max(1.0, eval_len / 8))
         betas = BETAS if LONG_HALF_LIFE_SECONDS / step <= eval_len / 8 else (0.0,)
         k_max = min(2 * h, MAX_K)
         origins = np.arange(max(t0 - 1, 0), n - h)  # forecast made after observing bin t
         origins = origins[np.isfinite(counts[origins + h])]
+        origins = origins[:: max(1, math.ceil(origins.size / MAX_SELECT_ORIGINS))]
         # Filters start a few memories before the scoring window (earlier bins barely matter) and
         # run over the observed bins only; ``rank`` maps a bin to the last observation at or before it.
         warm = max(0, int(origins[0]) - 8 * int(max(half_lives)) - 1) if origins.size else 0
@@ -272,24 +285,33 @@ class DefaultForecaster:
         tgt = origins + h
         actual = counts[tgt]
         obs_counts, obs_phases = counts[observed], phases[observed]
-        s1 = _pow(eval_profile, 1.0, period)
-        long_part = _filter(obs_counts / s1[obs_phases], long_decay)[o_rank] * s1[phases[tgt]] if origins.size else 0.0
+        flat_parts: dict[float, FloatArray] = {}
         best: _Choice | None = None
-        for w in weights if origins.size else ():
-            sw = _pow(eval_profile, w, period)
-            x = obs_counts / sw[obs_phases]
-            target_shape = sw[phases[tgt]]
-            for hl in half_lives:
-                short_part = _filter(x, _decay(hl))[o_rank] * target_shape
-                miss = actual - short_part
-                gap = long_part - short_part
-                for beta in betas:
-                    mae = float(np.mean(np.abs(miss - beta * gap))) if beta else float(np.mean(np.abs(miss)))
-                    if best is None or mae < best.mae - 1e-12 * max(1.0, best.mae):
-                        best = _Choice(hl, w, beta, mae)
+        for smooth, eval_profile in eval_profiles.items() if origins.size else ():
+            s1 = _pow(eval_profile, 1.0, period)
+            long_part = _filter(obs_counts / s1[obs_phases], long_decay)[o_rank] * s1[phases[tgt]]
+            for w in PROFILE_WEIGHTS if eval_profile is not None else (0.0,):
+                sw = _pow(eval_profile, w, period)
+                x = obs_counts / sw[obs_phases]
+                target_shape = sw[phases[tgt]]
+                for hl in half_lives:
+                    if w == 0.0 and hl in flat_parts:
+                        short_part = flat_parts[hl]
+                    else:
+                        short_part = _filter(x, _decay(hl))[o_rank] * target_shape
+                        if w == 0.0:
+                            flat_parts[hl] = short_part
+                    miss = actual - short_part
+                    gap = long_part - short_part
+                    for beta in betas:
+                        mae = float(np.mean(np.abs(miss - beta * gap))) if beta else float(np.mean(np.abs(miss)))
+                        if best is None or mae < best.mae - 1e-12 * max(1.0, best.mae):
+                            best = _Choice(smooth, hl, w, beta, mae)
         if best is None:
             # Too short to score any candidate: average over about half the horizon, no profile.
-            best = _Choice(float(max(1, h // 2)), 0.0, 0.0, math.nan)
+            best = _Choice(0, float(max(1, h // 2)), 0.0, 0.0, math.nan)
+        eval_profile = eval_profiles.get(best.smooth)
+        s1 = _pow(eval_profile, 1.0, period)
 
         # Errors of the chosen model at every k, in sqrt-count space (origins thinned to at most
         # MAX_BAND_ORIGINS: neighbouring origins' errors are nearly the same draw anyway).
@@ -316,7 +338,7 @@ class DefaultForecaster:
 
         # Production state: profile from the most recent days, levels over the whole history.
         uses_profile = eval_profile is not None and (best.weight > 0.0 or best.beta > 0.0)
-        prof = _profile(counts, phases, period, step) if uses_profile else None
+        prof = _profile(counts, phases, period, step, best.smooth) if uses_profile else None
         weight = best.weight if prof is not None else 0.0
         sprof = _pow(prof, weight, period)
         _, level = _ewma_skip(counts / sprof[phases], _decay(best.half_life), math.nan)
@@ -329,6 +351,7 @@ class DefaultForecaster:
         self._profile = prof
         self._sprof = None if prof is None else sprof
         self._half_life = best.half_life
+        self._smooth = best.smooth if prof is not None else 0
         self._weight = weight
         self._beta = best.beta
         self._level = level
@@ -445,6 +468,7 @@ class DefaultForecaster:
         return {
             "half_life_bins": self._half_life,
             "profile_weight": self._weight,
+            "profile_smooth_seconds": float(self._smooth),
             "long_weight": self._beta,
             "in_sample_mae": self._in_sample_mae,
         }
@@ -462,6 +486,7 @@ class DefaultForecaster:
             "profile": None if self._profile is None else [float(v) for v in self._profile],
             "half_life_bins": self._half_life,
             "profile_weight": self._weight,
+            "profile_smooth_seconds": self._smooth,
             "beta": self._beta,
             "level": self._level,
             "long_level": self._long,
@@ -487,6 +512,7 @@ class DefaultForecaster:
             m._profile = None if prof is None else np.asarray(prof, dtype=np.float64)
             m._half_life = float(state["half_life_bins"])
             m._weight = float(state["profile_weight"])
+            m._smooth = int(state["profile_smooth_seconds"])
             m._sprof = None if m._profile is None else _pow(m._profile, m._weight, m._period)
             m._beta = float(state["beta"])
             m._level = float(state["level"])

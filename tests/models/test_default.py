@@ -30,10 +30,14 @@ def poisson_series(mean_counts: np.ndarray, seed: int, step: int = MIN, start: i
     return TrafficSeries(counts / step, step, start)
 
 
-def rolling_step_h(model: DefaultForecaster, series: TrafficSeries, train: int, h: int, levels: tuple[int, ...]):
+def rolling_step_h(
+    model: DefaultForecaster, series: TrafficSeries, train: int, h: int, levels: tuple[int, ...]
+) -> tuple[np.ndarray, dict[int, np.ndarray], np.ndarray]:
     """Fit on ``train`` bins, then update bin by bin; the step-h point and bands at every origin."""
     model.fit(series.head(train))
-    points, bands, targets = [], {p: [] for p in levels}, []
+    points: list[float] = []
+    bands: dict[int, list[float]] = {p: [] for p in levels}
+    targets: list[int] = []
     for o in range(train, len(series) - h + 1):
         if o > train:
             model.update(series.slice(o - 1, o))
@@ -107,6 +111,19 @@ def test_learns_the_daily_shape_when_it_pays() -> None:
     assert model.params["profile_weight"] > 0
     f = model.predict(60)  # the true mean rises 23% from 23:30 to 00:29
     assert f.mean[-1] > f.mean[0] * 1.15
+
+
+def test_anticipates_a_daily_batch_job_before_it_lands() -> None:
+    # 20 requests/minute, plus 200 more every day from 02:00 to 02:30: forecast from 01:50, the
+    # jump must appear around the 10th step (02:00; the profile is smoothed over a few minutes),
+    # not after it has happened.
+    minute = np.arange(4 * DAY) % DAY
+    expected = 20.0 + 200.0 * ((minute >= 120) & (minute < 150))
+    series = poisson_series(expected, seed=18)
+    f = DefaultForecaster().fit(series.head(3 * DAY + 110)).predict(15)
+    assert np.all(f.mean[:7] * MIN < 40)
+    assert np.all(f.mean[12:] * MIN > 180)
+    assert np.all(f.band(90)[12:] * MIN > 200)
 
 
 def test_flat_noise_picks_a_long_memory_and_no_profile() -> None:
