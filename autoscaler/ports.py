@@ -10,12 +10,13 @@ values, and pod templates are the JSON dicts the API serves (camelCase keys), wh
 Time is data here too: methods that need "now" (pending-pod ages, Event timestamps) take it as an
 argument instead of reading a clock.
 
-Other ports (MetricsSource, AlertSink, ...) are added next to ``Cluster`` by their owners.
+Other ports sit next to ``Cluster``: ``NodeCapacity`` (Karpenter NodePools and headroom), ``TrainingGangs``
+(raw Kueue Workloads and Volcano PodGroups for ``autoscaler.domain.gangs``) and ``AlertSink`` (Alertmanager).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -100,4 +101,187 @@ class Cluster(Protocol):
         now: datetime,
     ) -> None:
         """Record an Event on the Deployment (``kubectl describe`` shows it to the team)."""
+        ...
+
+
+# ---- GPU node capacity (Karpenter NodePools, headroom) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeRequirement:
+    """One ``NodePool.spec.template.spec.requirements`` entry (a node selector requirement)."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte
+    values: tuple[str, ...] = ()
+    min_values: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeTaint:
+    """A taint Karpenter puts on the pool's nodes; pods placed there need a matching toleration."""
+
+    key: str
+    effect: str  # NoSchedule, PreferNoSchedule, NoExecute
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class NodePoolView:
+    """One Karpenter NodePool as plain values.
+
+    ``gpu_limit`` is ``spec.limits["nvidia.com/gpu"]`` (None: the pool has no GPU cap); ``gpus_in_use`` is
+    ``status.resources["nvidia.com/gpu"]`` (None: Karpenter has not reported it). ``gpus_per_node`` is read from
+    a GPU-count requirement with a single value (see ``autoscaler.adapters.karpenter.GPU_COUNT_LABELS``), None
+    when the pool allows several counts. Pods land on the pool with ``node_selector`` and ``tolerations``.
+    """
+
+    name: str
+    resource_version: str
+    gpu_limit: int | None
+    gpus_in_use: int | None
+    nodes: int
+    limits: Mapping[str, str]
+    requirements: tuple[NodeRequirement, ...]
+    taints: tuple[NodeTaint, ...]
+    labels: Mapping[str, str]  # spec.template.metadata.labels: put on every node of the pool
+    instance_types: tuple[str, ...]  # node.kubernetes.io/instance-type In values (empty: any)
+    gpus_per_node: int | None
+    weight: int | None = None
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {"karpenter.sh/nodepool": self.name}
+
+    @property
+    def tolerations(self) -> list[dict[str, str]]:
+        """Tolerations (API JSON) for every taint of the pool."""
+        out: list[dict[str, str]] = []
+        for t in self.taints:
+            tol = {"key": t.key, "effect": t.effect}
+            tol.update({"operator": "Equal", "value": t.value} if t.value is not None else {"operator": "Exists"})
+            out.append(tol)
+        return out
+
+
+@dataclass(frozen=True)
+class DeploymentHeadroom:
+    """Spare capacity shaped like a Deployment's pods (a ``CapacityBuffer`` with ``scalableRef``).
+
+    ``amount`` for this target counts replicas of the Deployment. ``uid`` (optional) makes the buffer owned by
+    the Deployment, so the garbage collector deletes it with the Deployment.
+    """
+
+    namespace: str
+    deployment: str
+    uid: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolHeadroom:
+    """Spare whole nodes in a NodePool, held by low-priority placeholder pods.
+
+    ``amount`` for this target counts nodes; each placeholder pod requests ``gpus_per_node`` GPUs.
+    """
+
+    pool: NodePoolView
+    gpus_per_node: int
+
+
+HeadroomTarget = DeploymentHeadroom | PoolHeadroom
+HeadroomMode = Literal["capacitybuffer", "placeholder"]
+
+
+@dataclass(frozen=True)
+class HeadroomView:
+    """Headroom the controller created earlier and that still exists (so stale headroom can be removed)."""
+
+    kind: Literal["CapacityBuffer", "Deployment"]
+    namespace: str
+    name: str
+    target: str  # "namespace/deployment" for a CapacityBuffer, the NodePool name for placeholders
+    amount: int  # buffer replicas or placeholder pods (= nodes)
+
+
+class NodeCapacity(Protocol):
+    """Karpenter NodePools and headroom. Writes raise on failure; they are never dropped."""
+
+    def list_node_pools(self) -> list[NodePoolView]: ...
+
+    def set_gpu_limit(self, pool: str, gpus: int) -> bool:
+        """Set ``spec.limits["nvidia.com/gpu"]``; False when it already had that value.
+
+        Refuses (raises) a value below the GPUs the pool already runs.
+        """
+        ...
+
+    def headroom_mode(self) -> HeadroomMode:
+        """``capacitybuffer`` when the API server serves ``autoscaling.x-k8s.io/v1beta1`` CapacityBuffers."""
+        ...
+
+    def ensure_headroom(self, target: HeadroomTarget, amount: int) -> bool:
+        """Make the target's headroom exactly ``amount`` (0 removes it); False when nothing changed."""
+        ...
+
+    def remove_headroom(self, target: HeadroomTarget) -> bool:
+        """Delete the target's headroom; False when there was none."""
+        ...
+
+    def list_headroom(self) -> list[HeadroomView]: ...
+
+
+# ---- training gangs (Kueue, Volcano) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CustomObjects:
+    """Raw custom objects (API JSON dicts) of one kind; ``installed`` False when the API is not served.
+
+    ``note`` says why the list is empty when the CRD is missing (shown once in logs / explain output).
+    """
+
+    api_version: str
+    kind: str
+    items: tuple[Mapping[str, Any], ...] = ()
+    installed: bool = True
+    note: str | None = None
+
+
+class TrainingGangs(Protocol):
+    """Training jobs that must be scheduled all-or-nothing; parsed by ``autoscaler.domain.gangs``."""
+
+    def list_kueue_workloads(self) -> CustomObjects: ...
+
+    def list_volcano_podgroups(self) -> CustomObjects: ...
+
+
+# ---- alerts ---------------------------------------------------------------------------------------------
+
+Severity = Literal["info", "warning", "critical"]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert for on-call. Identity (what Alertmanager de-duplicates on) is ``name`` plus ``labels``.
+
+    ``starts_at`` is when the condition began (None: now); dollars belong in ``summary``/``description``.
+    """
+
+    name: str  # the alertname label, e.g. GPUCostCeilingProjectedBreach
+    severity: Severity
+    summary: str
+    description: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)  # e.g. team, namespace, deployment
+    starts_at: datetime | None = None
+
+
+class AlertSink(Protocol):
+    """Where alerts go. Delivery failures raise; they are never dropped silently."""
+
+    def fire(self, alerts: Sequence[Alert], now: datetime) -> None:
+        """(Re-)send active alerts; each clears by itself unless sent again within the sink's expiry."""
+        ...
+
+    def resolve(self, alerts: Sequence[Alert], now: datetime) -> None:
+        """Tell the receiver these conditions ended at ``now``."""
         ...
