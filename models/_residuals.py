@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -128,15 +129,25 @@ class ErrorBands:
         table[upper] = np.maximum(table[upper], 0.0)
         return cls(hs, LEVEL_GRID, tuple(tuple(float(x) for x in row) for row in table))
 
+    @cached_property
+    def _arrays(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        table = np.asarray(self.offsets, dtype=np.float64)
+        return table, np.asarray(self.levels, dtype=np.float64), np.asarray(self.horizons, dtype=np.float64)
+
     def offsets_for(self, level: int, h: int) -> FloatArray:
         """Offsets for horizons ``1..h`` at ``level`` percent (interpolated on both grids)."""
         if not 0 < level < 100:
             raise ValueError(f"quantile level must be a percentile in (0, 100), got {level}")
-        table = np.asarray(self.offsets, dtype=np.float64)
-        lv = np.asarray(self.levels)
-        per_k = np.array([np.interp(float(level), lv, table[:, j]) for j in range(table.shape[1])])
+        table, lv, hs = self._arrays
+        x = min(max(float(level), float(lv[0])), float(lv[-1]))  # outside the grid: the nearest end
+        i = int(np.clip(np.searchsorted(lv, x, side="right") - 1, 0, lv.shape[0] - 2)) if lv.shape[0] > 1 else 0
+        if lv.shape[0] > 1:
+            w = (x - lv[i]) / (lv[i + 1] - lv[i])
+            per_k = (1.0 - w) * table[i] + w * table[i + 1]
+        else:
+            per_k = table[0]
         ks = np.arange(1, h + 1, dtype=np.float64)
-        out: FloatArray = np.interp(ks, np.asarray(self.horizons, dtype=np.float64), per_k)
+        out: FloatArray = np.interp(ks, hs, per_k)
         if level >= 50:
             out = np.maximum(out, 0.0)
         return out
