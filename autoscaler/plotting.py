@@ -21,8 +21,10 @@ from matplotlib import dates as mdates
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from numpy.typing import NDArray
 
 from models.evaluation import ModelResult
+from models.types import FloatArray
 
 # Timestamps below this are offsets from the trace start (ServeGen, Mooncake), not Unix time.
 _ABSOLUTE_AFTER = 100_000_000
@@ -75,21 +77,22 @@ def plot_backtest(
         fontweight="bold",
     )
 
+    windows = {name: _window(results[name].target_timestamps, window_seconds) for name in panels}
+    top = _y_top([results[n].actual[windows[n]] for n in panels], [results[n].upper[windows[n]] for n in panels])
     first_ax = None
     for row, name in enumerate(panels):
         r = results[name]
-        ax = fig.add_subplot(grid[row, 0], sharex=first_ax)
+        ax = fig.add_subplot(grid[row, 0], sharex=first_ax, sharey=first_ax)  # same scales: panels compare
         first_ax = first_ax or ax
-        ts = r.target_timestamps
-        keep = ts >= ts[-1] - window_seconds if ts.size else np.zeros(0, dtype=bool)
-        t = ts[keep]
+        keep = windows[name]
+        t, actual, point, upper = _with_gaps(r.target_timestamps[keep], r.actual[keep], r.point[keep], r.upper[keep])
         absolute = bool(t.size) and int(t[0]) >= _ABSOLUTE_AFTER
         # matplotlib date numbers are days since its epoch (1970-01-01 unless configured otherwise)
         x = t / 86_400.0 + _epoch_offset_days() if absolute else t / 3_600.0
         color = colors[name]
-        ax.fill_between(x, r.point[keep], r.upper[keep], color=color, alpha=0.25, lw=0, label=f"band up to p{level}")
-        ax.plot(x, r.point[keep], color=color, lw=1.4, label=f"forecast made {_duration(horizon_seconds)} earlier")
-        ax.plot(x, r.actual[keep], color="black", lw=0.8, alpha=0.85, label="actual")
+        ax.fill_between(x, point, upper, color=color, alpha=0.25, lw=0, label=f"band up to p{level}")
+        ax.plot(x, point, color=color, lw=1.4, label=f"forecast made {_duration(horizon_seconds)} earlier")
+        ax.plot(x, actual, color="black", lw=0.8, alpha=0.85, label="actual")
         ax.set_title(
             f"{name}: WAPE {_fmt(r.wape)}, p{level} coverage {_fmt(r.coverage)}, bias {_fmt(r.bias, signed=True)}"
             f" (whole backtest, {r.n_forecasts} forecasts)",
@@ -97,9 +100,7 @@ def plot_backtest(
             loc="left",
         )
         ax.set_ylabel(unit)
-        finite = np.concatenate([r.actual[keep], r.upper[keep]])
-        finite = finite[np.isfinite(finite)]
-        ax.set_ylim(0, 1.2 * float(finite.max()) if finite.size and finite.max() > 0 else 1.0)  # room for the legend
+        ax.set_ylim(0, top)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8, ncol=3, framealpha=0.8)
         if absolute:
@@ -135,6 +136,39 @@ def plot_backtest(
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
+
+
+def _window(timestamps: NDArray[np.int64], seconds: int) -> NDArray[np.bool_]:
+    """The points in the last ``seconds`` of a backtest (the whole of it is too dense to read)."""
+    if timestamps.size == 0:
+        return np.zeros(0, dtype=bool)
+    return np.asarray(timestamps >= timestamps[-1] - seconds, dtype=bool)
+
+
+def _with_gaps(t: NDArray[np.int64], *columns: FloatArray) -> tuple[FloatArray, ...]:
+    """Put the scored points on their regular grid with NaN where nothing was scored (missing or outage
+    actuals), so lines break at a gap instead of drawing a straight segment across it."""
+    if t.size < 2:
+        return (t.astype(np.float64), *columns)
+    spacing = int(np.min(np.diff(t)))
+    idx = (t - t[0]) // spacing
+    grid_t = (t[0] + spacing * np.arange(int(idx[-1]) + 1)).astype(np.float64)
+    out = []
+    for col in columns:
+        full = np.full(grid_t.shape, np.nan)
+        full[idx] = col
+        out.append(full)
+    return (grid_t, *out)
+
+
+def _y_top(actuals: Sequence[FloatArray], uppers: Sequence[FloatArray]) -> float:
+    """Every actual in view, bands up to their 99th percentile (one wild band must not flatten the plot),
+    plus a fifth on top for the legend."""
+    a = np.concatenate([np.asarray(x, dtype=np.float64) for x in actuals]) if actuals else np.zeros(0)
+    u = np.concatenate([np.asarray(x, dtype=np.float64) for x in uppers]) if uppers else np.zeros(0)
+    a, u = a[np.isfinite(a)], u[np.isfinite(u)]
+    peak = max(float(a.max()) if a.size else 0.0, float(np.quantile(u, 0.99)) if u.size else 0.0)
+    return 1.2 * peak if peak > 0 else 1.0
 
 
 def _epoch_offset_days() -> float:

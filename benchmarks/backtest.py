@@ -30,6 +30,7 @@ from autoscaler.traces import Trace, load_trace, parse_duration
 from benchmarks.report import machine, update_section
 from models import registry
 from models.base import Forecaster
+from models.clean import prepare
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import SECONDS_PER_DAY
 
@@ -81,9 +82,11 @@ def run_trace(trace: Trace, models: tuple[str, ...]) -> TraceRun:
     started = time.perf_counter()
     # the first origin is resolved once from all models, so every model is scored on the same bins
     resolved = config.resolved(trace.requests, [f() for f in factories.values()])
+    actuals = prepare(trace.requests)  # metrics-outage zeros are not scored (as in the CLI's default)
     for name, make in factories.items():
         t0 = time.perf_counter()
-        results[name] = backtest(trace.requests, {name: make}, resolved)[name]  # one at a time, to log progress
+        # one model at a time, to log progress
+        results[name] = backtest(trace.requests, {name: make}, resolved, actuals=actuals)[name]
         r = results[name]
         print(
             f"  {trace.name:<42} {name:<15} wape {r.wape:.3f} cover {r.coverage:.3f} "
@@ -130,7 +133,8 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         f"{DEFAULT_ORIGIN_EVERY} (or every bin when bins are longer), scored at step h = ceil(15 min / bin), p{LEVEL} "
         f"upper band; each model (its fallback chain from `models.registry`) refitted daily on at most the last 14 "
         f"days and updated with the new bins in between; the first origin is after 2 days (or the longest "
-        f"`min_history` of the models), the same for all models. "
+        f"`min_history` of the models), the same for all models. Bins that look like metrics outages "
+        f"(`models.clean.prepare`: zero amid traffic) are not scored, as in the CLI's default. "
         f"WAPE = sum|actual - forecast| / sum actual; pinball = mean quantile loss of the p{LEVEL} band / mean actual; "
         f"coverage = share of actuals at or below the band; bias = (sum forecast - sum actual) / sum actual; "
         f"seconds = all fit + update + predict time of the model over the whole backtest.",

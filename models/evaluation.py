@@ -13,7 +13,10 @@ Semantics (one pass per model):
   ``fit``/``update`` ends at or before the origin, and the forecast must start exactly at the
   origin (checked; a model that loses track of time raises instead of being scored misaligned).
 - Step ``h`` of the forecast (bin ``o + h - 1``) is scored against the actual; origins whose
-  actual is NaN (missing) are skipped without calling ``predict``.
+  actual is NaN (missing) are skipped without calling ``predict``. The actuals are the series
+  itself unless a separate ``actuals`` series is given: the CLI passes the series with collection
+  outages marked missing (``models.clean.prepare``), so a forecast of real demand is not scored
+  against a zero that only means "the metrics were down"; the models still see the raw series.
 - Every ``refit_every_steps`` the model is rebuilt from its factory and fitted on at most the last
   ``history_window_steps`` bins (a fresh instance, so nothing from an earlier fit leaks across).
   Between refits the bins that arrived since the previous origin are given to ``update``, as a
@@ -190,18 +193,21 @@ def rolling_origin(
     config: BacktestConfig,
     progress: Progress | None = None,
     name: str | None = None,
+    actuals: TrafficSeries | None = None,
 ) -> ModelResult:
     """Backtest one model; see the module docstring for the exact semantics.
 
     ``progress``, when given, is called after each origin with the number of origins done so far
-    (out of ``len(config.resolved(...).origins(len(series)))``).
+    (out of ``len(config.resolved(...).origins(len(series)))``). ``actuals`` (same grid as
+    ``series``) are the values scored; default: ``series``.
     """
+    _check_same_grid(series, actuals)
     probe = factory()
     label = name or probe.alias
     cfg = config.resolved(series, [probe])
     assert cfg.history_window_steps is not None  # resolved() fills it
     h, level, step = cfg.horizon_steps, cfg.level, series.step_seconds
-    values = series.values
+    values = (series if actuals is None else actuals).values
     origins = cfg.origins(len(series))
 
     targets: list[int] = []
@@ -278,19 +284,30 @@ def backtest(
     factories: Mapping[str, Callable[[], Forecaster]],
     config: BacktestConfig,
     progress: Progress | None = None,
+    actuals: TrafficSeries | None = None,
 ) -> dict[str, ModelResult]:
     """Backtest several models on the same origins (the config is resolved once for all of them).
 
     ``progress`` receives the number of origins done across all models so far (out of
     ``len(factories) * len(origins)``); models run in the order of ``factories``.
     """
+    _check_same_grid(series, actuals)
     cfg = config.resolved(series, [make() for make in factories.values()])
     per_model = len(cfg.origins(len(series)))
     results: dict[str, ModelResult] = {}
     for i, (name, make) in enumerate(factories.items()):
         sub = None if progress is None else _shifted(progress, i * per_model)
-        results[name] = rolling_origin(series, make, cfg, sub, name=name)
+        results[name] = rolling_origin(series, make, cfg, sub, name=name, actuals=actuals)
     return results
+
+
+def _check_same_grid(series: TrafficSeries, actuals: TrafficSeries | None) -> None:
+    if actuals is None:
+        return
+    grid = (len(series), series.step_seconds, series.start)
+    other = (len(actuals), actuals.step_seconds, actuals.start)
+    if grid != other:
+        raise ValueError(f"actuals (bins, step, start) = {other} do not match the series {grid}")
 
 
 def _shifted(progress: Progress, offset: int) -> Progress:

@@ -253,3 +253,20 @@ def test_console_script_runs_and_fails_cleanly(tmp_path: Path, trace: Path) -> N
     assert bad.stderr.count("\n") == 1
     assert "too little history" in bad.stderr
     assert "the series has 14" in bad.stderr
+
+
+def test_metrics_outages_are_not_scored_unless_asked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "outage.csv", days=4)
+    rows = path.read_text().splitlines()
+    for i in range(400, 412):  # two hours of zeros in the middle of ~1,200 requests per bin: a collection outage
+        ts = rows[i + 1].split(",")[0]
+        rows[i + 1] = f"{ts},0"
+    path.write_text("\n".join(rows) + "\n")
+    argv = ["backtest", "--trace", str(path), "--models", "persistence"]
+    assert main(argv) == 0
+    out, _ = capsys.readouterr()
+    assert "12 bins look like metrics outages" in out
+    clean = run_json(capsys, *argv[1:])
+    raw = run_json(capsys, *argv[1:], "--score-outages")
+    # scoring forecasts of real demand against the outage zeros can only add error
+    assert raw["models"]["persistence"]["wape"] > clean["models"]["persistence"]["wape"]  # type: ignore[index]

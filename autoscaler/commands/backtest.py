@@ -24,9 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from autoscaler.cli import UserError
 from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace, parse_duration
 from models.base import Forecaster, InsufficientHistoryError
+from models.clean import prepare
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import TrafficSeries
 
@@ -58,6 +61,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--window", default="14d", help="fit on at most this much recent history (default 14d)")
     parser.add_argument(
         "--min-train", default=None, help="history before the first forecast (default: 2d, less on short traces)"
+    )
+    parser.add_argument(
+        "--score-outages",
+        action="store_true",
+        help="also score bins that look like metrics outages (zero amid traffic); by default they are not scored",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--plot", type=Path, default=None, metavar="OUT.png", help="also write a PNG")
@@ -149,9 +157,10 @@ def _nan_to_none(value: float) -> float | None:
 
 
 def _human(seconds: int) -> str:
+    """``900 -> '15m'``, ``86400 -> '1d'``, ``2381580 -> '27.6d'``: whole units when exact, else one decimal."""
     for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
+        if seconds >= size:
+            return f"{seconds // size}{unit}" if seconds % size == 0 else f"{seconds / size:.1f}{unit}"
     return f"{seconds}s"
 
 
@@ -197,10 +206,15 @@ def run(args: argparse.Namespace) -> int:
     except InsufficientHistoryError as exc:
         raise UserError(f"{trace.name}: {exc}") from None
     n_origins = len(resolved.origins(len(series)))
+    if args.score_outages:
+        actuals, n_outage = series, 0
+    else:
+        actuals = prepare(series)
+        n_outage = int(np.sum(np.isnan(actuals.values) & ~np.isnan(series.values)))
 
     bar = _ProgressBar(n_origins * len(factories), list(factories), sys.stderr) if sys.stderr.isatty() else None
     try:
-        results = backtest(series, factories, resolved, bar)
+        results = backtest(series, factories, resolved, bar, actuals=actuals)
     finally:
         if bar is not None:
             bar.close()
@@ -247,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
     assert resolved.history_window_steps is not None
     rounded = "" if scored_horizon == horizon_s else f" ({_human(horizon_s)} rounded up to whole {_human(step)} bins)"
     print(
-        f"Backtest of {args.series} in {trace.name}: {_human(len(series) * step)} at {_human(step)} bins, "
+        f"Backtest of {args.series} in {trace.name}: {len(series)} bins of {_human(step)} "
+        f"({_human(len(series) * step)}), "
         f"horizon {_human(scored_horizon)}{rounded}, p{level} upper band"
     )
     print(
@@ -263,6 +278,11 @@ def run(args: argparse.Namespace) -> int:
         f"p{level} cover = share of actuals at or below the band (ideal {level / 100:.2f}); "
         "bias < 0 = under-forecast; predict ms includes the updates between forecasts."
     )
+    if n_outage:
+        print(
+            f"{n_outage} bins look like metrics outages (zero amid traffic, models.clean.prepare) and are not scored; "
+            "--score-outages scores them."
+        )
     for name, r in results.items():
         if r.fallbacks:
             print(f"{name}: {r.fallbacks} of {r.n_forecasts} forecasts fell back ({'; '.join(r.fallback_reasons)})")

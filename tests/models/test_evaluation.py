@@ -338,3 +338,20 @@ def test_score_of_zero_actuals_is_undefined_not_a_crash() -> None:
     assert math.isnan(s["bias"])
     assert math.isnan(s["pinball"])
     assert s["coverage"] == 1.0
+
+
+def test_separate_actuals_are_scored_while_the_model_sees_the_raw_series() -> None:
+    raw = ramp(20)
+    masked = raw.values.copy()
+    masked[[10, 15]] = np.nan  # e.g. outage bins marked missing for scoring only
+    actuals = TrafficSeries(masked, raw.step_seconds, raw.start)
+    log: list[tuple[str, int]] = []
+    cfg = BacktestConfig(horizon_steps=1, refit_every_steps=100, min_train_steps=5)
+    r = rolling_origin(raw, lambda: Spy(log), cfg, actuals=actuals)
+    assert r.n_forecasts == 15 - 2
+    assert 11.0 not in r.actual.tolist()
+    # bin 15 (value 16) is not scored, but the model saw it: at origin 16 it repeats it
+    assert 16.0 not in r.actual.tolist()
+    assert r.point[r.actual.tolist().index(17.0)] == 16.0
+    with pytest.raises(ValueError, match="do not match"):
+        rolling_origin(raw, LastValue, cfg, actuals=raw.head(10))
