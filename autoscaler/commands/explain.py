@@ -2,21 +2,30 @@
 
 Reads what the controller published on the Deployment (the ``predictive-autoscaler.io/status``
 annotation: the decision's steps, the forecast at the horizon, and a 4-hour track of forecasts
-and actuals) and prints it for a person. It needs only read access to Deployments, so an
-inference team can run it with its own namespace-scoped credentials.
+and actuals) and prints it for a person. It reads that one Deployment with a single ``GET`` in
+its namespace (not a cluster-wide list), so an inference team can run it with its own
+namespace-scoped read access. ``render`` is pure, so the wording is tested without a cluster.
+
+The "forecast vs actual" table lines each tracked time up with the forecast that was made *for*
+that time (one horizon earlier), so a person sees how far the forecast was off, not two unrelated
+numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.adapters.kube import KubeError, api_client_from_config
 from autoscaler.cli import UserError
-from autoscaler.domain.annotations import STATUS_ANNOTATION, parse_workload
-from autoscaler.ports import Cluster
+from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 
 
 def register(sub: Any) -> None:
@@ -55,55 +64,81 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
         lines.append("forecast: none (metrics missing: replicas are held, never scaled down blindly)")
     lines.append("why:")
     for i, step in enumerate(status.get("steps") or [], 1):
-        lines.append(f"  {i}. {step.get('name'):<22} -> {step.get('replicas'):>4}  {step.get('detail')}")
+        lines.append(f"  {i}. {step.get('name')!s:<22} -> {step.get('replicas')!s:>4}  {step.get('detail')}")
     for p in problems:
         lines.append(f"problem: {p}")
-    track = status.get("track") or []
+    track = [e for e in status.get("track") or [] if isinstance(e, dict) and isinstance(e.get("t"), int | float)]
     if track:
         lines.append("forecast vs actual (req/s, UTC):")
         lines.append("   time    actual  forecast     upper")
-        forecasts = [e for e in track if e.get("at") is not None]
+        forecasts = [e for e in track if isinstance(e.get("at"), int | float)]
         for e in track:
             made = min(forecasts, key=lambda f: abs(f["at"] - e["t"]), default=None)
             close = made is not None and abs(made["at"] - e["t"]) <= 300
             lines.append(
-                f"  {_hhmm(e['t'])}  {_num(e.get('actual'))}  {_num(made['mean'] if close and made else None)}"
-                f"  {_num(made['upper'] if close and made else None)}"
+                f"  {_hhmm(e['t'])}  {_num(e.get('actual'))}  {_num(made.get('mean') if close and made else None)}"
+                f"  {_num(made.get('upper') if close and made else None)}"
             )
     return lines
 
 
-def explain(cluster: Cluster, target: str, as_json: bool = False) -> list[str]:
-    namespace, sep, name = target.partition("/")
-    if not sep or not namespace or not name:
-        raise UserError(f"expected NAMESPACE/DEPLOYMENT, got {target!r}")
+def _read_deployment(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """The Deployment as API JSON; one GET in its namespace (namespace-scoped read access is enough)."""
+    apps = client.AppsV1Api(api)
     try:
-        views = cluster.list_workloads()
-    except KubeError as exc:
-        raise UserError(str(exc)) from None
-    view = next((v for v in views if v.namespace == namespace and v.name == name), None)
-    if view is None:
+        dep = apps.read_namespaced_deployment(name, namespace, _request_timeout=30)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise UserError(f"deployment {namespace}/{name} not found") from None
+        detail = f"HTTP {exc.status} {exc.reason or ''}".strip()
+        raise UserError(f"reading deployment {namespace}/{name} failed: {detail}") from None
+    except urllib3.exceptions.HTTPError:
+        raise UserError(f"cannot reach the API server at {api.configuration.host}") from None
+    out: dict[str, Any] = api.sanitize_for_serialization(dep)  # type: ignore[no-untyped-call]
+    return out
+
+
+def explain(deployment: Mapping[str, Any], as_json: bool = False) -> list[str]:
+    """The lines ``explain`` prints for a Deployment (API JSON); ``UserError`` when it is not ours."""
+    meta = deployment.get("metadata") or {}
+    namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    if not is_enabled(labels):
         raise UserError(
-            f"{namespace}/{name} is not an opted-in Deployment (label predictive-autoscaler.io/enabled=\"true\")"
+            f"{namespace}/{name} is not an opted-in Deployment (label {ENABLED_LABEL}=\"true\")"
         )
-    raw = view.annotations.get(STATUS_ANNOTATION)
-    parsed = parse_workload(namespace, name, view.labels, view.annotations, view.pod_template)
+    parsed = parse_workload(namespace, name, labels, annotations, (deployment.get("spec") or {}).get("template"))
     problems = [str(p) for p in parsed.problems]
+    raw = annotations.get(STATUS_ANNOTATION)
     if raw is None:
-        return [f"{namespace}/{name}: the controller has not published a decision yet", *problems]
+        return [f"{namespace}/{name}: the controller has not published a decision yet",
+                *(f"problem: {p}" for p in problems)]
     try:
         status = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise UserError(f"{namespace}/{name}: status annotation is not JSON ({exc})") from None
+    if not isinstance(status, dict):
+        raise UserError(f"{namespace}/{name}: status annotation is not a JSON object")
     if as_json:
         return [json.dumps(status, indent=2)]
     return render(namespace, name, status, problems)
 
 
+def parse_target(target: str) -> tuple[str, str]:
+    namespace, sep, name = target.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise UserError(f"expected NAMESPACE/DEPLOYMENT, got {target!r}")
+    return namespace, name
+
+
 def run(args: argparse.Namespace) -> int:
+    namespace, name = parse_target(args.target)
     try:
-        cluster = KubeCluster(api_client_from_config(args.kubeconfig))
+        api = api_client_from_config(args.kubeconfig)
     except KubeError as exc:
         raise UserError(str(exc)) from None
-    print("\n".join(explain(cluster, args.target, args.json)))
+    with api:
+        deployment = _read_deployment(api, namespace, name)
+    print("\n".join(explain(deployment, args.json)))
     return 0

@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
@@ -45,7 +46,33 @@ def register(sub: Any) -> None:
     p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
                    help="this replica's name in the leader Lease")
     p.add_argument("--no-leader-election", action="store_true", help="act without holding the Lease")
+    p.add_argument("--at", metavar="TIME", type=_timestamp,
+                   help="with --once: decide as of TIME (Unix seconds or ISO 8601, e.g. 2024-05-01T12:00:00Z) "
+                        "instead of now, to replay a past decision against the metrics of that time")
     p.set_defaults(handler=run)
+
+
+def _timestamp(text: str) -> float:
+    """``--at``: Unix seconds or an ISO 8601 time with a zone (a naive time would be ambiguous)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not Unix seconds or an ISO 8601 time: {text!r}") from None
+    if parsed.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"time {text!r} has no zone (add Z or +00:00)")
+    return parsed.timestamp()
+
+
+def _listen(text: str) -> tuple[str, int]:
+    """``--listen HOST:PORT`` (``:PORT`` means all interfaces)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UserError(f"--listen: expected HOST:PORT (e.g. 0.0.0.0:8080), got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def _source(cfg: PrometheusConfig, url: str | None) -> PrometheusSource:
@@ -68,6 +95,8 @@ def _print(report: TickReport) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.at is not None and not args.once:
+        raise UserError("--at needs --once (a running controller decides at the current time)")
     try:
         store = ConfigStore(args.config)
     except ConfigError as exc:
@@ -90,22 +119,28 @@ def run(args: argparse.Namespace) -> int:
         return True if leader is None else leader.try_acquire_or_renew()
 
     if args.once:
-        report = controller.tick(clock.now(), acting=acting() and not args.dry_run)
+        report = controller.tick(clock.now() if args.at is None else args.at, acting=acting())
         if leader is not None and leader.is_leader:
             leader.release()
+        source.close()
         if args.dry_run:
             _print(report)
         for e in report.errors:
             print(f"error: {e}", file=sys.stderr)
         return 0 if report.ok else 1
 
-    host, _, port = args.listen.rpartition(":")
+    host, port = _listen(args.listen)
     health = HealthState(clock.now, stall_after=max(120.0, 4.0 * cfg.loop.interval_seconds))
-    server = serve(controller.metrics.registry, health, host or "0.0.0.0", int(port))
+    try:
+        server = serve(controller.metrics.registry, health, host, port)
+    except OSError as exc:
+        source.close()
+        raise UserError(f"--listen {args.listen}: cannot listen there ({exc.strerror or exc})") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     log.info("controller %s started; metrics on %s", args.identity, args.listen)
+    config_failures = store.reload_failures
     try:
         while not stop.is_set():
             started = time.monotonic()
@@ -117,12 +152,18 @@ def run(args: argparse.Namespace) -> int:
                     controller.source = source
                 cfg = new
                 log.info("configuration reloaded (generation %d)", store.generation)
-            if store.last_error is not None:
-                controller.metrics.errors.labels("config").inc()
-            report = controller.tick(clock.now(), acting=acting())
-            if args.dry_run:
-                _print(report)
-            health.tick_finished()
+            if store.reload_failures > config_failures:
+                controller.metrics.errors.labels("config").inc(store.reload_failures - config_failures)
+                config_failures = store.reload_failures
+            try:
+                report = controller.tick(clock.now(), acting=acting())
+            except Exception:  # a bug in one tick must not end the controller; /healthz reports a stall
+                log.exception("tick failed")
+                controller.metrics.errors.labels("tick").inc()
+            else:
+                if args.dry_run:
+                    _print(report)
+                health.tick_finished()
             clock.sleep(cfg.loop.interval_seconds - (time.monotonic() - started), stop)
     finally:
         if leader is not None and leader.is_leader:

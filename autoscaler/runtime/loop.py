@@ -35,13 +35,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from autoscaler.adapters.kube import KubeError
-from autoscaler.adapters.prometheus import PrometheusError
+from autoscaler.adapters.prometheus import PrometheusError, PrometheusUnavailable
 from autoscaler.config import Config, ForecastProfile
 from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
-from autoscaler.ports import Cluster, PodStartups, WorkloadView
+from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
 from models.base import Forecaster
@@ -76,7 +76,10 @@ class _Memory:
     recommendations: tuple[tuple[int, int], ...] = ()
     startups: PodStartups = field(default_factory=PodStartups)
     startups_checked: float = -math.inf
-    reported: frozenset[str] = frozenset()
+    reported: frozenset[str] = frozenset()  # annotation problems already posted as Events
+    counted: frozenset[str] = frozenset()  # annotation errors already counted in the errors metric
+    outage_reported: bool = False  # a MetricsUnavailable Event was posted for the current outage
+    gpus_reported: bool = False  # a GPUsUnavailable Event was posted for the current shortage
     status_written: dict[str, Any] | None = None
     status_written_at: float = -math.inf
     track: list[dict[str, Any]] = field(default_factory=list)
@@ -185,7 +188,6 @@ class Controller:
         self.metrics = metrics if metrics is not None else ControllerMetrics()
         self.dry_run = dry_run
         self._memory: dict[Key, _Memory] = {}
-        self._metrics_were_ok = True
 
     # ------------------------------------------------------------------ tick
 
@@ -261,16 +263,26 @@ class Controller:
     def _report_problems(
         self, view: WorkloadView, problems: list[AnnotationError], now: float, write: bool, errors: list[str]
     ) -> None:
+        """A Warning Event per problem not reported before; a fixed problem that comes back is reported again.
+
+        A problem counts as reported only once its Event landed, so a failed post is retried next tick, and a
+        standby (``write`` False) leaves them all to the leader.
+        """
         memory = self._memory.setdefault((view.namespace, view.name), _Memory())
         texts = frozenset(str(p) for p in problems)
-        new = [p for p in problems if str(p) not in memory.reported]
-        if any(p.severity == "error" for p in new):
-            self.metrics.errors.labels("invalid_annotation").inc()
-        if write and new:
-            for reason, message in event_payloads(new):
-                self._event(view, "Warning", reason, message, now, errors)
-        if write or not new:
-            memory.reported = (memory.reported & texts) | texts
+        memory.reported &= texts
+        fresh_errors = {str(p) for p in problems if p.severity == "error"} - memory.counted
+        if fresh_errors:
+            self.metrics.errors.labels("invalid_annotation").inc(len(fresh_errors))
+        memory.counted = (memory.counted & texts) | fresh_errors
+        if not write:
+            return
+        for p in problems:
+            if str(p) in memory.reported:
+                continue
+            ((reason, message),) = event_payloads([p])
+            if self._event(view, "Warning", reason, message, now, errors):
+                memory.reported |= {str(p)}
 
     def _fetch(
         self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: int, errors: list[str]
@@ -307,7 +319,7 @@ class Controller:
                     keep = max(profile.history_seconds, cfg.loop.history_seconds)
                     memory.history = _splice(memory.history, got, keep)
         except PrometheusError as exc:
-            kind = "metrics_unavailable" if type(exc).__name__ == "PrometheusUnavailable" else "metrics_query"
+            kind = "metrics_unavailable" if isinstance(exc, PrometheusUnavailable) else "metrics_query"
             self.metrics.errors.labels(kind).inc()
             self.metrics.metrics_up.set(0)
             errors.append(f"metrics fetch failed, holding replicas: {exc}")
@@ -324,17 +336,26 @@ class Controller:
         self, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], ok: bool, now: float, write: bool,
         errors: list[str],
     ) -> None:
-        if write and ok != self._metrics_were_ok:
-            reason, kind, text = (
-                ("MetricsRecovered", "Normal", "metrics are back; forecasting and scaling resume")
-                if ok
-                else ("MetricsUnavailable", "Warning", "cannot read traffic metrics; replicas are held (never "
-                      "scaled down on missing data) until they return")
-            )
-            for view, _, _ in valid:
-                self._event(view, kind, reason, text, now, errors)
-        if write or ok:
-            self._metrics_were_ok = ok
+        """MetricsUnavailable once per workload when an outage starts, MetricsRecovered once when it ends.
+
+        Tracked per workload (not fleet-wide) so a Deployment that appears mid-outage is told too, and an
+        Event that failed to post is retried on the next tick instead of being lost.
+        """
+        if not write:
+            return
+        for view, _, _ in valid:
+            memory = self._memory[(view.namespace, view.name)]
+            if not ok and not memory.outage_reported:
+                memory.outage_reported = self._event(
+                    view, "Warning", "MetricsUnavailable",
+                    "cannot read traffic metrics; replicas are held (never scaled down on missing data) until "
+                    "they return", now, errors,
+                )
+            elif ok and memory.outage_reported:
+                memory.outage_reported = not self._event(
+                    view, "Normal", "MetricsRecovered", "metrics are back; forecasting and scaling resume", now,
+                    errors,
+                )
 
     # ------------------------------------------------------------------ decide
 
@@ -460,19 +481,23 @@ class Controller:
             return
         entry: dict[str, Any] = {"t": int(now), "actual": None if demand is None else _finite(demand)}
         if summary is not None:
-            entry.update(at=summary["at"], mean=summary["mean"], upper=max(summary["bands"].values(), default=None))
+            bands = [v for v in summary["bands"].values() if v is not None]
+            entry.update(at=summary["at"], mean=summary["mean"], upper=max(bands, default=None))
         memory.track = [*memory.track, entry][-TRACK_LENGTH:]
 
     # ------------------------------------------------------------------ apply
 
     def _event(
-        self, view: WorkloadView, kind: str, reason: str, message: str, now: float, errors: list[str]
-    ) -> None:
+        self, view: WorkloadView, kind: EventType, reason: str, message: str, now: float, errors: list[str]
+    ) -> bool:
+        """Post an Event; True when it landed (a failure is counted and reported, and the caller retries)."""
         try:
-            self.cluster.post_event(view.namespace, view.name, view.uid, kind, reason, message, utc(now))  # type: ignore[arg-type]
+            self.cluster.post_event(view.namespace, view.name, view.uid, kind, reason, message, utc(now))
         except KubeError as exc:
             self.metrics.errors.labels("kube_write").inc()
             errors.append(f"{view.namespace}/{view.name}: posting Event {reason} failed: {exc}")
+            return False
+        return True
 
     def _apply(
         self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision, summary: dict[str, Any] | None,
@@ -490,12 +515,13 @@ class Controller:
             if outcome in ("up", "down"):
                 actions.append(f"would scale {view.replicas} -> {desired}")
             return actions
-        if blocked and "gpus_unavailable" not in memory.reported:
-            self._event(view, "Warning", "GPUsUnavailable",
-                        f"{blocked} pod(s) Pending unschedulable; scale-up held at {view.replicas}", now, errors)
-            memory.reported |= {"gpus_unavailable"}
+        if blocked and not memory.gpus_reported:
+            memory.gpus_reported = self._event(
+                view, "Warning", "GPUsUnavailable",
+                f"{blocked} pod(s) Pending unschedulable; scale-up held at {view.replicas}", now, errors,
+            )
         elif not blocked:
-            memory.reported -= {"gpus_unavailable"}
+            memory.gpus_reported = False
         if outcome in ("up", "down"):
             try:
                 self.cluster.scale(view.namespace, view.name, desired)

@@ -58,7 +58,7 @@ class ControllerMetrics:
         self.errors = Counter(
             "predictive_autoscaler_errors_total",
             "Errors by kind (metrics_unavailable, metrics_query, kube_read, kube_write, invalid_annotation, "
-            "forecast, config).",
+            "forecast, gpu_unavailable, config, tick).",
             ["kind"],
             registry=r,
         )
@@ -85,10 +85,25 @@ class ControllerMetrics:
         )
 
     def forget(self, namespace: str, deployment: str) -> None:
-        """Drop the series of a Deployment that is gone or opted out (no stale gauges)."""
-        for gauge in (self.demand, self.desired, self.current, self.ready, self.lead, self.warm_pool):
-            with contextlib.suppress(KeyError):
-                gauge.remove(namespace, deployment)
-        for band in ("mean", "p50", "p90", "p99"):
-            with contextlib.suppress(KeyError):
-                self.forecast.remove(namespace, deployment, band)
+        """Drop every series of a Deployment that is gone or opted out (no stale gauges or counters)."""
+        per_workload: tuple[tuple[Gauge | Counter, tuple[str, ...]], ...] = (
+            (self.forecast, (*WORKLOAD, "band")),
+            (self.demand, WORKLOAD),
+            (self.desired, WORKLOAD),
+            (self.current, WORKLOAD),
+            (self.ready, WORKLOAD),
+            (self.lead, WORKLOAD),
+            (self.warm_pool, WORKLOAD),
+            (self.decisions, (*WORKLOAD, "outcome")),
+            (self.fallbacks, WORKLOAD),
+        )
+        for metric, names in per_workload:
+            present = {
+                tuple(sample.labels[n] for n in names)
+                for family in metric.collect()
+                for sample in family.samples
+                if sample.labels.get("namespace") == namespace and sample.labels.get("deployment") == deployment
+            }
+            for values in present:
+                with contextlib.suppress(KeyError):
+                    metric.remove(*values)
