@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from models.base import Forecaster, InsufficientHistoryError, NotFittedError
 from models.default import LONG_HALF_LIFE_SECONDS, SCALAR_UPDATE_BINS, DefaultForecaster, horizon_steps
@@ -346,3 +348,25 @@ def test_errors_are_one_clear_line() -> None:
     with pytest.raises(ValueError, match="percentile"):
         model.predict(5, (100,))
     assert not math.isnan(model.predict(5).mean[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.just(math.nan), st.just(0.0), st.floats(min_value=0.0, max_value=1e6)),
+        min_size=15,
+        max_size=400,
+    ),
+    new=st.lists(st.one_of(st.just(math.nan), st.floats(min_value=0.0, max_value=1e6)), max_size=40),
+)
+def test_any_valid_input_gives_finite_ordered_non_negative_forecasts(values: list[float], new: list[float]) -> None:
+    series = TrafficSeries(np.array(values), MIN, START)
+    assume(np.isfinite(series.values).any())
+    model = DefaultForecaster().fit(series)
+    model.update(TrafficSeries(np.array(new, dtype=np.float64), MIN, series.end))
+    f = model.predict(20, (50, 90, 99))
+    assert f.is_finite
+    assert np.all(f.mean >= 0)
+    assert np.all(f.band(50) >= f.mean * (1 - 1e-12))
+    assert np.all(f.band(90) >= f.band(50) * (1 - 1e-12))
+    assert np.all(f.band(99) >= f.band(90) * (1 - 1e-12))
