@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Self
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.base import DEFAULT_LEVELS, Forecaster, InsufficientHistoryError, NotFittedError
 from models.chain import ChainExhaustedError, FallbackChain
+from models.clean import prepare
 from models.ets import HoltWinters
 from models.naive import Persistence, SeasonalNaive
-from models.registry import from_state
+from models.registry import from_state, make_chain
 from models.types import Forecast, TrafficSeries
 from tests.models._synthetic import DAY0, check_forecast, daily
 
@@ -171,3 +175,27 @@ def test_chain_state_round_trips_with_its_notes() -> None:
     assert a.fallbacks == b.fallbacks == ("holt_winters: needs 288 bins, has 216",)
     assert np.array_equal(a.mean, b.mean)
     assert all(np.array_equal(a.quantiles[k], b.quantiles[k]) for k in a.quantiles)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.just(math.nan), st.floats(min_value=0, max_value=1e4, allow_nan=False)), min_size=1, max_size=400
+    ).filter(lambda v: any(not math.isnan(x) for x in v)),
+    h=st.integers(min_value=1, max_value=40),
+)
+def test_a_registry_chain_always_forecasts_and_explains_short_history(values: list[float], h: int) -> None:
+    series = TrafficSeries(np.array(values), 600, DAY0)
+    chain = make_chain("holt_winters")
+    try:
+        chain.fit(series)
+    except InsufficientHistoryError:
+        # only possible when cleaning removed every observation (all of them implausible zeros)
+        assert not np.isfinite(prepare(series).values).any()
+        return
+    fc = chain.predict(h)
+    check_forecast(fc, h)
+    observed = int(np.isfinite(prepare(series).values).sum())
+    if observed < 288:
+        assert fc.fallbacks[0] == f"holt_winters: needs 288 bins, has {observed}"
+    assert fc.model in {"holt_winters", "seasonal_naive", "persistence"}
