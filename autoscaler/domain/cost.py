@@ -14,7 +14,8 @@ The rules, in the order they are applied:
    as unmeetable (``CostReport.unmeetable``) and nothing else in its scope gets GPUs.
 2. Every other claim is a *unit*: one replica above the minimum, one warm-pool replica, or one whole
    gang. Units are ranked by the keep order (default: production inference, admitted training,
-   warm pools, other inference, pending training; see ``KeepClass``), then by priority (higher
+   production warm pools, other inference, other warm pools, pending training; see
+   ``DEFAULT_KEEP_ORDER``), then by priority (higher
    first), then replica by replica across workloads of equal rank (so equal workloads lose replicas
    evenly rather than one losing all).
 3. Units are granted in rank order while they fit under the cluster ceiling and their team's
@@ -252,8 +253,12 @@ class KeepClass:
 
 DEFAULT_KEEP_ORDER: tuple[KeepClass, ...] = tuple(
     KeepClass.parse(s)
-    for s in ("inference>=production", "training_admitted", "warm_pool", "inference", "training_pending")
+    for s in ("inference>=production", "training_admitted", "warm_pool>=production", "inference", "warm_pool",
+              "training_pending")
 )
+"""Production inference, admitted training, production warm pools, other inference, other warm pools, pending
+training. Warm pools are split by tier so that a standard workload's spare replicas never outrank its own
+serving replicas (the brief's "warm pool, then lower tiers" read as the production warm pool)."""
 
 
 @dataclass(frozen=True)
