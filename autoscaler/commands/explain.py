@@ -27,6 +27,10 @@ from autoscaler.adapters.kube import KubeError, api_client_from_config
 from autoscaler.cli import UserError
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 
+# Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time
+# within half that spacing (a forecast for five minutes later is not a forecast of this point).
+MATCH_SECONDS = 150
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("explain", help="show why a Deployment has its replicas", description=__doc__)
@@ -74,7 +78,7 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
         forecasts = [e for e in track if isinstance(e.get("at"), int | float)]
         for e in track:
             made = min(forecasts, key=lambda f: abs(f["at"] - e["t"]), default=None)
-            close = made is not None and abs(made["at"] - e["t"]) <= 300
+            close = made is not None and abs(made["at"] - e["t"]) < MATCH_SECONDS
             lines.append(
                 f"  {_hhmm(e['t'])}  {_num(e.get('actual'))}  {_num(made.get('mean') if close and made else None)}"
                 f"  {_num(made.get('upper') if close and made else None)}"

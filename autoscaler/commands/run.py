@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     cfg: Config = store.current()
     source = _source(cfg.prometheus, args.prometheus_url)
-    controller = Controller(KubeCluster(api), source, store.current, dry_run=args.dry_run)
+    controller = Controller(KubeCluster(api, instance=args.identity), source, store.current, dry_run=args.dry_run)
     clock = SystemClock()
     leader = None
     if not (args.dry_run or args.no_leader_election):

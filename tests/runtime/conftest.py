@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -35,12 +36,17 @@ from tests.servers import PrometheusServer, prometheus_server
 __all__ = [
     "FLEET",
     "RecordingTransport",
+    "Rig",
     "api_client",
     "deployment",
     "fake_api",
     "fleet",
     "loop_config",
+    "make_source",
     "prometheus_server",
+    "rig",
+    "write_config",
+    "write_kubeconfig",
 ]
 
 # (namespace, name, replicas, capacity-per-replica): llama-chat carries ~2.5 req/s on average, far more
@@ -74,6 +80,24 @@ leader_election:
 
 def loop_config_text(url: str) -> str:
     return LOOP_CONFIG_YAML.format(url=url)
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig whose only context points at ``server`` (the fake API server) with a dummy token."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: fake\n  cluster:\n    server: {server}\n"
+        "users:\n- name: tester\n  user:\n    token: not-a-secret\n"
+        "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tester\n"
+        "current-context: fake\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def write_config(path: Path, prometheus_url: str) -> Path:
+    path.write_text(loop_config_text(prometheus_url), encoding="utf-8")
+    return path
 
 
 @pytest.fixture

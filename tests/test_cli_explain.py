@@ -1,0 +1,164 @@
+"""``predictive-autoscaler explain``: the pure ``render`` on a status dict, and the command against the
+recording fake API server after a real tick (fake API server + real Prometheus)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.cli import main
+from autoscaler.commands.explain import render
+from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, STATUS_ANNOTATION
+from tests.kube.fakeapi import FakeKubeAPI
+from tests.runtime import conftest as runtime
+from tests.servers import PrometheusServer
+
+# Fixtures shared with tests/runtime (assigned, not imported, so ruff sees them as used).
+prometheus_server = runtime.prometheus_server
+fake_api = runtime.fake_api
+api_client = runtime.api_client
+fleet = runtime.fleet
+loop_config = runtime.loop_config
+rig = runtime.rig
+
+T0 = 1_700_000_100  # 2023-11-14T22:15:00Z
+
+
+def hhmm(t: int) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M")
+
+
+def status_dict() -> dict[str, Any]:
+    # Seven track points 5 minutes apart; each forecast is made for 15 minutes later (three points on).
+    track = [
+        {"t": T0 + 300 * k, "actual": 1.0 + k, "at": T0 + 300 * k + 900, "mean": 10.0 + k, "upper": 20.0 + k}
+        for k in range(7)
+    ]
+    return {
+        "mode": "scale",
+        "time": "2023-11-14T22:45:00+00:00",
+        "desiredReplicas": 7,
+        "currentReplicas": 2,
+        "readyReplicas": 2,
+        "leadSeconds": 420.0,
+        "warmPool": {"replicas": 1, "as": "replicas"},
+        "forecast": {"model": "default", "fallbacks": [], "at": T0 + 2700, "horizon_seconds": 900, "mean": 2.1,
+                     "bands": {"p50": 2.1, "p90": 2.5, "p99": 2.8}},
+        "steps": [
+            {"name": "lead_time", "replicas": 2, "detail": "lead 420s"},
+            {"name": "forecast", "replicas": 7, "detail": "p90 demand 2.5 req/s / 0.4 req/s per replica -> 7"},
+        ],
+        "track": track,
+    }
+
+
+def test_render_shows_the_decision_the_steps_and_forecast_against_actual() -> None:
+    status = status_dict()
+    lines = render("serving", "llama-chat", status, ["predictive-autoscaler.io/team='x y': not a valid team name"])
+
+    assert lines[0] == "serving/llama-chat  mode=scale  as of 2023-11-14T22:45:00+00:00"
+    assert lines[1] == "replicas: desired 7, current 2, ready 2; lead time 420.0s; warm pool 1 (replicas)"
+    assert lines[2] == f"forecast (default) for {hhmm(T0 + 2700)} UTC: mean 2.1 req/s; p50 2.1, p90 2.5, p99 2.8"
+    assert lines[3] == "why:"
+    assert lines[4].split() == ["1.", "lead_time", "->", "2", "lead", "420s"]
+    assert lines[5].split()[:4] == ["2.", "forecast", "->", "7"]
+    assert lines[5].endswith(status["steps"][1]["detail"])
+    assert lines[6] == "problem: predictive-autoscaler.io/team='x y': not a valid team name"
+    assert lines[7] == "forecast vs actual (req/s, UTC):"
+    rows = [line.split() for line in lines[9:]]
+    assert len(rows) == 7
+    for k, row in enumerate(rows):
+        assert row[0] == hhmm(T0 + 300 * k)
+        assert float(row[1]) == 1.0 + k
+        if k < 3:  # nothing was forecast for the first three points (the track starts at T0)
+            assert row[2:] == ["-", "-"]
+        else:  # the forecast made three points earlier, for this time
+            assert (float(row[2]), float(row[3])) == (10.0 + k - 3, 20.0 + k - 3)
+
+
+def test_render_without_a_forecast_says_replicas_are_held() -> None:
+    status = {**status_dict(), "forecast": None, "track": [{"t": T0, "actual": None}]}
+    lines = render("serving", "llama-chat", status, [])
+    assert "forecast: none (metrics missing: replicas are held, never scaled down blindly)" in lines
+    assert lines[-1].split() == [hhmm(T0), "-", "-", "-"]
+
+
+def test_render_tolerates_a_status_from_another_version() -> None:
+    lines = render("a", "b", {"steps": [{"detail": "no name"}], "track": [{"actual": 3}, "junk"]}, [])
+    assert lines[0] == "a/b  mode=None  as of ?"
+    assert lines[4].split() == ["1.", "None", "->", "None", "no", "name"]
+    assert "forecast vs actual (req/s, UTC):" not in lines
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path, fleet: FakeKubeAPI) -> str:
+    return str(runtime.write_kubeconfig(tmp_path / "kubeconfig", fleet.url))
+
+
+@pytest.mark.prometheus
+def test_explain_after_a_tick_prints_what_the_controller_published(
+    rig: runtime.Rig, prometheus_server: PrometheusServer, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = prometheus_server.now - 1800
+    report = rig.controller.tick(now)
+    assert report.ok
+    (llama,) = [w for w in report.workloads if w.name == "llama-chat"]
+    assert llama.decision is not None
+
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    assert lines[0].startswith("serving/llama-chat  mode=scale  as of 2023-")
+    assert lines[1].startswith(f"replicas: desired {llama.decision.desired_replicas}, current 2,")
+    assert lines[2].startswith(f"forecast (default) for {hhmm(now + 900)} UTC: mean ")
+    why = lines.index("why:")
+    steps = lines[why + 1 : why + 1 + len(llama.decision.steps)]
+    for i, (line, step) in enumerate(zip(steps, llama.decision.steps, strict=True), 1):
+        assert line.split()[:4] == [f"{i}.", step.name, "->", str(step.replicas)]
+        assert line.endswith(step.detail)
+    assert lines[-1].split()[0] == hhmm(now)  # the track's one point so far
+    # Reading it took one GET of that Deployment: no cluster-wide list.
+    reads = rig.fake.calls("GET", r"/deployments")
+    assert reads[-1].path == "/apis/apps/v1/namespaces/serving/deployments/llama-chat"
+
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig, "--json"]) == 0
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    assert json.loads(capsys.readouterr().out) == json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+
+
+def test_explain_before_the_first_decision(
+    fleet: FakeKubeAPI, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dep = fleet.get("deployments", "research", "qwen-eval")
+    assert dep is not None
+    dep["metadata"]["annotations"][PREFIX + "mode"] = "turbo"
+    fleet.add("deployments", dep)
+    assert main(["explain", "research/qwen-eval", "--kubeconfig", kubeconfig]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "research/qwen-eval: the controller has not published a decision yet",
+        f"problem: {PREFIX}mode='turbo': unknown mode (expected 'scale' or 'advisory')",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("serving/nope", "deployment serving/nope not found"),
+        ("serving/opted-out", f'serving/opted-out is not an opted-in Deployment (label {ENABLED_LABEL}="true")'),
+        ("llama-chat", "expected NAMESPACE/DEPLOYMENT, got 'llama-chat'"),
+    ],
+    ids=["unknown", "not-opted-in", "no-namespace"],
+)
+def test_explain_errors_are_one_line_with_exit_2(
+    fleet: FakeKubeAPI, kubeconfig: str, target: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.add("deployments", runtime.deployment("serving", "opted-out", enabled=False))
+    assert main(["explain", target, "--kubeconfig", kubeconfig]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == f"predictive-autoscaler explain: error: {message}\n"
