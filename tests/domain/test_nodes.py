@@ -1,0 +1,199 @@
+"""NodePool shapes from CRD-valid NodePools, whole-node demand, headroom ahead of the pods, and GPU limits."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler.domain.cost import (
+    Ceilings,
+    GpuType,
+    InstanceType,
+    NodePoolPricing,
+    PriceTable,
+    WorkloadAsk,
+    enforce_ceilings,
+)
+from autoscaler.domain.gangs import Gang
+from autoscaler.domain.nodes import (
+    NodePoolError,
+    PoolShape,
+    ceiling_gpus,
+    gpu_prices,
+    headroom_plan,
+    nodepool_limit,
+    nodes_for,
+    pool_demand,
+    pool_shape,
+)
+
+PRICES = PriceTable(
+    default_gpu_hour=3.0,
+    instance_types={
+        "p4d.24xlarge": InstanceType("p4d.24xlarge", 8, 32.0, 12.0),
+        "g6.12xlarge": InstanceType("g6.12xlarge", 4, 4.8),
+        "g6.xlarge": InstanceType("g6.xlarge", 1, 0.8),
+    },
+    gpu_types={"h100": GpuType("h100", 6.0, 2.5)},
+    nodepools={"pinned": NodePoolPricing(gpus_per_node=2, gpu_hour=9.0)},
+)
+
+
+@cache
+def nodepool_validator() -> Any:
+    crd = yaml.safe_load(Path("/work/shared/crds/karpenter.sh_nodepools.yaml").read_text())
+    (ver,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = ver["schema"]["openAPIV3Schema"]
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def nodepool(name: str, *requirements: tuple[str, list[str]]) -> dict[str, Any]:
+    obj = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": k, "operator": "In", "values": v} for k, v in requirements],
+                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+            }},
+            "limits": {"nvidia.com/gpu": "64"},
+        },
+    }
+    nodepool_validator().validate(obj)
+    return obj
+
+
+IT = "node.kubernetes.io/instance-type"
+CT = "karpenter.sh/capacity-type"
+
+
+@pytest.mark.parametrize(
+    ("obj", "gpus_per_node", "gpu_hour", "capacity"),
+    [
+        (nodepool("a100", (IT, ["p4d.24xlarge"])), 8, 4.0, "on-demand"),
+        (nodepool("a100-spot", (IT, ["p4d.24xlarge"]), (CT, ["spot"])), 8, 1.5, "spot"),
+        (nodepool("a100-any", (IT, ["p4d.24xlarge"]), (CT, ["spot", "on-demand"])), 8, 4.0, "on-demand"),
+        # several types: the smallest node and the dearest GPU (never under-count nodes or dollars)
+        (nodepool("l4", (IT, ["g6.12xlarge", "g6.xlarge", "unknown.type"])), 1, 1.2, "on-demand"),
+        (nodepool("h100", ("karpenter.k8s.aws/instance-gpu-name", ["h100"]),
+                  ("karpenter.k8s.aws/instance-gpu-count", ["8", "4"]), (CT, ["spot"])), 4, 2.5, "spot"),
+        (nodepool("generic", ("karpenter.k8s.aws/instance-gpu-count", ["2"])), 2, 3.0, "on-demand"),
+        (nodepool("pinned", (IT, ["p4d.24xlarge"])), 2, 9.0, "on-demand"),  # config wins
+    ],
+)
+def test_pool_shape_from_requirements_and_config(obj: dict[str, Any], gpus_per_node: int, gpu_hour: float,
+                                                 capacity: str) -> None:
+    shape = pool_shape(obj["metadata"]["name"], obj, PRICES)
+    assert shape.gpus_per_node == gpus_per_node
+    assert shape.gpu_hour == pytest.approx(gpu_hour)
+    assert shape.capacity_type == capacity
+    assert shape.source
+
+
+def test_config_alone_can_describe_a_pool() -> None:
+    prices = PriceTable(nodepools={"x": NodePoolPricing(instance_type="p4d.24xlarge", capacity_type="spot")},
+                        instance_types=PRICES.instance_types)
+    shape = pool_shape("x", None, prices)
+    assert (shape.gpus_per_node, shape.gpu_hour, shape.capacity_type) == (8, 1.5, "spot")
+    assert shape.node_hour == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize(
+    ("obj", "prices", "message"),
+    [
+        (nodepool("cpu", (IT, ["m7i.large"])), PRICES, "NodePool cpu: GPUs per node unknown"),
+        ({"spec": {}}, PRICES, "spec.template.spec.requirements: missing"),
+        (nodepool("bad", ("karpenter.k8s.aws/instance-gpu-count", ["many"])), PRICES, "are not integers"),
+        (None, PriceTable(nodepools={"p": NodePoolPricing(instance_type="nope")}),
+         "pricing.nodepools.p.instance_type: 'nope' is not in pricing.instance_types"),
+    ],
+)
+def test_unknown_shapes_are_clear_errors(obj: dict[str, Any] | None, prices: PriceTable, message: str) -> None:
+    with pytest.raises(NodePoolError, match=message):
+        pool_shape("p" if obj is None else obj.get("metadata", {}).get("name", "p"), obj, prices)
+
+
+SHAPES = {
+    "a100": PoolShape("a100", 8, 4.0, "on-demand"),
+    "l4": PoolShape("l4", 1, 0.8, "on-demand"),
+}
+
+
+def test_pool_demand_counts_replicas_warm_nodes_and_gangs_in_whole_nodes() -> None:
+    asks = [
+        WorkloadAsk("ml/chat", "ml", 100, 2, 1, 5, 1, "replicas", "a100"),  # warm inside the 5 replicas: 10 GPUs
+        WorkloadAsk("ml/rag", "ml", 100, 1, 1, 2, 3, "nodes", "a100"),  # 2 + 3 warm as nodes
+        WorkloadAsk("ml/ocr", "ml", 50, 1, 0, 3, 0, "replicas", "l4"),
+        WorkloadAsk("ml/cpu", "ml", 50, 0, 0, 3, 0, "replicas", None),
+    ]
+    gangs = [Gang("Workload", "ml", "ft", 8, 1, True, 50, nodepool="a100"),
+             Gang("Workload", "ml", "old", 8, 1, True, 50, nodepool="a100", inactive=True)]
+    demand = pool_demand(asks, gangs, SHAPES)
+    a100 = demand["a100"]
+    assert (a100.replica_gpus, a100.warm_gpus, a100.gang_gpus, a100.gpus, a100.nodes) == (12, 3, 8, 23, 3)
+    assert (demand["l4"].gpus, demand["l4"].nodes) == (3, 3)
+    assert (demand[""].gpus, demand[""].nodes) == (0, None)  # no pool named: GPUs counted, node size unknown
+
+
+def test_headroom_asks_for_the_nodes_the_pods_do_not_request_yet() -> None:
+    plan = headroom_plan(SHAPES, planned_gpus={"a100": 20, "l4": 2}, requested_gpus={"a100": 6, "l4": 3})
+    a100 = plan["a100"]
+    assert (a100.spare_gpus, a100.spare_nodes, a100.placeholder_pods, a100.gpus_per_placeholder) == (14, 2, 2, 8)
+    assert not a100.capped_by_limit
+    assert a100.detail == "plan 20 GPU(s) = 3 node(s) of 8; pods request 6 = 1 node(s) -> 2 spare"
+    assert plan["l4"].spare_nodes == 0  # pods already ask for more than the plan
+    capped = headroom_plan(SHAPES, {"a100": 40}, {"a100": 6}, limit_gpus={"a100": 24})["a100"]
+    assert (capped.spare_nodes, capped.capped_by_limit) == (2, True)
+    assert "unknown" not in headroom_plan(SHAPES, {"unknown": 4}, {})
+
+
+def test_nodepool_limit_follows_the_ceiling_but_never_below_what_runs() -> None:
+    shape = SHAPES["a100"]
+    assert nodepool_limit(shape, allowed_gpus=20, running_gpus=8) == 24
+    assert nodepool_limit(shape, allowed_gpus=0, running_gpus=16) == 16
+    assert nodepool_limit(shape, allowed_gpus=16, running_gpus=0) == 16
+    with pytest.raises(ValueError, match="GPU counts must be >= 0"):
+        nodepool_limit(shape, -1, 0)
+
+
+def test_ceiling_gpus_adds_what_the_remaining_budget_buys() -> None:
+    asks = [WorkloadAsk("ml/chat", "ml", 100, 1, 0, 4, 0, "replicas", "a100")]
+    prices = gpu_prices(SHAPES.values(), PRICES)
+    report = enforce_ceilings(asks, [], Ceilings(cluster=30.0), prices)  # 4 x $4 kept, $14 left
+    assert ceiling_gpus(report, SHAPES["a100"]) == 4 + 3
+    assert ceiling_gpus(report, SHAPES["l4"]) == 0 + 17
+    assert ceiling_gpus(enforce_ceilings(asks, [], Ceilings(), prices), SHAPES["a100"]) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 16))
+def test_nodes_are_the_ceiling_of_gpus_over_gpus_per_node(gpus: int, per_node: int) -> None:
+    nodes = nodes_for(gpus, per_node)
+    assert nodes * per_node >= gpus
+    assert (nodes - 1) * per_node < gpus or nodes == 0
+    assert nodes == -(-gpus // per_node)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 200), st.integers(0, 200), st.integers(0, 400), st.sampled_from([1, 2, 4, 8]))
+def test_limit_and_headroom_properties(allowed: int, running: int, planned: int, per_node: int) -> None:
+    shape = PoolShape("p", per_node, 1.0, "on-demand")
+    limit = nodepool_limit(shape, allowed, running)
+    assert limit >= running
+    assert limit >= allowed
+    assert limit == running or limit % per_node == 0
+    assert limit - per_node < max(allowed, running)
+    room = headroom_plan({"p": shape}, {"p": planned}, {"p": running}, limit_gpus={"p": limit})["p"]
+    assert (nodes_for(running, per_node) + room.spare_nodes) * per_node <= max(limit, nodes_for(running, per_node)
+                                                                               * per_node)
+    unlimited = headroom_plan({"p": shape}, {"p": planned}, {"p": running})["p"]
+    assert unlimited.spare_nodes == max(0, nodes_for(planned, per_node) - nodes_for(running, per_node))
