@@ -21,7 +21,15 @@ What it does like the real API server:
   ``autoscaling/v1 Scale``;
 * Lease ``acquireTime``/``renewTime`` must be ``MicroTime`` with exactly six fractional digits, as the
   real decoder demands (``400`` otherwise) - a whole-second ``isoformat()`` would fail in production;
-* Events need ``involvedObject.namespace`` equal to the Event's namespace, and ``generateName`` works.
+* Events need ``involvedObject.namespace`` equal to the Event's namespace, and ``generateName`` works;
+* custom resources are served only for CRDs installed with ``install_crd`` (the real YAML from
+  /work/shared/crds): discovery (``GET /apis/GROUP/VERSION``) lists them and answers ``404`` for a group
+  version nobody installed; list/get/create/merge-patch/delete work at the CRD's scope; every object
+  written is checked against the version's ``openAPIV3Schema`` (``422 Invalid``), and unknown fields are
+  pruned silently unless the request says ``fieldValidation=Strict`` (then ``422``), as the API server does.
+  CEL rules (``x-kubernetes-validations``) are not evaluated; tests check the ones that matter explicitly;
+* Deployments can be created (the selector must match the template's labels) and deleted, PriorityClasses
+  read and created (``value`` is immutable; creating an existing name is ``409 AlreadyExists``).
 
 Every request is recorded (method, path, query, content type, parsed body), and faults can be injected
 (``fail("PATCH", r"/scale$", 409, times=2)``) to exercise retries and error reporting.
@@ -38,8 +46,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import jsonschema  # type: ignore[import-untyped]
+import yaml
 
 MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
 
@@ -118,6 +130,90 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Crd:
+    """One served version of an installed CustomResourceDefinition."""
+
+    group: str
+    version: str
+    plural: str
+    singular: str
+    kind: str
+    list_kind: str
+    namespaced: bool
+    schema: dict[str, Any] | None
+
+    @property
+    def resource(self) -> str:
+        """The storage key: one per resource, whatever version a client speaks."""
+        return f"{self.plural}.{self.group}"
+
+
+def load_crd(path: str | Path) -> list[Crd]:
+    """Every served version of the CRD in a YAML file."""
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    spec = doc["spec"]
+    names = spec["names"]
+    return [
+        Crd(
+            group=spec["group"],
+            version=v["name"],
+            plural=names["plural"],
+            singular=names.get("singular", names["kind"].lower()),
+            kind=names["kind"],
+            list_kind=names.get("listKind", names["kind"] + "List"),
+            namespaced=spec["scope"] == "Namespaced",
+            schema=(v.get("schema") or {}).get("openAPIV3Schema"),
+        )
+        for v in spec["versions"]
+        if v.get("served", True)
+    ]
+
+
+def strict_schema(schema: Any) -> Any:
+    """The schema with ``additionalProperties: false`` wherever it declares properties (and does not keep unknown
+    fields): what the API server's pruning / ``fieldValidation=Strict`` means, in JSON Schema."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) for k, v in schema.items()}
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def prune(obj: Any, schema: Any) -> Any:
+    """Drop fields the structural schema does not declare, as the API server does without Strict validation."""
+    if not isinstance(schema, dict):
+        return obj
+    if isinstance(obj, dict):
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return obj
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is not None:
+            return {k: prune(v, props[k]) for k, v in obj.items() if k in props}
+        if isinstance(extra, dict):
+            return {k: prune(v, extra) for k, v in obj.items()}
+        return obj
+    if isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        return [prune(v, schema["items"]) for v in obj]
+    return obj
+
+
+def schema_errors(obj: Any, schema: dict[str, Any], *, strict: bool) -> list[str]:
+    """Violations of ``schema`` (JSON Schema keywords; Kubernetes extensions and CEL rules are ignored)."""
+    validator = jsonschema.Draft7Validator(strict_schema(schema) if strict else schema)
+    return sorted(
+        f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in validator.iter_errors(obj)
+    )
+
+
 @dataclass
 class FakeKubeAPI:
     """State, recording and fault injection. ``start()`` serves it on 127.0.0.1 and returns the base URL."""
@@ -126,6 +222,7 @@ class FakeKubeAPI:
     objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    crds: dict[tuple[str, str, str], Crd] = field(default_factory=dict)  # (group, version, plural)
     _rv: Iterator[int] = field(default_factory=lambda: itertools.count(100))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -149,6 +246,21 @@ class FakeKubeAPI:
                 for (r, ns, _), o in self.objects.items()
                 if r == resource and (namespace is None or ns == namespace)
             ]
+
+    def install_crd(self, path: str | Path, *, versions: tuple[str, ...] | None = None) -> list[Crd]:
+        """Serve the custom resource defined in a CRD YAML file (all served versions, or only ``versions``)."""
+        installed = [c for c in load_crd(path) if versions is None or c.version in versions]
+        if not installed:
+            raise ValueError(f"{path}: no served version among {versions}")
+        with self._lock:
+            for crd in installed:
+                self.crds[(crd.group, crd.version, crd.plural)] = crd
+        return installed
+
+    def uninstall_crd(self, group: str, plural: str) -> None:
+        with self._lock:
+            for key in [k for k in self.crds if k[0] == group and k[2] == plural]:
+                del self.crds[key]
 
     def fail(self, method: str, path: str, status: int, *, times: int = 1, reason: str = "") -> None:
         default = {409: "Conflict", 500: "InternalError", 403: "Forbidden", 404: "NotFound"}.get(status, "Error")
@@ -219,7 +331,7 @@ class FakeKubeAPI:
         except ValueError:
             body = raw.decode(errors="replace")
         with self._lock:
-            self.requests.append(Recorded(method, url.path, query, content_type, body))
+            self.requests.append(Recorded(method, url.path, query, content_type, copy.deepcopy(body)))  # as sent
             try:
                 for fault in self.faults:
                     if fault.times > 0 and fault.method == method and fault.path.search(url.path):
@@ -264,7 +376,129 @@ class FakeKubeAPI:
                 return 201, self._create("leases", ns, self._check_lease(body))
             if method == "PUT" and name is not None:
                 return 200, self._replace("leases", ns, name, self._check_lease(body))
+        if method == "GET" and (m := re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)):
+            return 200, self._discovery(m.group(1), m.group(2))
+        custom = re.fullmatch(r"/apis/([^/]+)/([^/]+)(?:/namespaces/([^/]+))?/([^/]+)(?:/([^/]+))?", path)
+        if custom and (crd := self.crds.get((custom.group(1), custom.group(2), custom.group(4)))) is not None:
+            return self._custom(crd, method, custom.group(3), custom.group(5), query, ctype, body)
+        if apps and method == "POST" and apps.group(1) is not None and apps.group(2) is None:
+            return 201, self._create("deployments", apps.group(1), self._check_deployment(body))
+        if apps and method == "DELETE" and apps.group(2) is not None and not apps.group(3):
+            return 200, self._delete("deployments", apps.group(1), apps.group(2), "Deployment", "apps")
+        pc = re.fullmatch(r"/apis/scheduling\.k8s\.io/v1/priorityclasses(?:/([^/]+))?", path)
+        if pc and method == "GET" and pc.group(1) is not None:
+            return 200, self._fetch("priorityclasses", "", pc.group(1))
+        if pc and method == "POST" and pc.group(1) is None:
+            return 201, self._create("priorityclasses", "", self._check_priority_class(body))
         raise ApiError(404, "NotFound", f"the fake API server does not serve {method} {path}")
+
+    # ---- custom resources ------------------------------------------------------------------------
+
+    def _discovery(self, group: str, version: str) -> dict[str, Any]:
+        crds = sorted((c for (g, v, _), c in self.crds.items() if (g, v) == (group, version)), key=lambda c: c.plural)
+        if not crds:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        verbs = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}",
+            "resources": [
+                {
+                    "name": c.plural,
+                    "singularName": c.singular,
+                    "namespaced": c.namespaced,
+                    "kind": c.kind,
+                    "verbs": verbs,
+                    "storageVersionHash": "fake",
+                }
+                for c in crds
+            ],
+        }
+
+    def _custom(
+        self, crd: Crd, method: str, ns: str | None, name: str | None, query: dict[str, list[str]],
+        ctype: str | None, body: Any,
+    ) -> tuple[int, Any]:
+        if ns is not None and not crd.namespaced:
+            raise ApiError(404, "NotFound", f"{crd.resource} is cluster-scoped")
+        if ns is None and crd.namespaced and (method != "GET" or name is not None):
+            raise ApiError(404, "NotFound", f"{crd.resource} is namespaced")
+        api_version = f"{crd.group}/{crd.version}"
+        strict = query.get("fieldValidation", [""])[0] == "Strict"
+
+        def out(obj: dict[str, Any]) -> dict[str, Any]:
+            return {**obj, "apiVersion": api_version, "kind": crd.kind}
+
+        if method == "GET" and name is None:
+            listed = self._list(crd.resource, ns, query, crd.list_kind, api_version)
+            listed["items"] = [out(o) for o in listed["items"]]
+            return 200, listed
+        if method == "GET" and name is not None:
+            return 200, out(self._fetch(crd.resource, ns or "", name))
+        if method == "POST" and name is None:
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", f"{crd.kind} body must be a JSON object")
+            if body.get("apiVersion") != api_version or body.get("kind") != crd.kind:
+                raise ApiError(400, "BadRequest", f"body is {body.get('apiVersion')}/{body.get('kind')}, "
+                                                  f"expected {api_version}/{crd.kind}")
+            return 201, out(self._create(crd.resource, ns or "", self._validated(crd, body, strict)))
+        if method == "PATCH" and name is not None:
+            current = self._fetch(crd.resource, ns or "", name)
+            merged = self._apply_patch(current, ctype, body)
+            return 200, out(self._store(crd.resource, self._validated(crd, merged, strict)))
+        if method == "DELETE" and name is not None:
+            obj = self._fetch(crd.resource, ns or "", name)
+            del self.objects[(crd.resource, ns or "", name)]
+            return 200, out(obj)
+        raise ApiError(405, "MethodNotAllowed", f"{method} on {crd.resource}")
+
+    @staticmethod
+    def _validated(crd: Crd, obj: dict[str, Any], strict: bool) -> dict[str, Any]:
+        if crd.schema is None:
+            return obj
+        problems = schema_errors(obj, crd.schema, strict=strict)
+        if problems:
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise ApiError(422, "Invalid", f'{crd.kind}.{crd.group} "{name}" is invalid: ' + "; ".join(problems))
+        pruned: dict[str, Any] = prune(obj, crd.schema)
+        pruned["metadata"] = obj.get("metadata") or {}
+        return pruned
+
+    def _delete(self, resource: str, ns: str, name: str, kind: str, group: str) -> dict[str, Any]:
+        obj = self._fetch(resource, ns, name)
+        del self.objects[(resource, ns, name)]
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"name": name, "group": group, "kind": resource, "uid": obj["metadata"]["uid"]},
+        }
+
+    @staticmethod
+    def _check_deployment(body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "Deployment body must be a JSON object")
+        spec = body.get("spec") or {}
+        match = (spec.get("selector") or {}).get("matchLabels") or {}
+        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if not match or any(labels.get(k) != v for k, v in match.items()):
+            raise ApiError(
+                422, "Invalid", "spec.template.metadata.labels: Invalid value: `selector` does not match template "
+                "`labels`"
+            )
+        if not (spec.get("template") or {}).get("spec", {}).get("containers"):
+            raise ApiError(422, "Invalid", "spec.template.spec.containers: Required value")
+        return body
+
+    @staticmethod
+    def _check_priority_class(body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("value"), int):
+            raise ApiError(422, "Invalid", "value: Required value: a PriorityClass needs an integer value")
+        if body.get("preemptionPolicy", "PreemptLowerPriority") not in ("Never", "PreemptLowerPriority"):
+            raise ApiError(422, "Invalid", f"preemptionPolicy: Unsupported value: {body.get('preemptionPolicy')!r}")
+        return body
 
     # ---- storage ---------------------------------------------------------------------------------
 
