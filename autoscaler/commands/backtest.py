@@ -29,7 +29,6 @@ import numpy as np
 from autoscaler.cli import UserError
 from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace, parse_duration
 from models.base import Forecaster, InsufficientHistoryError
-from models.clean import prepare
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import TrafficSeries
 
@@ -209,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
     if args.score_outages:
         actuals, n_outage = series, 0
     else:
+        from models.clean import prepare  # deferred: pandas, paid only by this command
+
         actuals = prepare(series)
         n_outage = int(np.sum(np.isnan(actuals.values) & ~np.isnan(series.values)))
 
