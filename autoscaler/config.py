@@ -13,6 +13,11 @@ PromQL) are edited by people, usually through a ConfigMap. Three things follow:
   validates; a broken edit is reported and the last good configuration stays in force. The
   controller never crashes on a typo.
 
+The ``pricing`` and ``ceilings`` sections are parsed straight into the domain's own values
+(``autoscaler.domain.cost.PriceTable`` and ``Ceilings``), so the controller and the simulator price
+plans with exactly what was validated. ``pricing.instance_types`` is *added* to the packaged
+instance-type table (like PromQL queries), so an operator lists only their own or discounted types.
+
 Where this departs from DESIGN.md: the design puts the default config under ``config/``. The file
 is shipped inside the package (``autoscaler/data/default-config.yaml``) so an installed controller
 finds it; ``config/default.yaml`` is a symlink to it, one source for both.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -40,11 +46,21 @@ import yaml
 
 from autoscaler import promql
 from autoscaler.cli import UserError
+from autoscaler.domain.cost import (
+    DEFAULT_KEEP_ORDER,
+    Ceilings,
+    GpuType,
+    InstanceType,
+    KeepClass,
+    NodePoolPricing,
+    PriceTable,
+)
 from autoscaler.traces import parse_duration
 
 __all__ = [
     "CONFIGMAP_KEY",
     "DEFAULT_CONFIG_PATH",
+    "DEFAULT_INSTANCE_TYPES",
     "MODEL_NAMES",
     "PROMQL_PLACEHOLDERS",
     "ColdStartConfig",
@@ -170,6 +186,26 @@ class LeaderElectionConfig:
     lease_duration_seconds: int = 15
 
 
+DEFAULT_INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType({
+    t.name: t
+    for t in (
+        InstanceType("g5.xlarge", 1, 1.006),
+        InstanceType("g5.12xlarge", 4, 5.672),
+        InstanceType("g5.48xlarge", 8, 16.288),
+        InstanceType("g6.xlarge", 1, 0.8048),
+        InstanceType("g6.12xlarge", 4, 4.6016),
+        InstanceType("g6.48xlarge", 8, 13.3504),
+        InstanceType("p4d.24xlarge", 8, 32.7726),
+        InstanceType("p5.48xlarge", 8, 98.32),
+    )
+})
+"""The packaged instance-type table (GPUs per node, on-demand $/h); ``pricing.instance_types`` adds to it."""
+
+
+def _default_pricing() -> PriceTable:
+    return PriceTable(instance_types=DEFAULT_INSTANCE_TYPES)
+
+
 def _default_profiles() -> Mapping[str, ForecastProfile]:
     return MappingProxyType({"default": ForecastProfile()})
 
@@ -184,6 +220,8 @@ class Config:
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     namespaces: tuple[str, ...] = ()
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
+    pricing: PriceTable = field(default_factory=_default_pricing)
+    ceilings: Ceilings = field(default_factory=Ceilings)
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def profile(self, name: str) -> ForecastProfile:
@@ -240,6 +278,28 @@ class Config:
                 "lease_name": self.leader_election.lease_name,
                 "lease_namespace": self.leader_election.lease_namespace,
                 "lease_duration": format_duration(self.leader_election.lease_duration_seconds),
+            },
+            "pricing": {
+                "default_gpu_hour": self.pricing.default_gpu_hour,
+                "capacity_type": self.pricing.capacity_type,
+                "instance_types": {
+                    t.name: {"gpus": t.gpus, "on_demand": t.on_demand, "spot": t.spot}
+                    for t in self.pricing.instance_types.values()
+                },
+                "gpu_types": {
+                    g.name: {"on_demand": g.on_demand, "spot": g.spot} for g in self.pricing.gpu_types.values()
+                },
+                "nodepools": {
+                    name: {k: v for k, v in (("instance_type", n.instance_type), ("gpus_per_node", n.gpus_per_node),
+                                             ("capacity_type", n.capacity_type), ("gpu_hour", n.gpu_hour))
+                           if v is not None}
+                    for name, n in self.pricing.nodepools.items()
+                },
+            },
+            "ceilings": {
+                "cluster": self.ceilings.cluster,
+                "teams": dict(self.ceilings.teams),
+                "keep_order": [str(k) for k in self.ceilings.keep_order],
             },
         }
 
@@ -354,7 +414,14 @@ _PROFILE_KEYS = (
 _COLD_START_KEYS = ("pod_startup", "node_startup", "percentile", "min_samples")
 _PROMETHEUS_KEYS = ("url", "bearer_token_file", "ca_file", "timeout", "retries", "arrival_rate_query", "queries")
 _LEADER_KEYS = ("lease_name", "lease_namespace", "lease_duration")
-_TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election")
+_PRICING_KEYS = ("default_gpu_hour", "capacity_type", "instance_types", "gpu_types", "nodepools")
+_INSTANCE_KEYS = ("gpus", "on_demand", "spot")
+_GPU_TYPE_KEYS = ("on_demand", "spot")
+_NODEPOOL_PRICING_KEYS = ("instance_type", "gpus_per_node", "capacity_type", "gpu_hour")
+_CEILING_KEYS = ("cluster", "teams", "keep_order")
+_TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election", "pricing", "ceilings")
+_CAPACITY_TYPES = ("on-demand", "spot")
+_TEAM = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 def _parse_loop(p: _Parser, data: Mapping[str, Any]) -> LoopConfig:
@@ -531,6 +598,138 @@ def _parse_leader(p: _Parser, data: Mapping[str, Any]) -> LeaderElectionConfig:
     )
 
 
+def _dollars(p: _Parser, raw: Mapping[str, Any], key: str, path: str, default: float | None,
+             *, nullable: bool = False) -> float | None:
+    """A price or ceiling in dollars per hour (a number >= 0; null allowed where ``nullable``)."""
+    if key not in raw:
+        return default
+    value = raw[key]
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        what = "a number of dollars per hour >= 0" + (" or null" if nullable else "")
+        p.error(f"{path}.{key}", f"expected {what}, got {_describe(value)}")
+        return default
+    return float(value)
+
+
+def _capacity_type(p: _Parser, raw: Mapping[str, Any], path: str, default: str | None) -> Any:
+    if "capacity_type" not in raw or raw["capacity_type"] is None:
+        return default
+    value = raw["capacity_type"]
+    if value not in _CAPACITY_TYPES:
+        p.error(f"{path}.capacity_type", f"expected on-demand or spot, got {_describe(value)}")
+        return default
+    return value
+
+
+def _entries(p: _Parser, raw: Mapping[str, Any], key: str, path: str, allowed: tuple[str, ...]
+             ) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """``(name, key path, body)`` for each entry of a mapping of named mappings, unknown keys reported."""
+    section = raw.get(key)
+    where = f"{path}.{key}"
+    if section is None:
+        return []
+    if not isinstance(section, dict):
+        p.error(where, f"expected a mapping of names to settings, got {_describe(section)}")
+        return []
+    out: list[tuple[str, str, Mapping[str, Any]]] = []
+    for name, body in section.items():
+        if not isinstance(body, dict):
+            p.error(f"{where}.{name}", f"expected a mapping ({', '.join(allowed)}), got {_describe(body)}")
+            continue
+        p.unknown_keys(body, allowed, f"{where}.{name}")
+        out.append((str(name), f"{where}.{name}", body))
+    return out
+
+
+def _parse_pricing(p: _Parser, data: Mapping[str, Any]) -> PriceTable:
+    raw = p.section(data, "pricing", _PRICING_KEYS)
+    d = _default_pricing()
+    types = dict(d.instance_types)
+    for name, where, body in _entries(p, raw, "instance_types", "pricing", _INSTANCE_KEYS):
+        gpus = p.integer(body, "gpus", where, 0, 1, None)
+        if "gpus" not in body:
+            p.error(f"{where}.gpus", "required: the number of GPUs of one node of this type")
+        on_demand = _dollars(p, body, "on_demand", where, None)
+        if on_demand is None:
+            if "on_demand" not in body:
+                p.error(f"{where}.on_demand", "required: the on-demand price of one node in dollars per hour")
+            continue
+        if gpus >= 1:
+            types[name] = InstanceType(name, gpus, on_demand, _dollars(p, body, "spot", where, None, nullable=True))
+    gpu_types = {}
+    for name, where, body in _entries(p, raw, "gpu_types", "pricing", _GPU_TYPE_KEYS):
+        on_demand = _dollars(p, body, "on_demand", where, None)
+        if on_demand is None:
+            if "on_demand" not in body:
+                p.error(f"{where}.on_demand", "required: the on-demand price of one GPU in dollars per hour")
+            continue
+        gpu_types[name] = GpuType(name, on_demand, _dollars(p, body, "spot", where, None, nullable=True))
+    pools = {}
+    for name, where, body in _entries(p, raw, "nodepools", "pricing", _NODEPOOL_PRICING_KEYS):
+        if not _DNS_SUBDOMAIN.match(name):
+            p.error(where, "not a valid NodePool name (a DNS subdomain)")
+            continue
+        instance = body.get("instance_type")
+        if instance is not None and instance not in types:
+            p.error(f"{where}.instance_type", f"unknown instance type {instance!r}{_did_you_mean(str(instance), types)}"
+                                              f"; add it under pricing.instance_types")
+            instance = None
+        gpn = p.integer(body, "gpus_per_node", where, 0, 1, None) if body.get("gpus_per_node") is not None else None
+        pools[name] = NodePoolPricing(
+            instance_type=instance,
+            gpus_per_node=gpn or None,
+            capacity_type=_capacity_type(p, body, where, None),
+            gpu_hour=_dollars(p, body, "gpu_hour", where, None, nullable=True),
+        )
+    default_gpu_hour = _dollars(p, raw, "default_gpu_hour", "pricing", d.default_gpu_hour)
+    return PriceTable(
+        default_gpu_hour=d.default_gpu_hour if default_gpu_hour is None else default_gpu_hour,
+        capacity_type=_capacity_type(p, raw, "pricing", d.capacity_type),
+        instance_types=MappingProxyType(types),
+        gpu_types=MappingProxyType(gpu_types),
+        nodepools=MappingProxyType(pools),
+    )
+
+
+def _parse_ceilings(p: _Parser, data: Mapping[str, Any]) -> Ceilings:
+    raw = p.section(data, "ceilings", _CEILING_KEYS)
+    cluster = _dollars(p, raw, "cluster", "ceilings", None, nullable=True)
+    teams: dict[str, float] = {}
+    raw_teams = raw.get("teams")
+    if raw_teams is not None and not isinstance(raw_teams, dict):
+        p.error("ceilings.teams", f"expected a mapping of team names to dollars per hour, got {_describe(raw_teams)}")
+    elif raw_teams:
+        for team in raw_teams:
+            if not isinstance(team, str) or not _TEAM.match(team):
+                p.error(f"ceilings.teams.{team}", "not a valid team name (letters, digits, '-', '_', '.')")
+                continue
+            value = _dollars(p, raw_teams, team, "ceilings.teams", None)
+            if value is not None:
+                teams[team] = value
+    order = DEFAULT_KEEP_ORDER
+    raw_order = raw.get("keep_order")
+    if raw_order is not None:
+        if not isinstance(raw_order, list) or not raw_order:
+            p.error("ceilings.keep_order", f"expected a non-empty list such as [inference>=production, "
+                                           f"training_admitted, warm_pool, '*'], got {_describe(raw_order)}")
+        else:
+            parsed: list[KeepClass] = []
+            for i, entry in enumerate(raw_order):
+                try:
+                    klass = KeepClass.parse(entry)
+                except ValueError as exc:
+                    p.error(f"ceilings.keep_order[{i}]", str(exc))
+                    continue
+                if klass in parsed:
+                    p.error(f"ceilings.keep_order[{i}]", f"duplicate entry {str(klass)!r}")
+                    continue
+                parsed.append(klass)
+            order = tuple(parsed)
+    return Ceilings(cluster=cluster, teams=MappingProxyType(teams), keep_order=order)
+
+
 def _cross_checks(p: _Parser, cfg: Config) -> None:
     """Rules that span keys: errors for settings that cannot work, warnings for ones that probably will not."""
     if cfg.loop.step_seconds > cfg.loop.interval_seconds * 10:
@@ -576,6 +775,8 @@ def parse_config(data: object, source: str = "") -> Config:
         prometheus=_parse_prometheus(p, data),
         namespaces=_parse_namespaces(p, data),
         leader_election=_parse_leader(p, data),
+        pricing=_parse_pricing(p, data),
+        ceilings=_parse_ceilings(p, data),
     )
     if not p.errors:
         _cross_checks(p, cfg)

@@ -418,3 +418,61 @@ def test_configmap_symlink_swap_is_detected(tmp_path: Path, point_at: str) -> No
     assert store.maybe_reload() is False
     assert store.current().profile("default").quantile == 95
     assert "profiles.default.quantile: must be between 1 and 99, got 990" in str(store.last_error)
+
+
+# ---------------------------------------------------------------------------------------------- pricing, ceilings
+
+
+def test_pricing_and_ceilings_parse_into_the_domain_values() -> None:
+    from autoscaler.domain.cost import DEFAULT_KEEP_ORDER, KeepClass
+
+    cfg = parse_config_text(
+        "pricing:\n  default_gpu_hour: 3\n  capacity_type: spot\n"
+        "  instance_types:\n    my.gpu8: {gpus: 8, on_demand: 20, spot: 7.5}\n"
+        "  gpu_types:\n    h100: {on_demand: 6.5}\n"
+        "  nodepools:\n    gpu-a: {instance_type: my.gpu8}\n    gpu-b: {gpus_per_node: 4, gpu_hour: 2}\n"
+        "ceilings:\n  cluster: 500\n  teams: {ml: 120.5}\n  keep_order: [inference>=critical, '*']\n"
+    )
+    pricing = cfg.pricing
+    assert (pricing.default_gpu_hour, pricing.capacity_type) == (3.0, "spot")
+    assert pricing.instance_types["my.gpu8"].gpu_hour("spot") == 7.5 / 8
+    assert "p4d.24xlarge" in pricing.instance_types  # added to the built-in table, not replacing it
+    assert pricing.gpu_types["h100"].gpu_hour("spot") == 6.5  # no spot price: on-demand
+    assert pricing.nodepools["gpu-a"].instance_type == "my.gpu8"
+    assert (pricing.nodepools["gpu-b"].gpus_per_node, pricing.nodepools["gpu-b"].gpu_hour) == (4, 2.0)
+    assert (cfg.ceilings.cluster, dict(cfg.ceilings.teams)) == (500.0, {"ml": 120.5})
+    assert cfg.ceilings.keep_order == (KeepClass("inference", 1000), KeepClass("*"))
+    assert Config().ceilings.keep_order == DEFAULT_KEEP_ORDER
+    assert Config().ceilings.cluster is None
+    assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("pricing: {default_gpu_hour: -1}", "pricing.default_gpu_hour: expected a number of dollars per hour >= 0"),
+        ("pricing: {capacity_type: reserved}", "pricing.capacity_type: expected on-demand or spot"),
+        ("pricing: {instance_types: {x: {gpus: 0, on_demand: 1}}}", "pricing.instance_types.x.gpus: must be >= 1"),
+        ("pricing: {instance_types: {x: {gpus: 8}}}", "pricing.instance_types.x.on_demand: required"),
+        ("pricing: {instance_types: {x: {on_demand: 2}}}", "pricing.instance_types.x.gpus: required"),
+        ("pricing: {instance_types: {x: {gpus: 8, on_demand: 2, spt: 1}}}",
+         "pricing.instance_types.x.spt: unknown key (did you mean 'spot'?)"),
+        ("pricing: {instance_types: {x: 3}}", "pricing.instance_types.x: expected a mapping"),
+        ("pricing: {gpu_types: {h100: {on_demand: cheap}}}", "pricing.gpu_types.h100.on_demand: expected a number"),
+        ("pricing: {nodepools: {gpu: {instance_type: p4d.24xlarg}}}",
+         "pricing.nodepools.gpu.instance_type: unknown instance type 'p4d.24xlarg' (did you mean 'p4d.24xlarge'?)"),
+        ("pricing: {nodepools: {Bad_Pool: {}}}", "pricing.nodepools.Bad_Pool: not a valid NodePool name"),
+        ("pricing: {nodepools: {gpu: {gpus_per_node: 0}}}", "pricing.nodepools.gpu.gpus_per_node: must be >= 1"),
+        ("ceilings: {cluster: lots}", "ceilings.cluster: expected a number of dollars per hour >= 0 or null"),
+        ("ceilings: {teams: [ml]}", "ceilings.teams: expected a mapping of team names"),
+        ("ceilings: {teams: {ml: -5}}", "ceilings.teams.ml: expected a number of dollars per hour >= 0"),
+        ("ceilings: {keep_order: []}", "ceilings.keep_order: expected a non-empty list"),
+        ("ceilings: {keep_order: [inference, gpus]}", "ceilings.keep_order[1]: unknown kind 'gpus'"),
+        ("ceilings: {keep_order: [warm_pool, warm_pool]}", "ceilings.keep_order[1]: duplicate entry 'warm_pool'"),
+        ("ceilings: {keep_order: ['inference>=vip']}", "ceilings.keep_order[0]: unknown priority tier 'vip'"),
+        ("ceilings: {budget: 5}", "ceilings.budget: unknown key"),
+    ],
+)
+def test_pricing_and_ceiling_errors_name_their_key_path(text: str, expected: str) -> None:
+    errors = errors_of(text)
+    assert any(e.startswith(expected) for e in errors), errors
