@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 from autoscaler.cli import main
+from autoscaler.plotting import plot_backtest
 from autoscaler.traces import bundled_trace_path
+from models.evaluation import ModelResult
 
 MODEL_NAMES = ("default", "persistence", "seasonal_naive", "holt_winters", "prophet")
 METRIC_KEYS = {"wape", "pinball", "coverage", "bias", "fit_seconds", "predict_seconds", "fallbacks"}
@@ -270,3 +272,37 @@ def test_metrics_outages_are_not_scored_unless_asked(capsys: pytest.CaptureFixtu
     raw = run_json(capsys, *argv[1:], "--score-outages")
     # scoring forecasts of real demand against the outage zeros can only add error
     assert raw["models"]["persistence"]["wape"] > clean["models"]["persistence"]["wape"]  # type: ignore[index]
+
+
+def _result(name: str, n: int, start: int, step: int, wape: float) -> ModelResult:
+    actual = 1.0 + np.sin(np.arange(n) / 20.0) ** 2
+    return ModelResult(
+        name=name,
+        wape=wape,
+        pinball=0.1,
+        coverage=0.9,
+        bias=0.0,
+        fit_seconds=0.1,
+        predict_seconds=0.001,
+        fallbacks=0,
+        n_forecasts=n,
+        target_timestamps=start + step * np.arange(n, dtype=np.int64),
+        actual=actual,
+        point=actual * 0.95,
+        upper=actual * 1.3,
+    )
+
+
+@pytest.mark.parametrize("start", [0, 1_700_000_000])  # offsets from trace start, and Unix time
+def test_plot_backtest_directly(tmp_path: Path, start: int) -> None:
+    results = {
+        "persistence": _result("persistence", 500, start, 600, 0.2),
+        "other": _result("other", 500, start, 600, math.nan),  # undefined WAPE is drawn as n/a, not a crash
+    }
+    out_png = tmp_path / "p.png"
+    plot_backtest(results, out_png, trace_name="t.csv", horizon_seconds=900, level=90)
+    assert read_png_size(out_png)[0] >= 1000
+    with pytest.raises(ValueError, match="no model results"):
+        plot_backtest({}, out_png, trace_name="t.csv", horizon_seconds=900, level=90)
+    with pytest.raises(ValueError, match="none of"):
+        plot_backtest(results, out_png, trace_name="t.csv", horizon_seconds=900, level=90, show=["prophet"])
