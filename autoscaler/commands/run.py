@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         if leader is not None and leader.is_leader:
             leader.release()
         server.shutdown()
+        server.server_close()
         source.close()
         log.info("controller stopped")
     return 0

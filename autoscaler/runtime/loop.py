@@ -20,7 +20,8 @@ Failure policy (nothing is lost, nothing scales down blindly):
 - Pods Pending unschedulable (no GPU to be had): no further scale-up piles on, a Warning Event;
 - a failed write (scale, status, Event): retried by the adapter on conflicts, then counted, logged
   and returned in the tick report (``run --once`` exits non-zero); the next tick re-plans and
-  retries by construction.
+  retries by construction. An Event counts as told only once it landed (per workload and
+  problem), so a failed post is retried next tick and a standby leaves every Event to the leader.
 """
 
 from __future__ import annotations

@@ -419,3 +419,61 @@ def test_a_deployment_that_opts_out_leaves_no_stale_metrics(rig: Rig, now0: int)
     series = [s for family in rig.metrics.registry.collect() for s in family.samples]
     assert [s for s in series if s.labels.get("deployment") == "qwen-eval"] == []
     assert any(s.labels.get("deployment") == "llama-chat" for s in series)
+
+
+def test_a_deployment_that_opts_in_later_gets_its_own_full_fetch(rig: Rig, now0: int) -> None:
+    qwen = rig.fake.get("deployments", "research", "qwen-eval")
+    assert qwen is not None
+    del qwen["metadata"]["labels"][PREFIX + "enabled"]
+    rig.fake.add("deployments", qwen)
+    rig.controller.tick(now0)
+    (first,) = rig.transport.range_queries()
+    assert 'namespace=~"serving"' in first["query"]
+
+    qwen["metadata"]["labels"][PREFIX + "enabled"] = "true"
+    rig.fake.add("deployments", qwen)
+    now = now0 + STEP
+    report = rig.controller.tick(now)
+
+    assert report.ok, report.errors
+    fresh, known = rig.transport.range_queries()[1:]
+    assert 'namespace=~"research"' in fresh["query"]
+    assert (int(fresh["start"]), int(fresh["end"])) == (now - DAY + STEP, now)
+    assert 'namespace=~"serving"' in known["query"]
+    assert (int(known["start"]), int(known["end"])) == (now - 2 * STEP, now)  # as in any later tick
+    qwen_outcome = outcome(report, "qwen-eval")
+    assert qwen_outcome.forecast is not None
+
+
+def test_an_unknown_annotation_key_is_a_warning_and_the_deployment_is_still_managed(rig: Rig, now0: int) -> None:
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["metadata"]["annotations"][PREFIX + "max-replica"] = "30"  # typo of max-replicas
+    rig.fake.add("deployments", dep)
+
+    rig.controller.tick(now0)
+    rig.controller.tick(now0 + STEP)
+
+    assert replicas(rig.fake, "serving", "llama-chat") > 2
+    warnings = [e for e in rig.events(name="llama-chat") if e["type"] == "Warning"]
+    (warning,) = warnings
+    assert warning["reason"] == "InvalidAnnotation"
+    assert warning["message"].startswith(f"ignored: {PREFIX}max-replica='30'")
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "invalid_annotation"}) is None
+
+
+def test_a_failed_deployment_list_writes_nothing_and_the_next_tick_proceeds(rig: Rig, now0: int) -> None:
+    rig.fake.fail("GET", r"^/apis/apps/v1/deployments$", 500)
+
+    report = rig.controller.tick(now0)
+
+    assert not report.ok
+    (error,) = report.errors
+    assert error.startswith("listing Deployments failed:")
+    assert "HTTP 500" in error
+    assert report.workloads == ()
+    assert rig.fake.writes() == []
+    assert rig.transport.forms == [], "no metrics fetched without a trustworthy snapshot"
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "kube_read"}) == 1
+    assert rig.controller.tick(now0 + STEP).ok
+    assert replicas(rig.fake, "serving", "llama-chat") > 2
