@@ -48,8 +48,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS, WorkloadSpec
 from autoscaler.domain.gangs import Gang
@@ -195,7 +196,7 @@ class GpuPrices:
 
 
     def per_gpu_hour(self, nodepool: str | None) -> float:
-        return self.by_pool.get(nodepool or _NO_POOL, self.default) if nodepool else self.default
+        return self.by_pool.get(nodepool, self.default) if nodepool else self.default
 
 
 # ---------------------------------------------------------------------------------------------- ceilings
@@ -442,8 +443,12 @@ class CostReport:
         """The plan's cost over the horizon, at its peak rate."""
         return self.cluster_dollars_per_hour * self.horizon_seconds / 3600
 
+    @cached_property
+    def _by_key(self) -> Mapping[str, WorkloadOutcome]:
+        return {w.key: w for w in self.workloads}
+
     def outcome(self, key: str) -> WorkloadOutcome | None:
-        return next((w for w in self.workloads if w.key == key), None)
+        return self._by_key.get(key)
 
     def apply(self, key: str, decision: ScalingDecision) -> ScalingDecision:
         """``decision`` with the allowed counts and a ``cost_ceiling`` step (unchanged without a ceiling in scope)."""
@@ -484,8 +489,9 @@ class CostReport:
 # ---------------------------------------------------------------------------------------------- enforcement
 
 
-@dataclass(frozen=True)
-class _Unit:
+class _Unit(NamedTuple):
+    """One grantable claim (a NamedTuple: there are one per replica, and a tick may build tens of thousands)."""
+
     rank: tuple[int, int, int, int, str]
     owner: str  # workload key or gang key
     kind: UnitKind
@@ -568,12 +574,12 @@ def enforce_ceilings(
         price_micro[a.key] = per_replica
         budget.force(a.team, per_replica * a.min_replicas)
         asked_micro += per_replica * (a.base_replicas + a.warm_units)
+        cls = _class_index(order, "inference", a.priority)
         for k in range(1, a.base_replicas - a.min_replicas + 1):
-            cls = _class_index(order, "inference", a.priority)
             units.append(_Unit((cls, -a.priority, k, 0, a.key), a.key, "inference", a.team, pool,
                                a.gpus_per_replica, per_replica))
+        cls = _class_index(order, "warm_pool", a.priority)
         for k in range(1, a.warm_units + 1):
-            cls = _class_index(order, "warm_pool", a.priority)
             units.append(_Unit((cls, -a.priority, k, 0, a.key), a.key, "warm_pool", a.team, pool,
                                a.gpus_per_replica, per_replica))
     for g in gang_list:
@@ -608,14 +614,16 @@ def enforce_ceilings(
         count, first = refused.get((u.owner, u.kind), (0, blocker))
         refused[(u.owner, u.kind)] = (count + 1, first)
 
+    ask_by_key = {a.key: a for a in ask_list}
+    gang_by_key = {g.key: g for g in gang_list}
     cuts: list[Cut] = []
     for (owner, kind), (count, scope) in refused.items():
-        gang = next((g for g in gang_list if g.key == owner), None) if kind.startswith("training") else None
+        gang = gang_by_key.get(owner) if kind.startswith("training") else None
         if gang is not None:
             micro = _micro(prices.per_gpu_hour(gang.nodepool) * gang.gpus)
             cuts.append(Cut(owner, "gang", 1, gang.gpus, _dollars(micro), scope))
         else:
-            per = next(a for a in ask_list if a.key == owner).gpus_per_replica
+            per = ask_by_key[owner].gpus_per_replica
             cuts.append(Cut(owner, "replicas" if kind == "inference" else "warm_pool", count,
                             count * per, _dollars(count * price_micro[owner]), scope))
     cuts.sort(key=lambda c: (c.key, c.kind))
@@ -661,6 +669,9 @@ def enforce_ceilings(
             notes.append(f"cluster {_fmt(total_micro)} of {_fmt(budget.limit['cluster'] or 0)}")
         return "; ".join(notes)
 
+    cuts_by_key: dict[str, list[Cut]] = {}
+    for c in cuts:
+        cuts_by_key.setdefault(c.key, []).append(c)
     final: list[WorkloadOutcome] = []
     for a, o in zip(ask_list, outcomes, strict=True):
         note = scope_note(a.team)
@@ -668,7 +679,7 @@ def enforce_ceilings(
             final.append(o)
             continue
         per = price_micro[a.key]
-        mine = [c for c in cuts if c.key == a.key]
+        mine = cuts_by_key.get(a.key, [])
         if mine:
             parts = ", ".join(f"{c.count} {'replica' if c.kind == 'replicas' else 'warm replica'}(s) "
                               f"({c.gpus} GPU, ${c.dollars_per_hour:,.2f}/h) by the {c.ceiling} ceiling" for c in mine)
