@@ -231,7 +231,7 @@ def min_cost(asks: list[WorkloadAsk], team: str | None = None) -> float:
                for a in asks if team is None or a.team == team)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(plans(), budgets, budgets, ORDERS)
 def test_invariants_hold_for_any_plan(plan: tuple[list[WorkloadAsk], list[Gang]], cluster: float | None,
                                       team_a: float | None, order: tuple[KeepClass, ...]) -> None:
@@ -266,7 +266,7 @@ def test_invariants_hold_for_any_plan(plan: tuple[list[WorkloadAsk], list[Gang]]
             assert o.detail.startswith("CUT")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(plans(), st.integers(0, 200).map(float))
 def test_higher_priority_is_never_cut_while_a_lower_one_holds_gpus(
     plan: tuple[list[WorkloadAsk], list[Gang]], cluster: float
@@ -289,7 +289,7 @@ def test_higher_priority_is_never_cut_while_a_lower_one_holds_gpus(
         assert g.priority >= highest_cut or g.gpus == 0
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(plans(), st.integers(0, 150), st.integers(1, 60), ORDERS)
 def test_more_budget_never_gives_anyone_fewer_gpus_without_gangs(
     plan: tuple[list[WorkloadAsk], list[Gang]], budget: int, extra: int, order: tuple[KeepClass, ...]
@@ -302,7 +302,7 @@ def test_more_budget_never_gives_anyone_fewer_gpus_without_gangs(
     assert more.cluster_dollars_per_hour >= less.cluster_dollars_per_hour
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(plans(), st.integers(0, 150), st.integers(1, 60), st.randoms(use_true_random=False))
 def test_with_gangs_more_budget_improves_the_grant_lexicographically_in_rank_order(
     plan: tuple[list[WorkloadAsk], list[Gang]], budget: int, extra: int, rnd: random.Random
