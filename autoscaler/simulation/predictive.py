@@ -21,7 +21,9 @@ controller loop does, with the trace standing in for Prometheus:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -132,28 +134,33 @@ class PredictivePolicy:
         return decision.desired_replicas
 
 
-def scaling_policy_for(config: SimulationConfig, **overrides: object) -> ScalingPolicy:
-    """The planner policy the simulator runs: the sizing from ``config``, the planner's defaults otherwise."""
-    return ScalingPolicy(
+def scaling_policy_for(config: SimulationConfig, overrides: Mapping[str, Any] | None = None) -> ScalingPolicy:
+    """The planner policy the simulator runs: the sizing from ``config``, the planner's defaults otherwise.
+
+    ``overrides`` sets other ``ScalingPolicy`` fields (level, warm_pool, lookahead_window_seconds, ...).
+    """
+    base = ScalingPolicy(
         capacity_per_replica=config.capacity_per_replica,
         min_replicas=config.min_replicas,
         max_replicas=config.max_replicas,
-        **overrides,  # type: ignore[arg-type]
     )
+    return replace(base, **dict(overrides or {}))
 
 
 def factory(
-    make_model: Callable[[], Forecaster], decision_interval_seconds: int = 30, **policy_overrides: object
+    make_model: Callable[[], Forecaster],
+    decision_interval_seconds: int = 30,
+    policy_overrides: Mapping[str, Any] | None = None,
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
-    ``policy_overrides`` are ``ScalingPolicy`` fields (level, warm_pool, lookahead_window_seconds, ...)."""
+    ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``)."""
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
         cold_start = ColdStartProfile(
             prior_seconds=float(cluster.pod_startup_seconds),
             node_prior_seconds=float(cluster.node_startup_seconds),
         )
-        policy = scaling_policy_for(config, **policy_overrides)
+        policy = scaling_policy_for(config, policy_overrides)
         return PredictivePolicy(series, make_model, policy, cold_start, cluster, decision_interval_seconds)
 
     return build
