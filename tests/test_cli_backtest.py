@@ -306,3 +306,16 @@ def test_plot_backtest_directly(tmp_path: Path, start: int) -> None:
         plot_backtest({}, out_png, trace_name="t.csv", horizon_seconds=900, level=90)
     with pytest.raises(ValueError, match="none of"):
         plot_backtest(results, out_png, trace_name="t.csv", horizon_seconds=900, level=90, show=["prophet"])
+
+
+@pytest.mark.parametrize(
+    ("days", "step", "cadence"),
+    [(1, 600, "every 10m after"), (4, 60, "every 5m after")],  # 72 origins: every bin; ~2,870: every 5 minutes
+)
+def test_default_origin_cadence_depends_on_length(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, days: int, step: int, cadence: str
+) -> None:
+    path = write_trace(tmp_path / "t.csv", days=days, step=step)
+    assert main(["backtest", "--trace", str(path), "--models", "persistence"]) == 0
+    out, _ = capsys.readouterr()
+    assert cadence in out.splitlines()[1]

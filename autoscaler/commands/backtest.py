@@ -7,14 +7,16 @@ origins, no look-ahead) through each model's fallback chain from ``models.regist
 number of forecasts that fell back is reported), and prints a table, JSON, or a plot.
 
 Defaults are chosen so a 4-week trace at 1-minute bins backtests all five models in a few
-minutes on two cores (measured, see docs/BENCHMARKS.md): a forecast every ``--origin-every``
-(default 5 minutes, i.e. ~7,400 scored forecasts per model on four weeks), refit daily on the last
-14 days. ``--origin-every 1m`` scores every bin at several times the cost.
+minutes on two cores (measured: see the final report / docs/BENCHMARKS.md): a forecast every
+5 minutes (~7,400 scored forecasts per model on four weeks; every bin when that is at most 2,000
+forecasts, so short traces are not judged on a handful), refit daily on the last 14 days.
+``--origin-every 1m`` scores every bin of a long trace at about five times the cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -34,6 +36,8 @@ from models.types import TrafficSeries
 
 SERIES = ("requests", *TOKEN_COLUMNS)
 DEFAULT_ORIGIN_EVERY = "5m"
+# Below this many origins, the default forecasts at every bin (short traces would otherwise score a handful).
+EVERY_BIN_UP_TO = 2_000
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +59,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--levels", default="90", help="upper band percentile to score, integer in 1..99 (default 90)")
     parser.add_argument("--refit-every", default="1d", help="refit cadence (default 1d); updates in between")
     parser.add_argument(
-        "--origin-every", default=DEFAULT_ORIGIN_EVERY, help=f"forecast cadence (default {DEFAULT_ORIGIN_EVERY})"
+        "--origin-every",
+        default=None,
+        help=f"forecast cadence (default: every bin if that is at most {EVERY_BIN_UP_TO} forecasts per model, "
+        f"else {DEFAULT_ORIGIN_EVERY})",
     )
     parser.add_argument("--window", default="14d", help="fit on at most this much recent history (default 14d)")
     parser.add_argument(
@@ -186,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     level = _level(args.levels)
     horizon_s = _seconds("--horizon", args.horizon)
     for flag, value in (("--refit-every", args.refit_every), ("--origin-every", args.origin_every)):
-        _seconds(flag, value)
+        if value is not None:
+            _seconds(flag, value)
     factories = _factories(args.models)
     trace_path = args.trace if args.trace is not None else bundled_trace_path()
     trace = load_trace(trace_path)
@@ -196,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         horizon_steps=max(1, math.ceil(horizon_s / step)),
         level=level,
         refit_every_steps=_steps("--refit-every", args.refit_every, step),
-        origin_every_steps=_steps("--origin-every", args.origin_every, step),
+        origin_every_steps=1 if args.origin_every is None else _steps("--origin-every", args.origin_every, step),
         history_window_steps=_steps("--window", args.window, step),
         min_train_steps=None if args.min_train is None else _steps("--min-train", args.min_train, step),
     )
@@ -204,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
         resolved = config.resolved(series, [make() for make in factories.values()])
     except InsufficientHistoryError as exc:
         raise UserError(f"{trace.name}: {exc}") from None
+    if args.origin_every is None and len(resolved.origins(len(series))) > EVERY_BIN_UP_TO:
+        resolved = dataclasses.replace(resolved, origin_every_steps=_steps("", DEFAULT_ORIGIN_EVERY, step))
     n_origins = len(resolved.origins(len(series)))
     if args.score_outages:
         actuals, n_outage = series, 0
