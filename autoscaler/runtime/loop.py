@@ -156,6 +156,13 @@ def _splice(old: TrafficSeries | None, new: TrafficSeries, keep_seconds: int) ->
     return merged.slice(len(merged) - keep, len(merged)) if len(merged) > keep else merged
 
 
+def _deciding_step(decision: ScalingDecision) -> Step:
+    """The rule that set the final count: the first step after which the count no longer changed."""
+    steps = decision.steps
+    last_other = max((i for i, s in enumerate(steps) if s.replicas != decision.desired_replicas), default=-1)
+    return steps[min(last_other + 1, len(steps) - 1)]
+
+
 def _policy(spec: WorkloadSpec, profile: ForecastProfile) -> ScalingPolicy:
     warm: int | None = spec.warm_pool
     if warm is None and profile.warm_pool != "auto":
@@ -525,14 +532,18 @@ class Controller:
             memory.gpus_reported = False
         if outcome in ("up", "down"):
             try:
-                self.cluster.scale(view.namespace, view.name, desired)
-                actions.append(f"scaled {view.replicas} -> {desired}")
-                why = next((s.detail for s in decision.steps if s.name == "forecast"), decision.steps[-1].detail)
-                self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown",
-                            f"replicas {view.replicas} -> {desired}: {why}", now, errors)
+                changed = self.cluster.scale(view.namespace, view.name, desired)
             except KubeError as exc:
                 self.metrics.errors.labels("kube_write").inc()
                 errors.append(f"{view.namespace}/{view.name}: scaling to {desired} failed: {exc}")
+            else:
+                if changed:
+                    actions.append(f"scaled {view.replicas} -> {desired}")
+                    why = _deciding_step(decision)
+                    self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown",
+                                f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail})", now, errors)
+                else:  # someone set it between our list and our write: nothing happened, nothing to announce
+                    actions.append(f"already at {desired}")
         status = {
             "mode": str(spec.mode),
             "desiredReplicas": desired,
@@ -564,8 +575,13 @@ class Controller:
         m.ready.labels(*key).set(view.ready_replicas)
         m.lead.labels(*key).set(decision.lead_seconds)
         m.warm_pool.labels(*key).set(decision.warm_pool_replicas)
+        # Without a value the series is removed, not left at its last value: a stale demand or forecast
+        # during an outage would look like live data on a dashboard.
         if demand is not None:
             m.demand.labels(*key).set(demand)
+        else:
+            m.forget_series(m.demand, *key)
+        m.forget_series(m.forecast, *key)
         if summary is not None:
             if summary["mean"] is not None:
                 m.forecast.labels(*key, "mean").set(summary["mean"])

@@ -83,27 +83,32 @@ class ControllerMetrics:
         self.last_tick = Gauge(
             "predictive_autoscaler_last_tick_timestamp_seconds", "When the last tick finished.", registry=r
         )
+        # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
+        self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
+            self.forecast, self.demand, self.desired, self.current, self.ready, self.lead, self.warm_pool,
+            self.decisions, self.fallbacks,
+        )
+        self._per_workload: dict[int, tuple[str, ...]] = {
+            id(self.forecast): (*WORKLOAD, "band"),
+            id(self.decisions): (*WORKLOAD, "outcome"),
+            **{id(m): WORKLOAD for m in (self.demand, self.desired, self.current, self.ready, self.lead,
+                                         self.warm_pool, self.fallbacks)},
+        }
+
+    def forget_series(self, metric: Gauge | Counter, namespace: str, deployment: str) -> None:
+        """Remove every series of ``metric`` (one of the per-Deployment ones) labelled with this Deployment."""
+        names = self._per_workload[id(metric)]
+        present = {
+            tuple(sample.labels[n] for n in names)
+            for family in metric.collect()
+            for sample in family.samples
+            if sample.labels.get("namespace") == namespace and sample.labels.get("deployment") == deployment
+        }
+        for values in present:
+            with contextlib.suppress(KeyError):
+                metric.remove(*values)
 
     def forget(self, namespace: str, deployment: str) -> None:
         """Drop every series of a Deployment that is gone or opted out (no stale gauges or counters)."""
-        per_workload: tuple[tuple[Gauge | Counter, tuple[str, ...]], ...] = (
-            (self.forecast, (*WORKLOAD, "band")),
-            (self.demand, WORKLOAD),
-            (self.desired, WORKLOAD),
-            (self.current, WORKLOAD),
-            (self.ready, WORKLOAD),
-            (self.lead, WORKLOAD),
-            (self.warm_pool, WORKLOAD),
-            (self.decisions, (*WORKLOAD, "outcome")),
-            (self.fallbacks, WORKLOAD),
-        )
-        for metric, names in per_workload:
-            present = {
-                tuple(sample.labels[n] for n in names)
-                for family in metric.collect()
-                for sample in family.samples
-                if sample.labels.get("namespace") == namespace and sample.labels.get("deployment") == deployment
-            }
-            for values in present:
-                with contextlib.suppress(KeyError):
-                    metric.remove(*values)
+        for metric in self._per_workload_metrics:
+            self.forget_series(metric, namespace, deployment)

@@ -125,7 +125,8 @@ def test_first_tick_fetches_the_fleet_once_scales_the_short_deployment_and_publi
     # Exactly one Event: Normal ScaledUp on llama-chat, saying from what to what.
     assert reasons(rig) == [("llama-chat", "Normal", "ScaledUp")]
     (event,) = rig.events()
-    assert f"replicas 2 -> {desired}" in event["message"]
+    assert event["message"].startswith(f"replicas 2 -> {desired} (")
+    assert any(f"({s.name}: {s.detail})" in event["message"] for s in llama.decision.steps if s.replicas == desired)
     assert event["involvedObject"]["namespace"] == "serving"
 
     # Metrics: the observed demand is the real rate of the newest bin; desired and current exported.
@@ -269,6 +270,11 @@ def test_prometheus_outage_holds_replicas_warns_once_and_recovers_by_itself(
     assert replicas(rig.fake, "serving", "llama-chat") == llama_before
     assert rig.metric("predictive_autoscaler_metrics_source_up") == 0
     assert rig.metric("predictive_autoscaler_errors_total", {"kind": "metrics_unavailable"}) == len(outage)
+    # No stale numbers that look live: demand and forecast series are gone while metrics are missing.
+    qwen = {"namespace": "research", "deployment": "qwen-eval"}
+    assert rig.metric("predictive_autoscaler_demand_requests_per_second", qwen) is None
+    assert rig.metric("predictive_autoscaler_forecast_requests_per_second", {**qwen, "band": "p90"}) is None
+    assert rig.metric("predictive_autoscaler_desired_replicas", qwen) == 6
     new_events = rig.events()[events_before:]
     assert sorted((e["involvedObject"]["name"], e["type"], e["reason"]) for e in new_events) == [
         ("llama-chat", "Warning", "MetricsUnavailable"),
@@ -288,6 +294,8 @@ def test_prometheus_outage_holds_replicas_warns_once_and_recovers_by_itself(
     assert int(query["start"]) == now0 - STEP  # from the last good history end, two bins back
     assert int(query["end"]) == recovered_at
     assert rig.metric("predictive_autoscaler_metrics_source_up") == 1
+    assert rig.metric("predictive_autoscaler_demand_requests_per_second", qwen) is not None
+    assert rig.metric("predictive_autoscaler_forecast_requests_per_second", {**qwen, "band": "p90"}) is not None
     recovered = [r for r in reasons(rig) if r[2] == "MetricsRecovered"]
     assert sorted(recovered) == [
         ("llama-chat", "Normal", "MetricsRecovered"),
@@ -477,3 +485,21 @@ def test_a_failed_deployment_list_writes_nothing_and_the_next_tick_proceeds(rig:
     assert rig.metric("predictive_autoscaler_errors_total", {"kind": "kube_read"}) == 1
     assert rig.controller.tick(now0 + STEP).ok
     assert replicas(rig.fake, "serving", "llama-chat") > 2
+
+
+def test_a_scale_someone_else_already_made_is_not_announced(rig: Rig, now0: int) -> None:
+    plan = outcome(rig.controller.tick(now0, acting=False), "llama-chat").decision
+    assert plan is not None
+    desired = plan.desired_replicas
+
+    def other_writer(fake: FakeKubeAPI) -> None:  # e.g. a person with kubectl, between our list and our write
+        dep = fake.objects[("deployments", "serving", "llama-chat")]
+        fake.store_unlocked("deployments", {**dep, "spec": {**dep["spec"], "replicas": desired}})
+
+    rig.fake.before("GET", r"/deployments/llama-chat/scale$", other_writer)
+    report = rig.controller.tick(now0)
+
+    assert report.ok, report.errors
+    assert f"already at {desired}" in outcome(report, "llama-chat").actions
+    assert scale_patches(rig.fake, "llama-chat") == []
+    assert [r for r in reasons(rig) if r[2] == "ScaledUp"] == []
