@@ -102,7 +102,7 @@ MAX_EVAL_BINS = 10_080
 # Half-widths of the profile's smoothing window: sharp features (a batch job at 02:00) need a
 # narrow one, noisy series a wide one; chosen per series with the other parameters.
 PROFILE_SMOOTH_SECONDS: tuple[int, ...] = (120, 600, 1800)
-MAX_SELECT_ORIGINS = 4000
+MAX_SELECT_ORIGINS = 2000
 PROFILE_FLOOR = 0.05
 HALF_LIVES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 PROFILE_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -195,28 +195,32 @@ def _profile(counts: FloatArray, phases: IntArray, period: int, step: int, smoot
     ph = phases[n - days * period :]
     half = max(0, smooth_seconds // step)
     obs = np.isfinite(seg)
-    if half > 0:
-        kernel = np.ones(2 * half + 1)
-        num = np.convolve(np.where(obs, seg, 0.0), kernel, mode="same")
-        den = np.convolve(obs.astype(np.float64), kernel, mode="same")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            sm = np.where(obs, num / np.where(den > 0, den, 1.0), np.nan)
+    if half > 0:  # centred box mean over the observed bins (running sums: O(n) for any width)
+        csum = np.concatenate(([0.0], np.cumsum(np.where(obs, seg, 0.0))))
+        ccnt = np.concatenate(([0], np.cumsum(obs)))
+        idx = np.arange(seg.size)
+        hi, lo = np.minimum(idx + half + 1, seg.size), np.maximum(idx - half, 0)
+        num, den = csum[hi] - csum[lo], (ccnt[hi] - ccnt[lo]).astype(np.float64)
+        sm = np.where(obs, num / np.where(den > 0, den, 1.0), np.nan)
     else:
         sm = np.where(obs, seg, np.nan)
     rows = sm.reshape(days, period)
     prow = ph.reshape(days, period)
-    cover = np.isfinite(rows).mean(axis=1)
-    with np.errstate(invalid="ignore"):
-        means = np.array([np.nanmean(r) if c >= 0.5 else np.nan for r, c in zip(rows, cover, strict=True)])
-    good = np.isfinite(means) & (means > 0)
+    finite = np.isfinite(rows)
+    n_ok = finite.sum(axis=1)
+    sums = np.where(finite, rows, 0.0).sum(axis=1)
+    good = (n_ok >= 0.5 * period) & (sums > 0)
     if not np.any(good):
         return None
+    means = sums[good] / n_ok[good]
     mat = np.full((int(good.sum()), period), np.nan)
-    for i, (r, p, m) in enumerate(zip(rows[good], prow[good], means[good], strict=True)):
-        mat[i, p] = r / m
-    all_nan = np.all(np.isnan(mat), axis=0)
-    mat[:, all_nan] = 1.0
-    prof: FloatArray = np.asarray(np.nanmedian(mat, axis=0), dtype=np.float64)
+    np.put_along_axis(mat, prow[good], rows[good] / means[:, None], axis=1)
+    mat[:, np.all(np.isnan(mat), axis=0)] = 1.0
+    # per time-of-day median across days (NaN sorts last; average the two middle values)
+    ordered = np.sort(mat, axis=0)
+    cnt = np.isfinite(mat).sum(axis=0)
+    cols = np.arange(period)
+    prof: FloatArray = 0.5 * (ordered[(cnt - 1) // 2, cols] + ordered[cnt // 2, cols])
     prof = np.maximum(prof / np.mean(prof), PROFILE_FLOOR)
     return (prof / np.mean(prof)).astype(np.float64)
 
@@ -312,53 +316,67 @@ class DefaultForecaster:
         tgt = origins + h
         actual = counts[tgt]
         obs_counts, obs_phases = counts[observed], phases[observed]
-        flat_parts: dict[float, FloatArray] = {}
-        best: _Choice | None = None
+        # Every (smoothing, weight) pair is one row; each half-life filters all rows in one call.
+        rows: list[tuple[int, float]] = []
+        x_rows, shape_rows, long_rows = [], [], []
         for smooth, eval_profile in eval_profiles.items() if origins.size else ():
             s1 = _pow(eval_profile, 1.0, period)
             long_part = _filter(obs_counts / s1[obs_phases], long_decay)[o_rank] * s1[phases[tgt]]
             for w in PROFILE_WEIGHTS if eval_profile is not None else (0.0,):
                 sw = _pow(eval_profile, w, period)
-                x = obs_counts / sw[obs_phases]
-                target_shape = sw[phases[tgt]]
-                for hl in half_lives:
-                    if w == 0.0 and hl in flat_parts:
-                        short_part = flat_parts[hl]
-                    else:
-                        short_part = _filter(x, _decay(hl))[o_rank] * target_shape
-                        if w == 0.0:
-                            flat_parts[hl] = short_part
-                    miss = actual - short_part
-                    gap = long_part - short_part
-                    for beta in betas:
-                        mae = float(np.mean(np.abs(miss - beta * gap))) if beta else float(np.mean(np.abs(miss)))
-                        if best is None or mae < best.mae - 1e-12 * max(1.0, best.mae):
-                            best = _Choice(smooth, hl, w, beta, mae)
+                rows.append((smooth, w))
+                x_rows.append(obs_counts / sw[obs_phases])
+                shape_rows.append(sw[phases[tgt]])
+                long_rows.append(long_part)
+        best: _Choice | None = None
+        if rows:
+            xs, shapes, longs = np.stack(x_rows), np.stack(shape_rows), np.stack(long_rows)
+            maes = np.empty((len(rows), len(betas)))
+            for hl in half_lives:
+                a = _decay(hl)
+                lv, _ = lfilter([1.0 - a], [1.0, -a], xs, axis=1, zi=a * xs[:, :1])
+                short = lv[:, o_rank] * shapes
+                miss, gap = actual[None, :] - short, longs - short
+                tmp = np.empty_like(miss)
+                for col, beta in enumerate(betas):  # 2-D passes: much faster than one 3-D broadcast
+                    np.multiply(gap, beta, out=tmp)
+                    np.subtract(miss, tmp, out=tmp)
+                    np.abs(tmp, out=tmp)
+                    maes[:, col] = tmp.sum(axis=1) / tmp.shape[1]
+                maes[~np.isfinite(maes)] = np.inf
+                i, j = np.unravel_index(int(np.argmin(maes)), maes.shape)
+                mae = float(maes[i, j])
+                if math.isfinite(mae) and (best is None or mae < best.mae - 1e-12 * max(1.0, best.mae)):
+                    best = _Choice(rows[i][0], hl, rows[i][1], betas[j], mae)
         if best is None:
             # Too short to score any candidate: average over about half the horizon, no profile.
             best = _Choice(0, float(max(1, h // 2)), 0.0, 0.0, math.nan)
         eval_profile = eval_profiles.get(best.smooth)
         s1 = _pow(eval_profile, 1.0, period)
 
-        # Errors of the chosen model at every k, in sqrt-count space (origins thinned to at most
+        # Errors of the chosen model at steps k, in sqrt-count space (origins thinned to at most
         # MAX_BAND_ORIGINS: neighbouring origins' errors are nearly the same draw anyway).
         sp = _pow(eval_profile, best.weight, period)[phases]
         lv, _ = _ewma_skip(counts / sp, _decay(best.half_life), math.nan)
         long_lv, _ = _ewma_skip(counts / s1[phases], long_decay, math.nan)
         all_origins = np.arange(max(t0 - 1, 0), n - 1)
         all_origins = all_origins[:: max(1, math.ceil(all_origins.size / MAX_BAND_ORIGINS))]
-        qtable = np.zeros((99, k_max))
+        # Quantiles at a few steps (1, h, 2h and a geometric ladder between), linear in k between.
+        k_eval = np.unique(np.r_[np.round(np.geomspace(1, k_max, 8)), h, k_max].clip(1, k_max)).astype(np.int64)
+        q_eval = np.zeros((99, k_eval.size))
         sigma = self._diff_sigma(counts)
-        for k in range(1, k_max + 1):
+        for col, k in enumerate(k_eval.tolist()):
             o = all_origins[all_origins + k < n]
             t = o + k
             pred = (1.0 - best.beta) * lv[o] * sp[t] + best.beta * long_lv[o] * s1[phases[t]]
             e = np.sqrt(counts[t]) - np.sqrt(np.maximum(pred, 0.0))
             e = e[np.isfinite(e)]
             if e.size >= MIN_ERRORS:
-                qtable[:, k - 1] = np.quantile(e, PERCENTILES / 100.0)
+                q_eval[:, col] = np.quantile(e, PERCENTILES / 100.0)
             else:
-                qtable[:, k - 1] = _Z * sigma * math.sqrt(k)
+                q_eval[:, col] = _Z * sigma * math.sqrt(k)
+        ks = np.arange(1, k_max + 1, dtype=np.float64)
+        qtable = np.stack([np.interp(ks, k_eval, row) for row in q_eval])
         upper = PERCENTILES >= 50
         qtable[upper] = np.maximum.accumulate(np.maximum(qtable[upper], 0.0), axis=1)
         qtable[~upper] = np.minimum.accumulate(qtable[~upper], axis=1)
