@@ -98,8 +98,9 @@ def holder(fake: FakeKubeAPI) -> str | None:
 
 
 def test_the_loop_serves_its_endpoints_and_releases_the_lease_on_sigterm(
-    start: Callable[[str], Controller], fleet: FakeKubeAPI
+    start: Callable[[str], Controller], fleet: FakeKubeAPI, tmp_path: Path
 ) -> None:
+    config_path = tmp_path / "config.yaml"
     a = start("ctl-a")
     wait_for(lambda: a.get("/readyz").status_code == 200, "/readyz", a, STARTUP_SECONDS)
 
@@ -119,6 +120,11 @@ def test_the_loop_serves_its_endpoints_and_releases_the_lease_on_sigterm(
     renewals = [c for c in fleet.calls("PUT", r"/leases/predictive-autoscaler$")
                 if c.body["spec"]["holderIdentity"] == "ctl-a"]
     assert len(renewals) >= 2
+
+    # The config file is re-read while running: a new prometheus.url takes effect without a restart.
+    write_config(config_path, f"http://127.0.0.1:{free_port()}")
+    wait_for(lambda: a.metric("predictive_autoscaler_metrics_source_up") == 0, "the new url to be used", a, 30)
+    assert a.get("/healthz").status_code == 200, "an outage is not a reason to restart the controller"
 
     a.proc.send_signal(signal.SIGTERM)
     assert a.proc.wait(timeout=30) == 0, a.output()[-3000:]
