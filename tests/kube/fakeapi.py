@@ -38,6 +38,7 @@ Every request is recorded (method, path, query, content type, parsed body), and 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import re
@@ -150,11 +151,17 @@ class Crd:
 
 
 def load_crd(path: str | Path) -> list[Crd]:
-    """Every served version of the CRD in a YAML file."""
-    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    """Every served version of the CRD in a YAML file (parsed once per process: the Kueue CRD is 19k lines)."""
+    return list(_load_crd(str(Path(path).resolve())))
+
+
+@functools.lru_cache(maxsize=32)
+def _load_crd(path: str) -> tuple[Crd, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    doc = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=loader)  # CSafeLoader/SafeLoader: safe
     spec = doc["spec"]
     names = spec["names"]
-    return [
+    return tuple(
         Crd(
             group=spec["group"],
             version=v["name"],
@@ -167,7 +174,7 @@ def load_crd(path: str | Path) -> list[Crd]:
         )
         for v in spec["versions"]
         if v.get("served", True)
-    ]
+    )
 
 
 def strict_schema(schema: Any) -> Any:
@@ -206,9 +213,16 @@ def prune(obj: Any, schema: Any) -> Any:
     return obj
 
 
+_VALIDATORS: dict[tuple[int, bool], tuple[dict[str, Any], Any]] = {}
+
+
 def schema_errors(obj: Any, schema: dict[str, Any], *, strict: bool) -> list[str]:
     """Violations of ``schema`` (JSON Schema keywords; Kubernetes extensions and CEL rules are ignored)."""
-    validator = jsonschema.Draft7Validator(strict_schema(schema) if strict else schema)
+    cached = _VALIDATORS.get((id(schema), strict))
+    if cached is None or cached[0] is not schema:
+        cached = (schema, jsonschema.Draft7Validator(strict_schema(schema) if strict else schema))
+        _VALIDATORS[(id(schema), strict)] = cached
+    validator = cached[1]
     return sorted(
         f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in validator.iter_errors(obj)
     )

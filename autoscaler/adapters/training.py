@@ -1,0 +1,104 @@
+"""``TrainingGangs`` over the official client: Kueue Workloads and Volcano PodGroups as raw API JSON.
+
+Why it exists: training jobs hold GPUs all-or-nothing (a gang); the cost ceiling must count them whole and
+never plan to split one. Which parts of these objects matter (pod sets, counts, minMember, admission,
+phase) is a domain decision, so this reader does no parsing: it returns the objects as the API serves
+them (``autoscaler.domain.gangs`` reads them), with ``apiVersion``/``kind`` set on every item so the parser
+can tell the shape it has.
+
+Versions read: ``kueue.x-k8s.io/v1beta1`` ``workloads`` and ``scheduling.volcano.sh/v1beta1``
+``podgroups``. Kueue also serves ``v1beta2`` (its storage version since 0.15); the API server converts, so
+reading v1beta1 works while Kueue serves it, and one shape is simpler for the parser. Change
+``KUEUE``/``VOLCANO`` (or pass ``kueue_version``) when a release drops v1beta1.
+
+A cluster without Kueue or Volcano is normal: ``404`` on the resource (the group/version is not served)
+gives an empty ``CustomObjects`` with ``installed=False`` and a one-line note, not an error. Any other
+failure (``403`` from missing RBAC, ``5xx``, an unreachable server) raises ``KubeReadError``: a tick must
+not plan with gangs silently missing. Lists are paged (``limit``/``continue``) and can be confined to the
+namespaces the controller is allowed to see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from autoscaler.adapters.kube import KubeReadError, _api_message
+from autoscaler.ports import CustomObjects
+
+KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
+VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+
+
+class TrainingReader:
+    """The ``TrainingGangs`` port over one ``ApiClient``; ``namespaces`` None reads all namespaces."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespaces: Sequence[str] | None = None,
+        kueue_version: str = KUEUE[1],
+        page_size: int = 500,
+        request_timeout_seconds: float = 30.0,
+    ) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self._api = api_client
+        self._custom = client.CustomObjectsApi(api_client)
+        self._namespaces = None if namespaces is None else sorted(set(namespaces))
+        self._kueue = (KUEUE[0], kueue_version, KUEUE[2], KUEUE[3])
+        self._page = page_size
+        self._timeout = request_timeout_seconds
+
+    def list_kueue_workloads(self) -> CustomObjects:
+        return self._list(*self._kueue, installs="Kueue")
+
+    def list_volcano_podgroups(self) -> CustomObjects:
+        return self._list(*VOLCANO, installs="Volcano")
+
+    def _list(self, group: str, version: str, plural: str, kind: str, *, installs: str) -> CustomObjects:
+        api_version = f"{group}/{version}"
+        items: list[Mapping[str, Any]] = []
+        scopes: list[str | None] = [None] if self._namespaces is None else list(self._namespaces)
+        for namespace in scopes:
+            where = "all namespaces" if namespace is None else f"namespace {namespace}"
+            token: str | None = None
+            while True:
+                try:
+                    page = self._page_of(group, version, plural, namespace, token)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return CustomObjects(
+                            api_version, kind, installed=False,
+                            note=f"{api_version} {plural} is not served by the API server ({installs} not "
+                            f"installed?): no {installs} gangs counted",
+                        )
+                    raise KubeReadError(f"list {api_version} {plural} in {where}: {_api_message(exc)}") from exc
+                except urllib3.exceptions.HTTPError as exc:
+                    raise KubeReadError(
+                        f"list {api_version} {plural} in {where}: cannot reach the API server at "
+                        f"{self._api.configuration.host}"
+                    ) from exc
+                if not isinstance(page, dict):
+                    raise KubeReadError(f"list {api_version} {plural} in {where}: the answer is not a JSON object")
+                for item in page.get("items") or []:
+                    items.append({**item, "apiVersion": item.get("apiVersion") or api_version,
+                                  "kind": item.get("kind") or kind})
+                token = (page.get("metadata") or {}).get("continue") or None
+                if not token:
+                    break
+        return CustomObjects(api_version, kind, items=tuple(items))
+
+    def _page_of(self, group: str, version: str, plural: str, namespace: str | None, token: str | None) -> object:
+        call: Callable[..., object]
+        if namespace is None:
+            call = self._custom.list_custom_object_for_all_namespaces
+            return call(group, version, plural, limit=self._page, _continue=token, _request_timeout=self._timeout)
+        call = self._custom.list_namespaced_custom_object
+        return call(group, version, namespace, plural, limit=self._page, _continue=token,
+                    _request_timeout=self._timeout)
