@@ -217,16 +217,16 @@ def summary_lines(result: SimulationResult) -> list[str]:
     return lines
 
 
-def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig) -> str:
+def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig, sizing: str = "") -> str:
     c = config.cluster
     days = trace.duration_seconds / 86_400
     step = trace.step_seconds
     step_text = f"{step // 60}-minute" if step % 60 == 0 else f"{step}-second"
     head = [
         f"Simulated {trace.name}: {days:.1f} days of {step_text} bins, {result.tick_seconds}s ticks.",
-        f"Replica = {config.capacity_per_replica:.4g} req/s; pod start-up {c.pod_startup_seconds}s, node start-up "
-        f"{c.node_startup_seconds}s, {c.gpus_per_replica} GPU/replica, {c.gpus_per_node} GPUs/node, "
-        f"${config.gpu_hour_price:.2f}/GPU-hour.",
+        f"Replica = {config.capacity_per_replica:.4g} req/s{sizing}.",
+        f"Pod start-up {c.pod_startup_seconds}s, node start-up {c.node_startup_seconds}s, "
+        f"{c.gpus_per_replica} GPU/replica, {c.gpus_per_node} GPUs/node, ${config.gpu_hour_price:.2f}/GPU-hour.",
         "",
     ]
     cols = ("policy", "GPU-hours", "cost $", "unserved", "cold-start req", "scale events", "max replicas")
@@ -254,8 +254,9 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
     notes = ["", *summary_lines(result)] if summary_lines(result) else []
     legend = [
         "",
-        "unserved: requests above Ready capacity / all requests; cold-start req: of those, the ones replicas "
-        "already asked for but still starting would have served.",
+        "unserved: requests that arrived above Ready capacity, over all requests.",
+        "cold-start req: of those, the requests that replicas already asked for but still starting would have served.",
+        "GPU-hours: each replica's GPUs from the moment it is asked for until it is released.",
     ]
     return "\n".join(head + body + notes + legend + [f"Notes: {n}" for n in result.notes])
 
@@ -287,7 +288,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json()))
     else:
-        print(format_table(result, trace, config))
+        sizing = ""
+        if args.capacity_per_replica is None:
+            n = DEFAULT_PEAK_REPLICAS if args.peak_replicas is None else args.peak_replicas
+            sizing = f" (the trace's busiest bin needs {n} replicas; set --peak-replicas or --capacity-per-replica)"
+        print(format_table(result, trace, config, sizing))
         if args.plot is not None:
             print(f"Plot written to {args.plot}")
     return 0

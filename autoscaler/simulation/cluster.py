@@ -70,10 +70,10 @@ class ClusterConfig:
 
 
 class _Node:
-    __slots__ = ("empty_since", "ready_tick", "used")
+    __slots__ = ("empty_since", "ready_seconds", "used")
 
-    def __init__(self, ready_tick: int) -> None:
-        self.ready_tick = ready_tick
+    def __init__(self, ready_seconds: float) -> None:
+        self.ready_seconds = ready_seconds  # since the simulation's start, exact (not rounded to ticks)
         self.used = 0  # replicas placed on it
         self.empty_since: int | None = None
 
@@ -98,8 +98,6 @@ class Cluster:
         if initial_ready < 0:
             raise ValueError(f"initial replicas must be >= 0, got {initial_ready}")
         self.config = config
-        self._pod_ticks = config.ticks(config.pod_startup_seconds)
-        self._node_ticks_exact = config.node_startup_seconds / config.tick_seconds
         self._consolidate_ticks = config.ticks(config.consolidate_after_seconds)
         self._per_node = config.replicas_per_node
         self.nodes: list[_Node] = []
@@ -110,7 +108,7 @@ class Cluster:
         for _ in range(initial_ready):
             node = self._node_with_room(0)
             if node is None:
-                node = self._new_node(ready_tick=0)
+                node = self._new_node(ready_seconds=0.0)
             node.used += 1
             self.ready_replicas.append(_Replica(0, 0, node))
         self.nodes_created = 0  # the initial nodes were there before the simulation
@@ -164,8 +162,8 @@ class Cluster:
                 self._remove(k)
 
     # -- internals ------------------------------------------------------------------------------
-    def _new_node(self, ready_tick: int) -> _Node:
-        node = _Node(ready_tick)
+    def _new_node(self, ready_seconds: float) -> _Node:
+        node = _Node(ready_seconds)
         self.nodes.append(node)
         self.nodes_created += 1
         return node
@@ -174,20 +172,22 @@ class Cluster:
         """A Ready node before a provisioning one (the replica serves sooner), then the fullest (bin-packing)."""
         best: _Node | None = None
         best_key = (False, -1)
+        now = k * self.config.tick_seconds
         for node in self.nodes:
             if node.used < self._per_node:
-                key = (node.ready_tick <= k, node.used)
+                key = (node.ready_seconds <= now, node.used)
                 if best is None or key > best_key:
                     best, best_key = node, key
         return best
 
     def _add(self, k: int) -> None:
+        cfg = self.config
+        now = k * cfg.tick_seconds
         node = self._node_with_room(k)
         if node is None:
-            node = self._new_node(ready_tick=k + math.ceil(self._node_ticks_exact - 1e-9))
-            ready_at = k + self.config.ticks(self.config.node_startup_seconds + self.config.pod_startup_seconds)
-        else:
-            ready_at = max(k, node.ready_tick) + self._pod_ticks
+            node = self._new_node(ready_seconds=now + cfg.node_startup_seconds)
+        # Ready one pod start-up after both the ask and the node, observed at the next tick
+        ready_at = k + cfg.ticks(max(0.0, node.ready_seconds - now) + cfg.pod_startup_seconds)
         node.used += 1
         node.empty_since = None
         self.starting.append(_Replica(k, ready_at, node))

@@ -137,6 +137,17 @@ def score(
     )
 
 
+class Scheduled:
+    """A policy that holds a replica count fixed in advance per tick (the oracle's, computed offline)."""
+
+    def __init__(self, name: str, counts: IntArray) -> None:
+        self.name = name
+        self._counts = counts.tolist()
+
+    def decide(self, k: int, cluster: Cluster, demand: float) -> int:
+        return int(self._counts[k])
+
+
 def run_closed_loop(policy: TickPolicy, demand: FloatArray, cluster: Cluster) -> tuple[IntArray, IntArray]:
     """Drive ``policy`` tick by tick; returns ``(requested, ready)`` replicas per tick."""
     requested: list[int] = []
@@ -269,10 +280,8 @@ def simulate(
         if callable(describe):
             notes.extend(str(n) for n in describe())
     if "oracle" in config.policies:
-        t0 = time.perf_counter()
-        requested, ready = oracle_schedule(np.minimum(need, config.max_replicas), cluster_cfg)
-        results["oracle"] = score("oracle", demand, requested, ready, config.capacity_per_replica, tick, g, price,
-                                  time.perf_counter() - t0)
+        counts = oracle_schedule(np.minimum(need, config.max_replicas), cluster_cfg)
+        results["oracle"] = closed(Scheduled("oracle", counts))
     if "reactive" in config.policies:
         for target in config.reactive_targets:
             hpa = ReactiveHPA(target, config.capacity_per_replica, tick, config.min_replicas, config.max_replicas)

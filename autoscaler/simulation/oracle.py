@@ -17,9 +17,13 @@ by asking at ``start - lead``, where lead is:
 * node + pod start-up otherwise (only the lowest-numbered replica of a node can face this; the
   others are needed only while it is, so their node is up and Ready).
 
-When the re-ask would come no later than the release, the replica is simply kept. The simulation
-starts warm: replicas needed within the first node + pod lead are Ready at the first tick, as in
-every other policy.
+When the re-ask would come no later than the release, the replica is simply kept. A Deployment has a
+replica *count*, not named replicas, and a new replica takes a free GPU before a new node is
+provisioned, so the count at each tick is the highest replica number asked for (asking for replica
+``j`` early to open a node means holding ``1..j``). The count is then replayed through the same
+cluster model as every other policy, which gives its Ready replicas and bill; a property test checks
+that it is never short. The simulation starts warm: replicas needed within the first node + pod lead
+are Ready at the first tick, as in every other policy.
 """
 
 from __future__ import annotations
@@ -39,15 +43,14 @@ def _runs(mask: NDArray[np.bool_]) -> tuple[IntArray, IntArray]:
     return edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
 
 
-def oracle_schedule(need: IntArray, config: ClusterConfig) -> tuple[IntArray, IntArray]:
-    """``(requested, ready)`` replicas per tick for the demand-need profile ``need`` (replicas per tick)."""
+def oracle_schedule(need: IntArray, config: ClusterConfig) -> IntArray:
+    """The oracle's replica count per tick for the demand-need profile ``need`` (replicas per tick)."""
     n_ticks = int(need.shape[0])
     pod = config.ticks(config.pod_startup_seconds)
     full = config.ticks(config.node_startup_seconds + config.pod_startup_seconds)
     consolidate = config.ticks(config.consolidate_after_seconds)
     per_node = config.replicas_per_node
-    asked_diff = np.zeros(n_ticks + 1, dtype=np.int64)
-    ready_diff = np.zeros(n_ticks + 1, dtype=np.int64)
+    requested = np.zeros(n_ticks, dtype=np.int64)
     top = int(need.max()) if n_ticks else 0
     for j in range(1, top + 1):
         starts, ends = _runs(need >= j)
@@ -68,11 +71,7 @@ def oracle_schedule(need: IntArray, config: ClusterConfig) -> tuple[IntArray, In
                 blocks[-1] = (ask0, ready0, e)  # a re-ask would not come before the release: keep it
             else:
                 blocks.append((s - lead, s, e))
-        for ask, ready_at, end in blocks:
-            asked_diff[ask] += 1
-            asked_diff[end] -= 1
-            ready_diff[ready_at] += 1
-            ready_diff[end] -= 1
-    requested = np.cumsum(asked_diff[:n_ticks])
-    ready = np.cumsum(ready_diff[:n_ticks])
-    return requested.astype(np.int64), ready.astype(np.int64)
+        for ask, _ready_at, end in blocks:
+            # a Deployment has a count, not named replicas: asking for replica j means holding j
+            requested[ask:end] = np.maximum(requested[ask:end], j)
+    return requested
