@@ -83,16 +83,46 @@ class ControllerMetrics:
         self.last_tick = Gauge(
             "predictive_autoscaler_last_tick_timestamp_seconds", "When the last tick finished.", registry=r
         )
+        # Cost and GPU capacity (deploy/prometheusrule.yaml alerts on these). scope is "cluster" (team "") or "team".
+        self.projected_cost = Gauge(
+            "predictive_autoscaler_projected_cost_dollars_per_hour",
+            "Peak GPU spend the plan projects within the forecast horizon, by scope (cluster, team).",
+            ["scope", "team"],
+            registry=r,
+        )
+        self.cost_ceiling = Gauge(
+            "predictive_autoscaler_cost_ceiling_dollars_per_hour",
+            "Configured spend ceiling, by scope (cluster, team); absent when there is none.",
+            ["scope", "team"],
+            registry=r,
+        )
+        self.ceiling_cuts = Counter(
+            "predictive_autoscaler_ceiling_cuts_total",
+            "Replicas or nodes a cost ceiling withheld, by team and kind (inference, headroom, ...).",
+            ["team", "kind"],
+            registry=r,
+        )
+        self.gang_reserved_gpus = Gauge(
+            "predictive_autoscaler_gang_reserved_gpus",
+            "GPUs held by training gangs (Kueue Workloads, Volcano PodGroups), counted whole.",
+            registry=r,
+        )
+        self.gpus_unavailable = Gauge(
+            "predictive_autoscaler_gpus_unavailable",
+            "GPUs the workload's replicas are waiting for (unschedulable pods x GPUs per replica).",
+            WORKLOAD,
+            registry=r,
+        )
         # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
         self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
             self.forecast, self.demand, self.desired, self.current, self.ready, self.lead, self.warm_pool,
-            self.decisions, self.fallbacks,
+            self.decisions, self.fallbacks, self.gpus_unavailable,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
             id(self.decisions): (*WORKLOAD, "outcome"),
             **{id(m): WORKLOAD for m in (self.demand, self.desired, self.current, self.ready, self.lead,
-                                         self.warm_pool, self.fallbacks)},
+                                         self.warm_pool, self.fallbacks, self.gpus_unavailable)},
         }
 
     def forget_series(self, metric: Gauge | Counter, namespace: str, deployment: str) -> None:
