@@ -15,7 +15,9 @@ Method (every parameter is chosen per series from its own recent history; nothin
    half-life one hour) while that reference is at least 20 requests per bin is an outage, not
    demand (a Poisson count with mean 20 is 0 with probability 2e-9). It is missing for the
    levels and the profile. The reference follows the zeros, so a real shutdown is accepted after
-   a few hours instead of being held forever. ``NaN`` is missing as well. (The fallback chain
+   a few hours instead of being held forever. ``NaN`` is missing as well. The rule assumes event
+   counts (requests); for token rates, where one request is thousands of tokens and an empty bin
+   is ordinary, construct with ``detect_outages=False``. (The fallback chain
    also cleans input with ``models.clean.prepare``; this causal rule is what ``update`` needs for
    a zero that arrives live, and it makes the model safe without the chain.)
 2. Profile ``s`` (with at least one day of history): the last 14 days are cut into 24-hour
@@ -169,7 +171,9 @@ def _period(step: int) -> int:
     return max(1, math.ceil(SECONDS_PER_DAY / step))
 
 
-def _outage_mask(counts: FloatArray, ref_decay: float, ref0: float) -> tuple[FloatArray, float, float | None]:
+def _outage_mask(
+    counts: FloatArray, ref_decay: float, ref0: float, min_count: float
+) -> tuple[FloatArray, float, float | None]:
     """``counts`` with outage bins set to NaN, the reference state after them, and the outage reading.
 
     The reading is the raw count of the last observed bin when that bin is an outage (NaN when it
@@ -178,7 +182,7 @@ def _outage_mask(counts: FloatArray, ref_decay: float, ref0: float) -> tuple[Flo
     ref_after, ref_end = _ewma_skip(counts, ref_decay, ref0)
     ref_before = np.concatenate(([ref0], ref_after[:-1]))
     with np.errstate(invalid="ignore"):
-        outage = (counts <= OUTAGE_RATIO * ref_before) & (ref_before >= OUTAGE_MIN_COUNT)
+        outage = (counts <= OUTAGE_RATIO * ref_before) & (ref_before >= min_count)
     clean = np.where(outage, np.nan, counts)
     observed = np.flatnonzero(np.isfinite(counts))
     reading: float | None = None
@@ -246,7 +250,12 @@ class DefaultForecaster:
 
     alias = "default"
 
-    def __init__(self) -> None:
+    def __init__(self, *, detect_outages: bool = True) -> None:
+        """``detect_outages=False`` turns the outage-zero rule off: for series that are not event
+        counts (token rates: one request is thousands of tokens, so an empty bin is ordinary at a
+        high token rate), or input already cleaned upstream."""
+        self.detect_outages = detect_outages
+        self._outage_min_count = OUTAGE_MIN_COUNT if detect_outages else math.inf
         self._fitted = False
         self._step = 0
         self._end = 0
@@ -286,7 +295,8 @@ class DefaultForecaster:
         h = horizon_steps(step)
         period = _period(step)
         long_decay = _decay(LONG_HALF_LIFE_SECONDS / step)
-        counts, ref_end, reading = _outage_mask(y * step, _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step), math.nan)
+        ref_decay = _decay(OUTAGE_REF_HALF_LIFE_SECONDS / step)
+        counts, ref_end, reading = _outage_mask(y * step, ref_decay, math.nan, self._outage_min_count)
         phases = _phases(series.start, step, n, period)
 
         # Honest split: profile from before the evaluation window, errors inside it.
@@ -440,7 +450,7 @@ class DefaultForecaster:
         if len(new) > SCALAR_UPDATE_BINS:
             if np.any(y[np.isfinite(y)] < 0) or np.any(np.isinf(y)):
                 raise ValueError(f"default: update starting at {new.start} has negative or infinite rates")
-            counts, self._ref, reading = _outage_mask(y * step, ref_decay, self._ref)
+            counts, self._ref, reading = _outage_mask(y * step, ref_decay, self._ref, self._outage_min_count)
             if reading is not None:
                 self._outage = reading
             if prof is not None and sprof is not None:
@@ -463,7 +473,7 @@ class DefaultForecaster:
                     continue
                 c = v * step
                 ref = self._ref
-                outage = ref == ref and ref >= OUTAGE_MIN_COUNT and c <= OUTAGE_RATIO * ref
+                outage = ref == ref and ref >= self._outage_min_count and c <= OUTAGE_RATIO * ref
                 self._ref = (1.0 - ref_decay) * c + ref_decay * (ref if ref == ref else c)
                 if outage:
                     self._outage = c
@@ -528,6 +538,7 @@ class DefaultForecaster:
         return {
             "alias": self.alias,
             "version": STATE_VERSION,
+            "detect_outages": self.detect_outages,
             "step_seconds": self._step,
             "end": self._end,
             "period": self._period,
@@ -552,7 +563,7 @@ class DefaultForecaster:
                 f"expected {cls.alias!r} version {STATE_VERSION}"
             )
         try:
-            m = cls()
+            m = cls(detect_outages=bool(state["detect_outages"]))
             m._step = int(state["step_seconds"])
             m._end = int(state["end"])
             m._period = int(state["period"])

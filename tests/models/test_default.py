@@ -276,6 +276,23 @@ def test_real_quiet_periods_are_not_outages() -> None:
     assert f.mean[0] < 1.0 / MIN
 
 
+def test_outage_rule_can_be_turned_off_for_non_count_series() -> None:
+    # Token rates: thousands of tokens per request, so an empty minute is ordinary even though
+    # the rate is high. With the rule off, empty minutes count as zero demand.
+    rng = np.random.default_rng(19)
+    requests = rng.poisson(1.0, 2 * DAY)
+    tokens = requests * 2000.0 / MIN
+    series = TrafficSeries(tokens, MIN, START)
+    off = DefaultForecaster(detect_outages=False).fit(series)
+    on = DefaultForecaster().fit(series)
+    assert off.predict(15).mean.mean() == pytest.approx(2000.0 / MIN, rel=0.3)
+    # with the rule on, the empty minutes would be skipped as outages: demand biased up
+    assert on.predict(15).band(50).mean() > 1.2 * off.predict(15).band(50).mean()
+    restored = DefaultForecaster.from_state(json.loads(json.dumps(off.to_state())))
+    assert restored.detect_outages is False
+    np.testing.assert_array_equal(restored.predict(15).mean, off.predict(15).mean)
+
+
 def test_ten_minute_bins() -> None:
     step = 600
     day = SECONDS_PER_DAY // step
