@@ -34,3 +34,10 @@ def require_binary(name: str) -> str:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+# The real-server fixtures are registered here, once, for the whole suite: a session-scoped
+# fixture imported into several conftest modules would start one server per module.
+from tests.servers import alertmanager_server, prometheus_server, prometheus_tls_server  # noqa: E402
+
+__all__ = ["alertmanager_server", "in_ci", "prometheus_server", "prometheus_tls_server", "require_binary"]

@@ -18,7 +18,6 @@ from tests.runtime import conftest as runtime
 from tests.servers import PrometheusServer
 
 # Fixtures shared with tests/runtime (assigned, not imported, so ruff sees them as used).
-prometheus_server = runtime.prometheus_server
 fake_api = runtime.fake_api
 api_client = runtime.api_client
 fleet = runtime.fleet

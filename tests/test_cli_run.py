@@ -20,7 +20,6 @@ from tests.runtime import conftest as runtime
 from tests.servers import PrometheusServer, free_port
 
 # Fixtures shared with tests/runtime (assigned, not imported, so ruff sees them as used).
-prometheus_server = runtime.prometheus_server
 fake_api = runtime.fake_api
 fleet = runtime.fleet
 

@@ -31,7 +31,7 @@ from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.metrics import ControllerMetrics
 from tests.kube.conftest import api_client, deployment, fake_api
 from tests.kube.fakeapi import FakeKubeAPI
-from tests.servers import PrometheusServer, prometheus_server
+from tests.servers import PrometheusServer
 
 __all__ = [
     "FLEET",
@@ -43,7 +43,6 @@ __all__ = [
     "fleet",
     "loop_config",
     "make_source",
-    "prometheus_server",
     "rig",
     "write_config",
     "write_kubeconfig",
