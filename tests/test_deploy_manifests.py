@@ -26,8 +26,11 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 NAMESPACE = "predictive-autoscaler"
 KUBERNETES_VERSION = "1.29"  # oldest minor we claim to support; schemas of newer minors accept these too
-OPTIONAL_FILES = {"servicemonitor.yaml"}  # needs prometheus-operator's CRDs; applied separately
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}  # no built-in schema
+OPTIONAL_FILES = {"servicemonitor.yaml", "prometheusrule.yaml"}  # need prometheus-operator's CRDs; applied separately
+CUSTOM_KINDS = {  # no built-in schema
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 
 MANIFEST_FILES = sorted(p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml")
 
@@ -201,11 +204,33 @@ ALLOWED_CLUSTER_GRANTS = {
     ("", "events", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
+    # GPU nodes and cost ceiling (autoscaler/adapters/karpenter.py, training.py)
+    ("karpenter.sh", "nodepools", "get"),
+    ("karpenter.sh", "nodepools", "list"),
+    ("karpenter.sh", "nodepools", "watch"),
+    ("karpenter.sh", "nodepools", "patch"),
+    ("autoscaling.x-k8s.io", "capacitybuffers", "get"),
+    ("autoscaling.x-k8s.io", "capacitybuffers", "list"),
+    ("autoscaling.x-k8s.io", "capacitybuffers", "create"),
+    ("autoscaling.x-k8s.io", "capacitybuffers", "patch"),
+    ("autoscaling.x-k8s.io", "capacitybuffers", "delete"),
+    ("kueue.x-k8s.io", "workloads", "get"),
+    ("kueue.x-k8s.io", "workloads", "list"),
+    ("kueue.x-k8s.io", "workloads", "watch"),
+    ("scheduling.volcano.sh", "podgroups", "get"),
+    ("scheduling.volcano.sh", "podgroups", "list"),
+    ("scheduling.volcano.sh", "podgroups", "watch"),
+    ("scheduling.k8s.io", "priorityclasses", "get"),
+    ("scheduling.k8s.io", "priorityclasses", "create"),
 }
 ALLOWED_LEASE_GRANTS = {
     ("coordination.k8s.io", "leases", "create", "*"),
     ("coordination.k8s.io", "leases", "get", "predictive-autoscaler"),
     ("coordination.k8s.io", "leases", "update", "predictive-autoscaler"),
+}
+ALLOWED_HEADROOM_GRANTS = {  # placeholder Deployments, in the controller's namespace only
+    ("apps", "deployments", "create", "*"),
+    ("apps", "deployments", "delete", "*"),
 }
 
 
@@ -240,15 +265,27 @@ def test_no_other_roles_exist() -> None:
     kinds = [(d["kind"], d["metadata"]["name"]) for _, d in all_objects() if d["kind"] in {"Role", "ClusterRole"}]
     assert sorted(kinds) == [
         ("ClusterRole", "predictive-autoscaler"),
+        ("Role", "predictive-autoscaler-headroom"),
         ("Role", "predictive-autoscaler-leader-election"),
     ]
+
+
+def test_headroom_role_is_namespaced_and_only_creates_and_deletes_deployments() -> None:
+    role = find("Role", "predictive-autoscaler-headroom")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert grants(role) == ALLOWED_HEADROOM_GRANTS
 
 
 def test_bindings_give_the_roles_to_the_controllers_service_account() -> None:
     sa = find("ServiceAccount")
     subject = {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
-    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        binding = find(kind)
+    bindings = [(kind, role_kind, d) for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"),
+                                                              ("RoleBinding", "Role"))
+                for _, d in all_objects() if d["kind"] == kind]
+    assert sorted(d["metadata"]["name"] for _, _, d in bindings) == [
+        "predictive-autoscaler", "predictive-autoscaler-headroom", "predictive-autoscaler-leader-election"
+    ]
+    for kind, role_kind, binding in bindings:
         assert binding["subjects"] == [subject]
         role = find(role_kind, binding["roleRef"]["name"])
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,

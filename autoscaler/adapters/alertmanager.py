@@ -38,6 +38,13 @@ import httpx
 
 from autoscaler.ports import Alert
 
+# Alert names the controller pushes; deploy/prometheusrule.yaml raises the same ones from the metrics
+# (tests/test_alert_rules.py keeps the two in step).
+PROJECTED_BREACH = "GPUCostCeilingProjectedBreach"
+CUTTING_INFERENCE = "GPUCostCeilingCuttingInference"
+GPUS_UNAVAILABLE = "GPUsUnavailable"
+ALERT_NAMES = (PROJECTED_BREACH, CUTTING_INFERENCE, GPUS_UNAVAILABLE)
+
 ALERTS_PATH = "/api/v2/alerts"
 RESERVED_LABELS = ("alertname", "severity", "cluster")
 SEVERITIES = ("info", "warning", "critical")
