@@ -36,7 +36,7 @@ import numpy as np
 
 from models._residuals import check_horizon, check_state, floats_from_json, floats_to_json
 from models.base import DEFAULT_LEVELS, Forecaster, InsufficientHistoryError, NotFittedError
-from models.clean import OUTAGE_WINDOW_SECONDS, continuation, prepare, sanitize
+from models.clean import OUTAGE_WINDOW_SECONDS, continuation, prepare, prepare_tail, sanitize
 from models.types import Forecast, TrafficSeries
 
 CHAIN_STATE = "chain"
@@ -135,7 +135,7 @@ class FallbackChain:
         joined = np.concatenate([self._context, values])
         if self.clean:
             context_start = self._end - self._context.shape[0] * self._step
-            cleaned = prepare(TrafficSeries(joined, self._step, context_start)).values[-values.shape[0] :]
+            cleaned = prepare_tail(self._context, values, self._step, context_start)
         else:
             cleaned = values
         chunk = TrafficSeries(cleaned, self._step, self._end)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from models.clean import continuation, counter_to_rate, outage_mask, prepare
+from models.clean import continuation, counter_to_rate, outage_mask, prepare, prepare_tail
 from models.types import TrafficSeries
 from tests.conftest import SHARED_TRACES
 from tests.models._synthetic import DAY0, daily
@@ -150,3 +152,24 @@ def test_continuation_pads_a_gap_and_sanitizes() -> None:
     new = TrafficSeries(np.array([1.0, -1.0]), 60, DAY0 + 180)
     out = continuation(DAY0 + 60, 60, new)
     np.testing.assert_array_equal(out, [math.nan, math.nan, 1.0, math.nan])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    context=st.lists(st.one_of(st.floats(0, 50), st.just(float("nan"))), min_size=0, max_size=400),
+    new=st.lists(st.one_of(st.floats(0, 50), st.just(0.0), st.just(float("nan"))), min_size=1, max_size=30),
+    step=st.sampled_from([60, 600]),
+)
+def test_prepare_tail_equals_the_full_pass(context: list[float], new: list[float], step: int) -> None:
+    ctx, fresh = np.asarray(context, dtype=float), np.asarray(new, dtype=float)
+    full = prepare(TrafficSeries(np.concatenate([ctx, fresh]), step, 0)).values[-len(fresh) :]
+    np.testing.assert_array_equal(prepare_tail(ctx, fresh, step, 0), full)
+
+
+def test_prepare_tail_marks_an_outage_in_the_new_bins() -> None:
+    rng = np.random.default_rng(3)
+    ctx = rng.poisson(3000, 360).astype(float) / 60
+    fresh = np.array([0.0, 0.0, 50.0])
+    out = prepare_tail(ctx, fresh, 60, 0)
+    assert np.isnan(out[:2]).all()
+    assert out[2] == 50.0
