@@ -28,6 +28,7 @@ metrics, so on-call is still paged when this push path is down; an Alertmanager 
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -83,7 +84,8 @@ class AlertmanagerSink:
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 8.0,
         headers: Mapping[str, str] | None = None,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
+        ca_file: str | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -103,6 +105,11 @@ class AlertmanagerSink:
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
+        if ca_file is not None:
+            try:
+                verify = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"cannot load the Alertmanager CA file {ca_file}: {exc.strerror or exc}") from exc
         self._http = httpx.Client(
             base_url=self.url,
             timeout=timeout_seconds,

@@ -239,7 +239,7 @@ class KarpenterCapacity:
         self._sleep = sleep
         self._monotonic = monotonic
         self._served: tuple[float, bool] | None = None
-        self._pc_ok = False
+        self._pc_checked: float | None = None  # when the PriorityClass was last seen right
 
     # ---- plumbing --------------------------------------------------------------------------------
 
@@ -474,7 +474,10 @@ class KarpenterCapacity:
         }
 
     def _ensure_priority_class(self) -> None:
-        if self._pc_ok:
+        """Create the PriorityClass if missing; re-checked every discovery TTL (someone may delete it, and pods
+        naming a missing PriorityClass are rejected at admission)."""
+        now = self._monotonic()
+        if self._pc_checked is not None and now - self._pc_checked < self._ttl:
             return
         name = self._pc_name
 
@@ -497,7 +500,7 @@ class KarpenterCapacity:
             return False
 
         self._write(f"ensure PriorityClass {name}", once)
-        self._pc_ok = True
+        self._pc_checked = now
 
     def priority_class_object(self) -> dict[str, Any]:
         return {

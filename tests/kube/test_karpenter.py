@@ -469,7 +469,7 @@ def test_placeholders_hold_whole_nodes_of_the_pool(karpenter_api: FakeKubeAPI, c
     patch = karpenter_api.calls("PATCH")[-1]
     assert patch.body == {"spec": {"replicas": 3}}  # only the count changes
     assert patch.content_type == MERGE_PATCH
-    # The PriorityClass was checked once per adapter, not on every call.
+    # The PriorityClass is checked once per discovery TTL, not on every call.
     assert len(karpenter_api.calls("GET", r"priorityclasses")) == 1
 
     (view,) = capacity.list_headroom()
@@ -504,6 +504,22 @@ def test_a_changed_pool_rewrites_the_pod_template(karpenter_api: FakeKubeAPI, ca
         SPEC_HASH_ANNOTATION
     ]
     assert capacity.ensure_headroom(PoolHeadroom(changed, 4), 1) is False
+
+
+def test_a_deleted_priority_class_is_recreated_after_the_ttl(
+    karpenter_api: FakeKubeAPI, capacity: KarpenterCapacity, ticker: Ticker
+) -> None:
+    (_, h100) = capacity.list_node_pools()
+    capacity.ensure_headroom(PoolHeadroom(h100, 8), 1)
+    del karpenter_api.objects[("priorityclasses", "", "predictive-autoscaler-headroom")]
+    ticker.t += 100
+    capacity.ensure_headroom(PoolHeadroom(h100, 8), 2)
+    assert karpenter_api.get("priorityclasses", "", "predictive-autoscaler-headroom") is None  # cached: not seen
+    ticker.t += 300
+    capacity.ensure_headroom(PoolHeadroom(h100, 8), 2)
+    pc = karpenter_api.get("priorityclasses", "", "predictive-autoscaler-headroom")
+    assert pc is not None
+    assert pc["value"] == -10
 
 
 def test_a_priority_class_that_would_not_yield_is_refused(
