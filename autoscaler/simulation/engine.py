@@ -202,6 +202,7 @@ class SimulationResult:
     capacity_per_replica: float
     policies: dict[str, PolicyResult]
     notes: tuple[str, ...] = ()  # what a policy wants the reader to know (e.g. forecaster fallbacks)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds by part, e.g. predictive forecast/plan
 
     def to_json(self) -> dict[str, Any]:
         return {"trace": self.trace, "policies": {name: r.metrics() for name, r in self.policies.items()}}
@@ -271,6 +272,7 @@ def simulate(
 
     results: dict[str, PolicyResult] = {}
     notes: list[str] = []
+    timings: dict[str, float] = {}
     if "predictive" in config.policies:
         if predictive is None:
             raise ValueError("the predictive policy needs a factory (autoscaler.simulation.predictive.factory)")
@@ -279,6 +281,9 @@ def simulate(
         describe = getattr(policy, "notes", None)
         if callable(describe):
             notes.extend(str(n) for n in describe())
+        parts = getattr(policy, "timings", None)
+        if isinstance(parts, dict):
+            timings.update({f"predictive_{k}": float(v) for k, v in parts.items()})
     if "oracle" in config.policies:
         counts = oracle_schedule(np.minimum(need, config.max_replicas), cluster_cfg)
         results["oracle"] = closed(Scheduled("oracle", counts))
@@ -287,5 +292,5 @@ def simulate(
             hpa = ReactiveHPA(target, config.capacity_per_replica, tick, config.min_replicas, config.max_replicas)
             results[hpa.name] = closed(hpa)
     return SimulationResult(
-        trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes)
+        trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes), timings
     )

@@ -21,6 +21,7 @@ controller loop does, with the trace standing in for Prometheus:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -79,6 +80,8 @@ class PredictivePolicy:
         self.fits = 0
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
+        # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
+        self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0}
 
     def _refit_due(self, b: int) -> bool:
         if self.model is None:
@@ -117,9 +120,12 @@ class PredictivePolicy:
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         if k % self.per_bin == 0:
+            t0 = time.perf_counter()
             self._refresh(k // self.per_bin)
+            self.timings["forecast"] += time.perf_counter() - t0
         if k % self.decide_every:
             return cluster.requested
+        t0 = time.perf_counter()
         now = self.series.start + k * self.tick
         state = WorkloadState(
             current_replicas=cluster.requested,
@@ -131,6 +137,7 @@ class PredictivePolicy:
         )
         decision = plan_replicas(self.forecast, state, self.policy, self.cold_start, now)
         self.recommendations = decision.recommendations
+        self.timings["plan"] += time.perf_counter() - t0
         return decision.desired_replicas
 
 
