@@ -1,1 +1,13 @@
-"""Trace-driven cluster simulator behind ``predictive-autoscaler simulate`` and ``benchmarks/simulate.py``."""
+"""Trace-driven cluster simulator behind ``predictive-autoscaler simulate`` and ``benchmarks/simulate.py``.
+
+Why a package: the cluster model, the baseline HPA, the oracle bound and our policy are four
+separately testable pieces that the engine runs under one set of rules and one bill.
+
+- ``cluster``: replicas, nodes, start-up delays, consolidation of empty nodes, what is billed;
+- ``reactive``: a faithful Kubernetes HPA (autoscaling/v2 defaults);
+- ``oracle``: perfect foresight at the fewest GPU-hours, replayed through the same cluster;
+- ``predictive``: the project's forecaster + ``plan_replicas``, as the controller runs them;
+- ``engine``: ``simulate(series, SimulationConfig, ...) -> SimulationResult`` and the scores.
+
+Departure from DESIGN.md: the map has one ``autoscaler/simulate.py``; it grew into this package.
+"""
