@@ -9,7 +9,6 @@ against the Kubernetes schemas of ``kubernetes-validate``.
 from __future__ import annotations
 
 import copy
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +34,11 @@ from autoscaler.adapters.karpenter import (
 )
 from autoscaler.adapters.kube import MERGE_PATCH, KubeReadError, KubeWriteError
 from autoscaler.ports import DeploymentHeadroom, NodeCapacity, NodeTaint, PoolHeadroom
+from tests.conftest import REPO
 from tests.kube.conftest import deployment
 from tests.kube.fakeapi import FakeKubeAPI, load_crd, merge_patch, schema_errors
 
-CRDS = Path(os.environ.get("PA_CRD_DIR", "/work/shared/crds"))
+CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
 NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
 BUFFER_CRD = CRDS / "autoscaling.x-k8s.io_capacitybuffers.yaml"
 CONTROLLER_NS = "predictive-autoscaler"

@@ -13,9 +13,10 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeReadError
 from autoscaler.adapters.training import KUEUE, VOLCANO, TrainingReader
 from autoscaler.ports import TrainingGangs
+from tests.conftest import REPO
 from tests.kube.fakeapi import FakeKubeAPI, load_crd, schema_errors
 
-CRDS = Path("/work/shared/crds")
+CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
 KUEUE_CRD = CRDS / "kueue.x-k8s.io_workloads.yaml"
 VOLCANO_CRD = CRDS / "scheduling.volcano.sh_podgroups.yaml"
 
