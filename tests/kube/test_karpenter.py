@@ -175,6 +175,15 @@ def test_gpu_quantities_are_parsed_as_kubernetes_quantities(limit: Any, used: An
     assert (view.gpu_limit, view.gpus_in_use) == expected
 
 
+def test_taints_without_a_value_are_tolerated_with_exists() -> None:
+    obj = nodepool("p", taints=[{"key": "gpu-only", "effect": "NoExecute"},
+                                {"key": "team", "value": "ml", "effect": "PreferNoSchedule"}])
+    assert node_pool_view(obj).tolerations == [
+        {"key": "gpu-only", "effect": "NoExecute", "operator": "Exists"},
+        {"key": "team", "effect": "PreferNoSchedule", "operator": "Equal", "value": "ml"},
+    ]
+
+
 def test_a_gpu_count_label_on_the_template_pins_gpus_per_node() -> None:
     obj = nodepool("p", gpu_counts=())
     assert node_pool_view(obj).gpus_per_node is None
@@ -366,6 +375,23 @@ def test_a_foreign_buffer_with_our_name_is_never_touched(
     with pytest.raises(HeadroomError, match="not managed by"):
         capacity.remove_headroom(DeploymentHeadroom("serving", "llama"))
     assert with_buffers.writes() == []
+
+
+def test_list_headroom_ignores_objects_that_are_not_ours(
+    with_buffers: FakeKubeAPI, capacity: KarpenterCapacity
+) -> None:
+    with_buffers.add("capacitybuffers.autoscaling.x-k8s.io", {
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "someone-elses", "namespace": "serving"},
+        "spec": {"scalableRef": {"kind": "Deployment", "name": "web"}, "replicas": 2},
+    })
+    with_buffers.add("deployments", deployment(CONTROLLER_NS, "predictive-autoscaler", enabled=False))
+    capacity.ensure_headroom(DeploymentHeadroom("serving", "llama"), 1)
+    assert [(v.kind, v.name) for v in capacity.list_headroom()] == [("CapacityBuffer", "llama-headroom")]
+    (buffers,) = with_buffers.calls("GET", r"^/apis/autoscaling\.x-k8s\.io/v1beta1/capacitybuffers$")
+    assert buffers.query["labelSelector"] == [
+        "app.kubernetes.io/managed-by=predictive-autoscaler,app.kubernetes.io/name=predictive-autoscaler-headroom"
+    ]
 
 
 def test_buffers_need_the_api(karpenter_api: FakeKubeAPI, capacity: KarpenterCapacity) -> None:
