@@ -397,7 +397,8 @@ def test_servicemonitor_selects_the_metrics_service() -> None:
     assert sm["spec"]["namespaceSelector"]["matchNames"] == [svc["metadata"]["namespace"]]
     service_ports = {p["name"] for p in svc["spec"]["ports"]}
     for endpoint in sm["spec"]["endpoints"]:
-        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
+        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "honorLabels"}
+        assert endpoint["honorLabels"] is True  # the workload labels must survive the scrape
         assert endpoint["port"] in service_ports
         assert endpoint["path"] == "/metrics"
 
