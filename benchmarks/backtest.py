@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autoscaler.commands.backtest import DEFAULT_ORIGIN_EVERY
-from autoscaler.traces import Trace, load_trace, parse_duration
+from autoscaler.commands.backtest import DEFAULT_ORIGIN_EVERY_STEPS
+from autoscaler.traces import Trace, load_trace
 from benchmarks.report import machine, update_section
 from models import registry
 from models.base import Forecaster
@@ -67,7 +67,7 @@ def _steps(seconds: int, step: int) -> int:
 
 def run_trace(trace: Trace, models: tuple[str, ...]) -> TraceRun:
     step = trace.step_seconds
-    origin_every = _steps(parse_duration(DEFAULT_ORIGIN_EVERY), step)
+    origin_every = DEFAULT_ORIGIN_EVERY_STEPS
     config = BacktestConfig(
         horizon_steps=_steps(HORIZON_SECONDS, step),
         level=LEVEL,
@@ -134,8 +134,8 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         "",
         f"Command: `{COMMAND}` · date: {today} · machine: {machine()} · total wall time {total_seconds / 60:.1f} min.",
         "",
-        f"Rolling origin on the request rate of every trace in `shared/traces/` longer than one day: a forecast every "
-        f"{DEFAULT_ORIGIN_EVERY} (or every bin when bins are longer), scored at step h = ceil(15 min / bin), p{LEVEL} "
+        f"Rolling origin on the request rate of every trace in `shared/traces/` longer than one day: a forecast at "
+        f"every bin (the CLI's default), scored at step h = ceil(15 min / bin), p{LEVEL} "
         f"upper band; each model (its fallback chain from `models.registry`) refitted daily on at most the last 14 "
         f"days and updated with the new bins in between; the first origin is after 3 days, the same for all "
         f"models (so Holt-Winters and Prophet have their two days of observed history). Bins that look like "

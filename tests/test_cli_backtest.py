@@ -308,14 +308,12 @@ def test_plot_backtest_directly(tmp_path: Path, start: int) -> None:
         plot_backtest(results, out_png, trace_name="t.csv", horizon_seconds=900, level=90, show=["prophet"])
 
 
-@pytest.mark.parametrize(
-    ("days", "step", "cadence"),
-    [(1, 600, "every 10m after"), (4, 60, "every 5m after")],  # 72 origins: every bin; ~2,870: every 5 minutes
-)
-def test_default_origin_cadence_depends_on_length(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, days: int, step: int, cadence: str
-) -> None:
-    path = write_trace(tmp_path / "t.csv", days=days, step=step)
+def test_default_origin_cadence_is_every_bin(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "t.csv", days=4, step=60)
     assert main(["backtest", "--trace", str(path), "--models", "persistence"]) == 0
     out, _ = capsys.readouterr()
-    assert cadence in out.splitlines()[1]
+    # 5,760 bins, first origin at half of what the 15-bin horizon leaves (2,872): origins 2,872..5,745
+    assert out.splitlines()[1].startswith("2874 origins per model, every 1m after the first 2.0d")
+    assert main(["backtest", "--trace", str(path), "--models", "persistence", "--origin-every", "5m"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.splitlines()[1].startswith("575 origins per model, every 5m")
