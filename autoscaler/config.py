@@ -63,11 +63,13 @@ __all__ = [
     "DEFAULT_INSTANCE_TYPES",
     "MODEL_NAMES",
     "PROMQL_PLACEHOLDERS",
+    "AlertsConfig",
     "ColdStartConfig",
     "Config",
     "ConfigError",
     "ConfigStore",
     "ForecastProfile",
+    "KarpenterConfig",
     "LeaderElectionConfig",
     "LoopConfig",
     "PrometheusConfig",
@@ -95,10 +97,14 @@ PROMQL_PLACEHOLDERS: frozenset[str] = frozenset(
     {promql.NAMESPACE_PLACEHOLDER, promql.FLEET_PLACEHOLDER, "pods", *promql.DURATION_PLACEHOLDERS}
 )
 """Placeholders a configured PromQL template may use (those ``autoscaler.promql.render`` fills)."""
+_HTTP_URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 WarmPool = int | Literal["auto"]
+HeadroomSetting = Literal["auto", "capacitybuffer", "placeholder", "off"]
+HEADROOM_SETTINGS: tuple[str, ...] = ("auto", "capacitybuffer", "placeholder", "off")
 
 
 class ConfigError(UserError, ValueError):
@@ -186,6 +192,24 @@ class LeaderElectionConfig:
     lease_duration_seconds: int = 15
 
 
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Where the controller pushes its cost and capacity alerts (``alertmanager_url`` None: nowhere)."""
+
+    alertmanager_url: str | None = None
+    cluster: str = "default"
+    expire_after_seconds: int = 120
+
+
+@dataclass(frozen=True)
+class KarpenterConfig:
+    """GPU NodePools: whether to read and manage them, how to hold headroom, where placeholder pods live."""
+
+    enabled: bool = True
+    headroom: HeadroomSetting = "auto"
+    namespace: str = "predictive-autoscaler"
+
+
 DEFAULT_INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType({
     t.name: t
     for t in (
@@ -222,6 +246,8 @@ class Config:
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     pricing: PriceTable = field(default_factory=_default_pricing)
     ceilings: Ceilings = field(default_factory=Ceilings)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    karpenter: KarpenterConfig = field(default_factory=KarpenterConfig)
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def profile(self, name: str) -> ForecastProfile:
@@ -300,6 +326,16 @@ class Config:
                 "cluster": self.ceilings.cluster,
                 "teams": dict(self.ceilings.teams),
                 "keep_order": [str(k) for k in self.ceilings.keep_order],
+            },
+            "alerts": {
+                "alertmanager_url": self.alerts.alertmanager_url,
+                "cluster": self.alerts.cluster,
+                "expire_after": format_duration(self.alerts.expire_after_seconds),
+            },
+            "karpenter": {
+                "enabled": self.karpenter.enabled,
+                "headroom": self.karpenter.headroom,
+                "namespace": self.karpenter.namespace,
             },
         }
 
@@ -419,7 +455,10 @@ _INSTANCE_KEYS = ("gpus", "on_demand", "spot")
 _GPU_TYPE_KEYS = ("on_demand", "spot")
 _NODEPOOL_PRICING_KEYS = ("instance_type", "gpus_per_node", "capacity_type", "gpu_hour")
 _CEILING_KEYS = ("cluster", "teams", "keep_order")
-_TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election", "pricing", "ceilings")
+_ALERTS_KEYS = ("alertmanager_url", "cluster", "expire_after")
+_KARPENTER_KEYS = ("enabled", "headroom", "namespace")
+_TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election", "pricing", "ceilings",
+             "alerts", "karpenter")
 _CAPACITY_TYPES = ("on-demand", "spot")
 _TEAM = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
@@ -730,6 +769,45 @@ def _parse_ceilings(p: _Parser, data: Mapping[str, Any]) -> Ceilings:
     return Ceilings(cluster=cluster, teams=MappingProxyType(teams), keep_order=order)
 
 
+def _parse_alerts(p: _Parser, data: Mapping[str, Any]) -> AlertsConfig:
+    raw = p.section(data, "alerts", _ALERTS_KEYS)
+    d = AlertsConfig()
+    url = raw.get("alertmanager_url")
+    if url is not None and (not isinstance(url, str) or not _HTTP_URL.match(url)):
+        p.error("alerts.alertmanager_url", f"expected an http:// or https:// URL or null, got {_describe(url)}")
+        url = None
+    cluster = p.string(raw, "cluster", "alerts", d.cluster)
+    if not _LABEL_VALUE.match(cluster):
+        p.error("alerts.cluster", f"{cluster!r} is not a usable cluster name (letters, digits, '-', '_', '.')")
+        cluster = d.cluster
+    expire = p.duration(raw, "expire_after", "alerts", d.expire_after_seconds)
+    if expire < 1:
+        p.error("alerts.expire_after", "must be at least 1s")
+        expire = d.expire_after_seconds
+    return AlertsConfig(alertmanager_url=url, cluster=cluster, expire_after_seconds=expire)
+
+
+def _parse_karpenter(p: _Parser, data: Mapping[str, Any]) -> KarpenterConfig:
+    raw = p.section(data, "karpenter", _KARPENTER_KEYS)
+    d = KarpenterConfig()
+    enabled = raw.get("enabled", d.enabled)
+    if not isinstance(enabled, bool):
+        p.error("karpenter.enabled", f"expected true or false, got {_describe(enabled)}")
+        enabled = d.enabled
+    headroom = raw.get("headroom", d.headroom)
+    if headroom is False:  # YAML 1.1 reads a bare `off` as false
+        headroom = "off"
+    if headroom not in HEADROOM_SETTINGS:
+        p.error("karpenter.headroom", f"expected one of {', '.join(HEADROOM_SETTINGS)}, got {_describe(headroom)}"
+                                      f"{_did_you_mean(str(headroom), HEADROOM_SETTINGS)}")
+        headroom = d.headroom
+    return KarpenterConfig(
+        enabled=enabled,
+        headroom=headroom,
+        namespace=p.name(raw, "namespace", "karpenter", d.namespace, _DNS_LABEL),
+    )
+
+
 def _cross_checks(p: _Parser, cfg: Config) -> None:
     """Rules that span keys: errors for settings that cannot work, warnings for ones that probably will not."""
     if cfg.loop.step_seconds > cfg.loop.interval_seconds * 10:
@@ -738,6 +816,10 @@ def _cross_checks(p: _Parser, cfg: Config) -> None:
     if cfg.loop.step_seconds >= cfg.loop.history_seconds:
         p.error("loop.step", f"{format_duration(cfg.loop.step_seconds)} must be shorter than loop.history "
                              f"({format_duration(cfg.loop.history_seconds)})")
+    if cfg.alerts.alertmanager_url is not None and cfg.alerts.expire_after_seconds <= cfg.loop.interval_seconds:
+        p.error("alerts.expire_after", f"{format_duration(cfg.alerts.expire_after_seconds)} must be longer than "
+                                       f"loop.interval ({format_duration(cfg.loop.interval_seconds)}): alerts are "
+                                       f"re-sent every tick and would flap between ticks")
     lead = cfg.cold_start.pod_startup_seconds + cfg.cold_start.node_startup_seconds
     for name, prof in cfg.profiles.items():
         path = f"profiles.{name}"
@@ -777,6 +859,8 @@ def parse_config(data: object, source: str = "") -> Config:
         leader_election=_parse_leader(p, data),
         pricing=_parse_pricing(p, data),
         ceilings=_parse_ceilings(p, data),
+        alerts=_parse_alerts(p, data),
+        karpenter=_parse_karpenter(p, data),
     )
     if not p.errors:
         _cross_checks(p, cfg)

@@ -5,6 +5,10 @@ otherwise; ``--dry-run`` prints the plan as JSON and writes nothing (no scale, n
 Event, no Lease). Without ``--once`` it loops every ``loop.interval`` until SIGTERM/SIGINT, which
 lets the current tick finish and then releases the Lease so a standby takes over at once.
 
+Besides the Deployments, the controller reads Karpenter NodePools (``karpenter``: their GPU limits and
+headroom) and Kueue/Volcano training gangs, and pushes alerts to Alertmanager when ``alerts.alertmanager_url``
+is set; a configuration reload that changes those sections swaps the adapters in place.
+
 Only the Lease holder acts; a standby still ticks (forecasts stay warm, metrics stay exported) so
 a takeover does not start from cold models.
 """
@@ -20,17 +24,31 @@ import socket
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from kubernetes import client
+
+from autoscaler.adapters.alertmanager import AlertmanagerSink
+from autoscaler.adapters.karpenter import KarpenterCapacity
 from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
 from autoscaler.adapters.prometheus import PrometheusSource
+from autoscaler.adapters.training import TrainingReader
 from autoscaler.cli import UserError
-from autoscaler.config import DEFAULT_CONFIG_PATH, Config, ConfigError, ConfigStore, PrometheusConfig
+from autoscaler.config import (
+    DEFAULT_CONFIG_PATH,
+    AlertsConfig,
+    Config,
+    ConfigError,
+    ConfigStore,
+    KarpenterConfig,
+    PrometheusConfig,
+)
 from autoscaler.runtime.clock import SystemClock, utc
 from autoscaler.runtime.http import HealthState, serve
 from autoscaler.runtime.leader import LeaderElector
 from autoscaler.runtime.loop import Controller, TickReport
+from autoscaler.runtime.money import MoneyStage
 
 log = logging.getLogger("predictive_autoscaler")
 
@@ -89,6 +107,37 @@ def _source(cfg: PrometheusConfig, url: str | None) -> PrometheusSource:
         raise UserError(f"prometheus: {exc}") from None
 
 
+def _sink(cfg: AlertsConfig) -> AlertmanagerSink | None:
+    if cfg.alertmanager_url is None:
+        return None
+    try:
+        return AlertmanagerSink(cfg.alertmanager_url, cluster=cfg.cluster,
+                                expire_after=timedelta(seconds=cfg.expire_after_seconds))
+    except ValueError as exc:
+        raise UserError(f"alerts: {exc}") from None
+
+
+def _capacity(api: client.ApiClient, cfg: KarpenterConfig) -> KarpenterCapacity | None:
+    # The adapter discovers CapacityBuffers itself ("auto"); the stage applies a forced mode or "off" per tick.
+    return KarpenterCapacity(api, namespace=cfg.namespace) if cfg.enabled else None
+
+
+def _training(api: client.ApiClient, cfg: Config) -> TrainingReader:
+    return TrainingReader(api, namespaces=cfg.namespaces or None)
+
+
+def _rewire(money: MoneyStage, api: client.ApiClient, old: Config, new: Config) -> None:
+    """Swap the money stage's adapters whose configuration changed (its memory stays)."""
+    if new.alerts != old.alerts:
+        if isinstance(money.alerts, AlertmanagerSink):
+            money.alerts.close()
+        money.alerts = _sink(new.alerts)
+    if new.karpenter != old.karpenter:
+        money.capacity = _capacity(api, new.karpenter)
+    if new.namespaces != old.namespaces:
+        money.training = _training(api, new)
+
+
 def _print(report: TickReport) -> None:
     print(json.dumps(report.to_dict(), indent=2, sort_keys=False))
 
@@ -107,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     cfg: Config = store.current()
     source = _source(cfg.prometheus, args.prometheus_url)
-    controller = Controller(KubeCluster(api, instance=args.identity), source, store.current, dry_run=args.dry_run)
+    money = MoneyStage(capacity=_capacity(api, cfg.karpenter), training=_training(api, cfg), alerts=_sink(cfg.alerts))
+    controller = Controller(KubeCluster(api, instance=args.identity), source, store.current, dry_run=args.dry_run,
+                            money=money)
     clock = SystemClock()
     leader = None
     if not (args.dry_run or args.no_leader_election):
@@ -123,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         if leader is not None and leader.is_leader:
             leader.release()
         source.close()
+        if isinstance(money.alerts, AlertmanagerSink):
+            money.alerts.close()
         if args.dry_run:
             _print(report)
         for e in report.errors:
@@ -150,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
                     source.close()
                     source = _source(new.prometheus, args.prometheus_url)
                     controller.source = source
+                try:
+                    _rewire(money, api, cfg, new)
+                except UserError as exc:  # parse_config validated the URL; a failure here is reported, not fatal
+                    log.error("%s", exc)
+                    controller.metrics.errors.labels("config").inc()
                 cfg = new
                 log.info("configuration reloaded (generation %d)", store.generation)
             if store.reload_failures > config_failures:
@@ -171,5 +229,7 @@ def run(args: argparse.Namespace) -> int:
         server.shutdown()
         server.server_close()
         source.close()
+        if isinstance(money.alerts, AlertmanagerSink):
+            money.alerts.close()
         log.info("controller stopped")
     return 0

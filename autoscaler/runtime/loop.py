@@ -1,10 +1,14 @@
-"""The control loop: one tick = snapshot -> forecast -> plan -> apply.
+"""The control loop: one tick = snapshot -> forecast -> plan -> money -> apply.
 
 Why it is shaped this way (kopf's and Karpenter's lessons): every tick first *reads* (Deployments,
 their start-up times, one fleet-wide Prometheus query), then *decides* with pure functions
 (``parse_workload``, the forecaster, ``plan_replicas``), and only at the end *applies* the plan
-through the ``Cluster`` port. So ``--dry-run`` is the same tick with the last phase replaced by
-printing, and a test can drive ticks with a fake clock, a recording cluster and a real Prometheus.
+through the ``Cluster`` port. Planning is two passes: every workload is planned on its own, then the
+money stage (``autoscaler.runtime.money``) prices the whole plan, holds it under the cost ceilings (a
+``cost_ceiling`` step on each decision it touches), reserves training gangs, and keeps NodePool limits,
+GPU headroom and alerts in step; only then is each decision applied. So ``--dry-run`` is the same tick
+with the last phase replaced by printing, and a test can drive ticks with a fake clock, a recording
+cluster and a real Prometheus.
 
 What the loop remembers between ticks (``_Memory``, per Deployment): the fetched history (so a
 tick fetches only the newest bins, not two weeks), the fitted forecaster (refit on the profile's
@@ -45,6 +49,7 @@ from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, Worklo
 from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PlannedWorkload, ahead_replicas
 from models.base import Forecaster
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -123,6 +128,7 @@ class TickReport:
     metrics_ok: bool
     workloads: tuple[WorkloadOutcome, ...]
     errors: tuple[str, ...]
+    money: MoneyOutcome | None = None
 
     @property
     def ok(self) -> bool:
@@ -137,6 +143,7 @@ class TickReport:
             "metrics_ok": self.metrics_ok,
             "errors": list(self.errors),
             "workloads": [w.to_dict() for w in self.workloads],
+            "cost": None if self.money is None else self.money.to_dict(),
         }
 
 
@@ -178,8 +185,25 @@ def _policy(spec: WorkloadSpec, profile: ForecastProfile) -> ScalingPolicy:
     )
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """One workload planned on its own (first pass), waiting for the money stage and then to be applied."""
+
+    view: WorkloadView
+    spec: WorkloadSpec
+    decision: ScalingDecision
+    summary: dict[str, Any] | None
+    demand: float | None
+    blocked: int
+    ahead: int
+
+
 class Controller:
-    """Runs ticks. Holds per-Deployment memory; all I/O goes through ``cluster`` and ``source``."""
+    """Runs ticks. Holds per-Deployment memory; all I/O goes through ``cluster``, ``source`` and ``money``'s ports.
+
+    ``money`` defaults to a stage without adapters: the plan is priced and held under the ceilings, and
+    nothing is read from or written to Karpenter, Kueue/Volcano or Alertmanager.
+    """
 
     def __init__(
         self,
@@ -189,8 +213,10 @@ class Controller:
         *,
         metrics: ControllerMetrics | None = None,
         dry_run: bool = False,
+        money: MoneyStage | None = None,
     ) -> None:
         self.cluster = cluster
+        self.money = money if money is not None else MoneyStage()
         self.source = source
         self._config = config
         self.metrics = metrics if metrics is not None else ControllerMetrics()
@@ -232,19 +258,26 @@ class Controller:
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         self._report_outage(valid, metrics_ok, now, write, errors)
-        for view, spec, profile in valid:
-            outcomes.append(self._plan_and_apply(view, spec, profile, cfg, now, metrics_ok, write, errors))
-        return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started)
+        plans = [self._plan(view, spec, profile, cfg, now, metrics_ok, errors) for view, spec, profile in valid]
+        horizon = max((p.horizon_seconds for _, _, p in valid), default=cfg.profile("default").horizon_seconds)
+        money = self.money.run(
+            [PlannedWorkload(p.view, p.spec, p.decision, p.ahead, p.blocked) for p in plans], cfg, now,
+            write=write, horizon_seconds=horizon, metrics=self.metrics, errors=errors,
+        )
+        for plan in plans:
+            decision = money.decisions.get(f"{plan.view.namespace}/{plan.view.name}", plan.decision)
+            outcomes.append(self._conclude(plan, decision, now, write, errors))
+        return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
 
     def _finish(
         self, now: float, acting: bool, metrics_ok: bool, outcomes: tuple[WorkloadOutcome, ...],
-        errors: list[str], started: float,
+        errors: list[str], started: float, money: MoneyOutcome | None = None,
     ) -> TickReport:
         self.metrics.tick_seconds.observe(time.perf_counter() - started)
         self.metrics.last_tick.set(now)
         for e in errors:
             log.warning("%s", e)
-        return TickReport(int(now), acting, self.dry_run, metrics_ok, outcomes, tuple(errors))
+        return TickReport(int(now), acting, self.dry_run, metrics_ok, outcomes, tuple(errors), money)
 
     # ------------------------------------------------------------------ read & validate
 
@@ -376,7 +409,9 @@ class Controller:
         if series is None or len(series) < 2 or not np.any(np.isfinite(series.values)):
             return None
         usable_end = series.end - series.step_seconds  # the newest bin may still change: not absorbed yet
-        h = max(required_horizon_steps(policy, cold, series.step_seconds),
+        # One node start-up further than the planner needs: the money stage asks for nodes that far ahead.
+        h = max(required_horizon_steps(policy, cold, series.step_seconds)
+                + math.ceil(cold.node_lead_seconds() / series.step_seconds),
                 math.ceil(profile.horizon_seconds / series.step_seconds) + 1)
         levels = sorted({50, policy.level, policy.warm_pool_level})
         model_key = (profile.model, profile.history_seconds)
@@ -417,10 +452,11 @@ class Controller:
                 errors.append(f"{view.namespace}/{view.name}: reading pod start-ups failed: {exc}")
         return memory.startups
 
-    def _plan_and_apply(
+    def _plan(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, cfg: Config, now: float,
-        metrics_ok: bool, write: bool, errors: list[str],
-    ) -> WorkloadOutcome:
+        metrics_ok: bool, errors: list[str],
+    ) -> _Plan:
+        """First pass: forecast and plan one workload on its own (no writes)."""
         key = (view.namespace, view.name)
         memory = self._memory[key]
         policy = _policy(spec, profile)
@@ -460,10 +496,18 @@ class Controller:
             self.metrics.errors.labels("gpu_unavailable").inc()
         summary = self._forecast_summary(forecast, profile, now)
         self._track(memory, summary, demand, now)
-        actions = self._apply(view, spec, decision, summary, blocked, now, write, errors)
-        self._export(key, view, decision, summary, demand, spec)
+        ahead = decision.desired_replicas if blocked else ahead_replicas(
+            forecast, policy, decision, cold.node_lead_seconds(), int(now))
+        return _Plan(view, spec, decision, summary, demand, blocked, ahead)
+
+    def _conclude(self, plan: _Plan, decision: ScalingDecision, now: float, write: bool,
+                  errors: list[str]) -> WorkloadOutcome:
+        """Second pass: apply ``decision`` (the plan after the money stage) and export it."""
+        view, spec = plan.view, plan.spec
+        actions = self._apply(view, spec, decision, plan.summary, plan.blocked, now, write, errors)
+        self._export((view.namespace, view.name), view, decision, plan.summary, plan.demand, spec)
         return WorkloadOutcome(
-            view.namespace, view.name, view.replicas, view.ready_replicas, str(spec.mode), decision, summary,
+            view.namespace, view.name, view.replicas, view.ready_replicas, str(spec.mode), decision, plan.summary,
             actions=tuple(actions),
         )
 
