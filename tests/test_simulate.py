@@ -361,3 +361,25 @@ def test_oracle_schedule_replayed_through_the_cluster_is_never_short(
     assert np.all(ready >= need)
     # and it never holds more than asking everything one full (node + pod) lead ahead would
     assert counts.sum() <= forward_max(need, cfg.ticks(node + pod)).sum()
+
+
+def test_bins_that_are_not_a_multiple_of_15s_get_finer_ticks() -> None:
+    # 10-second bins -> 5-second ticks; the HPA still syncs every 15 s (3 ticks); a 100 s start-up is 20 ticks
+    values = np.asarray([1.0] * 60 + [3.0] * 60)
+    series = TrafficSeries(values, 10, 0)
+    cfg = SimulationConfig(
+        capacity_per_replica=1.0,
+        cluster=ClusterConfig(pod_startup_seconds=100, node_startup_seconds=50),
+        reactive_targets=(1.0,),
+        policies=("reactive", "oracle"),
+    )
+    result = simulate(series, cfg)
+    assert result.tick_seconds == 5
+    hpa, oracle = result.policies["reactive@1"], result.policies["oracle"]
+    k0 = 60 * 2  # the step's first tick; 120 is a multiple of 3, so the HPA syncs on it
+    assert hpa.requested[k0] == 3
+    assert hpa.ready[k0 + 19] == 1
+    assert hpa.ready[k0 + 20] == 3
+    assert oracle.requested[k0 - 21] == 1
+    assert oracle.requested[k0 - 20] == 3
+    assert oracle.unserved_fraction == 0.0
