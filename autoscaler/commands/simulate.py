@@ -11,7 +11,9 @@ Sizing: ``--peak-replicas N`` (default 20) sets the per-replica capacity so that
 busiest bin needs exactly N replicas; ``--capacity-per-replica R`` gives it in requests/s instead.
 
 Departure from the brief: the predictive policy decides every ``--decision-interval`` (default
-30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync.
+30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync. Measured
+on the bundled NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
+GPU-hours (to 0.1 %) and costs twice the planner time.
 """
 
 from __future__ import annotations
