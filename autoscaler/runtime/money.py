@@ -398,6 +398,7 @@ class MoneyOutcome:
     gpus_unavailable: Mapping[str, int]
     limits: Mapping[str, int] = field(default_factory=dict)
     headroom: Mapping[str, int] = field(default_factory=dict)  # "CapacityBuffer ns/dep" / "Deployment pool" -> n
+    ahead: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # key -> (ahead replicas, ceiling allows)
     alerts: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
 
@@ -409,6 +410,7 @@ class MoneyOutcome:
             "gpus_unavailable": {k: v for k, v in sorted(self.gpus_unavailable.items()) if v},
             "nodepool_limits": dict(sorted(self.limits.items())),
             "headroom": dict(sorted(self.headroom.items())),
+            "ahead": {k: {"replicas": a, "allowed": b} for k, (a, b) in sorted(self.ahead.items())},
             "alerts": list(self.alerts),
             "actions": list(self.actions),
         }
@@ -573,6 +575,7 @@ class MoneyStage:
         return MoneyOutcome(
             decisions=decisions, report=report, asked=asked, breaches=over, gpus_unavailable=unavailable,
             limits=limits, headroom={f"{w.ident[0]} {w.ident[1]}": w.amount for w in wants},
+            ahead={p.key: (p.ahead_replicas, allowed_ahead[p.key]) for p in planned},
             alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in alerts), actions=tuple(actions),
         )
 

@@ -1,0 +1,517 @@
+"""The money stage inside the running loop: real HTTP to the fake API server, the real Prometheus and Alertmanager.
+
+Each test drives ``Controller.tick`` with ``now`` as data and checks what reached the API server (scale
+patches, status annotations, NodePool limits, CapacityBuffers, placeholder Deployments), what reached
+Alertmanager (read back through its v2 API), and the exported metrics. Dollar figures are derived from the
+configured prices and the plan the controller made, not copied from an earlier run.
+
+Times: ``RECENT`` is half an hour before the backfill ends (every fleet Deployment has data); ``TROUGH`` is the
+last daily low of ``serving/llama-chat`` with six hours of data after it, so the demand one node start-up
+(2h here) beyond the plan's lead is clearly higher than at the lead: a forecast scale-up to hold nodes for.
+Alert tests use the wall clock, because Alertmanager judges expiry against its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.alertmanager import ALERT_NAMES, AlertmanagerSink
+from autoscaler.adapters.karpenter import GPU, KarpenterCapacity, buffer_name, placeholder_name
+from autoscaler.adapters.kube import KubeCluster
+from autoscaler.adapters.training import TrainingReader
+from autoscaler.config import Config, parse_config
+from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.runtime import money as money_module
+from autoscaler.runtime.loop import Controller, TickReport, WorkloadOutcome
+from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.money import MoneyStage
+from tests.conftest import REPO
+from tests.kube.conftest import deployment, pod
+from tests.kube.fakeapi import FakeKubeAPI
+from tests.runtime.conftest import make_source
+from tests.servers import BACKFILL_START, AlertmanagerServer, PrometheusServer, free_port
+
+pytestmark = pytest.mark.prometheus
+
+CRDS = REPO.parent / "shared" / "crds"
+NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
+BUFFER_CRD = CRDS / "autoscaling.x-k8s.io_capacitybuffers.yaml"
+KUEUE_CRD = CRDS / "kueue.x-k8s.io_workloads.yaml"
+CONTROLLER_NS = "predictive-autoscaler"
+TROUGH = BACKFILL_START + 60 * (1080 + 1440 * 7)  # 18:00 on day 8: sin(2*pi*m/1440) at its minimum
+PRICE = 4.0  # default $/GPU-hour: pools the config and the cluster do not describe
+
+
+def config(prometheus_url: str, **sections: Any) -> Config:
+    data: dict[str, Any] = {
+        "loop": {"interval": "1s", "history": "2d", "step": "1m"},
+        "profiles": {"default": {"model": "seasonal_naive", "history": "2d", "horizon": "15m", "warm_pool": 0}},
+        "cold_start": {"pod_startup": "3m", "node_startup": "2h"},
+        "prometheus": {"url": prometheus_url, "retries": 0, "timeout": "10s"},
+        "pricing": {"default_gpu_hour": PRICE},
+        "karpenter": {"namespace": CONTROLLER_NS},
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    return parse_config(data, "test-money-config")
+
+
+def gpu_deployment(
+    namespace: str, name: str, *, replicas: int, capacity: str, min_replicas: int = 1, max_replicas: int = 20,
+    priority: str = "standard", team: str | None = None, nodepool: str | None = None, ready: int | None = None,
+) -> dict[str, Any]:
+    annotations = {
+        PREFIX + "capacity-per-replica": capacity,
+        PREFIX + "min-replicas": str(min_replicas),
+        PREFIX + "max-replicas": str(max_replicas),
+        PREFIX + "priority": priority,
+    }
+    if team:
+        annotations[PREFIX + "team"] = team
+    if nodepool:
+        annotations[PREFIX + "nodepool"] = nodepool
+    dep = deployment(namespace, name, replicas=replicas, annotations=annotations, gpus=1)
+    dep["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{namespace}.{name}"))
+    dep["status"]["readyReplicas"] = replicas if ready is None else ready
+    return dep
+
+
+def nodepool(name: str, instance_type: str, gpus_per_node: int, *, limit: int | None = None,
+             gpus_in_use: int | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                    "requirements": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In",
+                         "values": [str(gpus_per_node)]},
+                    ],
+                    "taints": [{"key": GPU, "value": "true", "effect": "NoSchedule"}],
+                },
+            },
+        },
+        "status": {"nodes": 0, "resources": {"cpu": "0"}},
+    }
+    if limit is not None:
+        obj["spec"]["limits"] = {GPU: str(limit)}
+    if gpus_in_use is not None:
+        obj["status"]["resources"][GPU] = str(gpus_in_use)
+    return obj
+
+
+def kueue_workload(name: str, *, pods: int, gpus: int, admitted: bool, pool: str) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": "training", "annotations": {PREFIX + "team": "ml"}},
+        "spec": {
+            "queueName": "gpu-queue",
+            "podSets": [{
+                "name": "workers",
+                "count": pods,
+                "template": {"spec": {
+                    "nodeSelector": {"karpenter.sh/nodepool": pool},
+                    "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                                    "resources": {"limits": {GPU: str(gpus)}}}],
+                }},
+            }],
+        },
+    }
+    if admitted:
+        obj["status"] = {
+            "admission": {"clusterQueue": "gpu", "podSetAssignments": [{"name": "workers", "count": pods}]},
+            "conditions": [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "admitted",
+                            "lastTransitionTime": "2023-11-21T00:00:00Z"}],
+        }
+    return obj
+
+
+@dataclass
+class MoneyRig:
+    fake: FakeKubeAPI
+    api: client.ApiClient
+    prometheus_url: str
+    metrics: ControllerMetrics
+    stage: MoneyStage
+    controller: Controller
+    cfg: Config
+
+    def configure(self, **sections: Any) -> None:
+        self.cfg = config(self.prometheus_url, **sections)
+
+    def tick(self, now: float, *, acting: bool = True) -> TickReport:
+        return self.controller.tick(now, acting=acting)
+
+    def metric(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        value: float | None = self.metrics.registry.get_sample_value(name, labels or {})
+        return value
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        dep = self.fake.get("deployments", namespace, name)
+        assert dep is not None
+        found: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+        return found
+
+    def replicas(self, namespace: str, name: str) -> int:
+        dep = self.fake.get("deployments", namespace, name)
+        assert dep is not None
+        return int(dep["spec"]["replicas"])
+
+
+@pytest.fixture
+def money_rig(fake_api: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer
+              ) -> Iterator[MoneyRig]:
+    metrics = ControllerMetrics()
+    stage = MoneyStage()
+    source = make_source(prometheus_server.url)
+    holder: list[MoneyRig] = []
+    controller = Controller(KubeCluster(api_client, instance="money-test"), source, lambda: holder[0].cfg,
+                            metrics=metrics, money=stage)
+    rig = MoneyRig(fake_api, api_client, prometheus_server.url, metrics, stage, controller,
+                   config(prometheus_server.url))
+    holder.append(rig)
+    yield rig
+    source.close()
+    if isinstance(stage.alerts, AlertmanagerSink):
+        stage.alerts.close()
+
+
+def outcome(report: TickReport, name: str) -> WorkloadOutcome:
+    (found,) = [w for w in report.workloads if w.name == name]
+    return found
+
+
+def desired(report: TickReport, name: str) -> int:
+    decision = outcome(report, name).decision
+    assert decision is not None
+    return decision.desired_replicas
+
+
+# ---------------------------------------------------------------------------------------------- ceilings
+
+
+def test_team_ceiling_cuts_the_lower_priority_deployment_first_never_below_min(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer
+) -> None:
+    rig = money_rig
+    now = prometheus_server.now - 1800
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
+                                               priority="production", team="ml"))
+    rig.fake.add("deployments", gpu_deployment("serving", "mistral-code", replicas=2, capacity="0.05",
+                                               min_replicas=2, priority="batch", team="ml"))
+    # A standby tick learns what the plan asks (and writes nothing).
+    learn = rig.tick(now, acting=False)
+    assert learn.ok, learn.errors
+    assert rig.fake.writes() == []
+    llama, mistral = desired(learn, "llama-chat"), desired(learn, "mistral-code")
+    assert min(llama, mistral) > 2, (llama, mistral)  # both want to grow: the ceiling has something to cut
+    assert rig.metric("predictive_autoscaler_projected_cost_dollars_per_hour", {"scope": "team", "team": "ml"}) \
+        == PRICE * (llama + mistral)
+
+    # Room for all of llama-chat and mistral-code's minimum, plus half a GPU-hour: not one more mistral replica.
+    ceiling = PRICE * (llama + 2) + PRICE / 2
+    rig.configure(ceilings={"teams": {"ml": ceiling}})
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    assert desired(report, "llama-chat") == llama
+    assert desired(report, "mistral-code") == 2
+    assert rig.replicas("serving", "llama-chat") == llama
+    assert rig.replicas("serving", "mistral-code") == 2
+
+    steps = rig.status("serving", "mistral-code")["steps"]
+    assert steps[-1]["name"] == "cost_ceiling"
+    assert steps[-1]["replicas"] == 2
+    assert steps[-1]["detail"].startswith(f"CUT {mistral} -> 2 replicas")
+    assert "team ml" in steps[-1]["detail"]
+    llama_step = rig.status("serving", "llama-chat")["steps"][-1]
+    assert (llama_step["name"], llama_step["replicas"]) == ("cost_ceiling", llama)
+    assert llama_step["detail"].startswith("within ceilings")
+
+    assert report.money is not None
+    assert report.money.breaches == {"team ml": (PRICE * (llama + mistral), ceiling)}
+    assert report.to_dict()["cost"]["team_dollars_per_hour"] == {"ml": PRICE * (llama + 2)}
+    assert rig.metric("predictive_autoscaler_cost_ceiling_dollars_per_hour", {"scope": "team", "team": "ml"}) \
+        == ceiling
+    assert rig.metric("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "inference"}) \
+        == mistral - 2
+    assert rig.metric("predictive_autoscaler_cost_ceiling_dollars_per_hour", {"scope": "cluster", "team": ""}) is None
+
+    # A ceiling even the minimums exceed: everyone at min_replicas, never below, and said so.
+    rig.configure(ceilings={"teams": {"ml": 1.0}})
+    report = rig.tick(now + 1)
+    assert (desired(report, "llama-chat"), desired(report, "mistral-code")) == (1, 2)
+    assert "CANNOT be met" in rig.status("serving", "mistral-code")["steps"][-1]["detail"]
+
+
+def test_kueue_gang_reserved_whole_and_a_second_one_deferred(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer
+) -> None:
+    rig = money_rig
+    now = prometheus_server.now - 1800
+    rig.fake.install_crd(KUEUE_CRD)
+    rig.stage.training = TrainingReader(rig.api)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
+                                               priority="production", nodepool="h100"))
+    rig.fake.add("workloads.kueue.x-k8s.io", kueue_workload("ft-admitted", pods=2, gpus=4, admitted=True,
+                                                            pool="h100"))
+    rig.fake.add("workloads.kueue.x-k8s.io", kueue_workload("ft-pending", pods=4, gpus=8, admitted=False,
+                                                            pool="h100"))
+    learn = rig.tick(now, acting=False)
+    llama = desired(learn, "llama-chat")
+    assert learn.money is not None
+    assert learn.money.report.gangs_deferred == ()
+
+    # Room for llama-chat, the admitted 8-GPU gang and 5 more GPUs: the pending 32-GPU gang cannot fit.
+    rig.configure(ceilings={"cluster": PRICE * (llama + 8 + 5)})
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    assert report.money is not None
+    gangs = {g["key"]: g for g in report.to_dict()["cost"]["gangs"]}
+    assert gangs["Workload/training/ft-admitted"]["reserved"] is True
+    assert gangs["Workload/training/ft-admitted"]["gpus"] == 8
+    assert gangs["Workload/training/ft-pending"]["reserved"] is False
+    assert gangs["Workload/training/ft-pending"]["reason"].startswith("deferred whole: cluster ceiling")
+    # Whole or nothing: the pool counts all 8 GPUs of one gang and none of the other's 32.
+    assert dict(report.money.report.gpus_by_pool) == {"h100": llama + 8}
+    assert rig.metric("predictive_autoscaler_gang_reserved_gpus") == 8
+    assert rig.metric("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "training"}) == 1
+    assert desired(report, "llama-chat") == llama  # production inference ranks before both gangs
+
+
+# ---------------------------------------------------------------------------------------------- NodePool limits
+
+
+def test_nodepool_gpu_limit_follows_the_ceiling_and_never_drops_below_running(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer
+) -> None:
+    rig = money_rig
+    now = prometheus_server.now - 1800
+    rig.fake.install_crd(NODEPOOL_CRD)
+    rig.fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8, limit=64, gpus_in_use=8))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
+                                               priority="production", nodepool="h100"))
+    cluster = 200.0
+    rig.configure(ceilings={"cluster": cluster}, karpenter={"headroom": "off"})
+    gpu_hour = 98.32 / 8  # p5.48xlarge from the packaged price table
+    expected = math.ceil(math.floor(cluster / gpu_hour) / 8) * 8  # GPUs the ceiling buys, in whole 8-GPU nodes
+
+    # A standby reads but does not write the limit.
+    rig.tick(now, acting=False)
+    assert rig.fake.calls("PATCH", r"/nodepools/h100$") == []
+
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    (patch,) = rig.fake.calls("PATCH", r"/nodepools/h100$")
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body["spec"] == {"limits": {GPU: str(expected)}}
+    stored = rig.fake.get("nodepools.karpenter.sh", "", "h100")
+    assert stored is not None
+    assert stored["spec"]["limits"][GPU] == str(expected) == "16"
+    # The projected cost is priced at the pool's GPU-hour, not the default.
+    llama = desired(report, "llama-chat")
+    assert rig.metric("predictive_autoscaler_projected_cost_dollars_per_hour", {"scope": "cluster", "team": ""}) \
+        == pytest.approx(llama * gpu_hour)
+
+    # Steady state writes nothing.
+    rig.tick(now + 1)
+    assert len(rig.fake.calls("PATCH", r"/nodepools/h100$")) == 1
+
+    # Karpenter now runs 24 GPUs (three nodes): the limit follows them up, never below.
+    stored["status"]["resources"][GPU] = "24"
+    rig.fake.add("nodepools.karpenter.sh", stored)
+    report = rig.tick(now + 2)
+    assert report.ok, report.errors
+    assert rig.fake.get("nodepools.karpenter.sh", "", "h100")["spec"]["limits"][GPU] == "24"  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------------------------------- headroom
+
+
+@pytest.mark.parametrize("buffers_served", [True, False], ids=["capacitybuffer", "placeholder"])
+def test_headroom_ahead_of_a_forecast_rise_is_created_then_removed_once_the_replicas_land(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
+) -> None:
+    rig = money_rig
+    rig.fake.install_crd(NODEPOOL_CRD)
+    if buffers_served:
+        rig.fake.install_crd(BUFFER_CRD)
+    # One GPU per node: every replica beyond the pods needs a node of its own.
+    rig.fake.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=2))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.1",
+                                               priority="production", nodepool="l4", max_replicas=60))
+    backfill = prometheus_server.backfill
+    truth = backfill.arrival_rate("serving", "llama-chat")
+    at = (TROUGH - backfill.start) // 60
+    assert truth[at + 240 : at + 250].mean() > 1.5 * truth[at + 120 : at + 130].mean()  # demand rises over the day
+
+    report = rig.tick(TROUGH)
+    assert report.ok, report.errors
+    assert report.money is not None
+    now_count = desired(report, "llama-chat")
+    ahead, allowed = report.money.ahead["serving/llama-chat"]
+    assert allowed == ahead > now_count  # the forecast one node start-up further needs more replicas
+    spare = ahead - now_count
+    if buffers_served:
+        buf = rig.fake.get("capacitybuffers.autoscaling.x-k8s.io", "serving", buffer_name("llama-chat"))
+        assert buf is not None
+        assert buf["spec"] == {"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "llama-chat"},
+                               "replicas": spare}
+        assert buf["metadata"]["ownerReferences"][0]["name"] == "llama-chat"
+        assert rig.fake.all("deployments", CONTROLLER_NS) == []
+    else:
+        dep = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4"))
+        assert dep is not None
+        assert dep["spec"]["replicas"] == spare  # one placeholder pod per spare node
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        assert container["resources"]["requests"][GPU] == "1"
+        assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "l4"}
+
+    # The replicas land (the Deployment is at the ahead count, its nodes run): the headroom goes.
+    landed = rig.fake.get("deployments", "serving", "llama-chat")
+    assert landed is not None
+    landed["spec"]["replicas"] = landed["status"]["replicas"] = landed["status"]["readyReplicas"] = ahead
+    rig.fake.add("deployments", landed)
+    pool = rig.fake.get("nodepools.karpenter.sh", "", "l4")
+    assert pool is not None
+    pool["status"]["resources"][GPU] = str(ahead)
+    rig.fake.add("nodepools.karpenter.sh", pool)
+    report = rig.tick(TROUGH + 1)
+    assert report.ok, report.errors
+    assert rig.fake.all("capacitybuffers.autoscaling.x-k8s.io" if buffers_served else "deployments",
+                        "serving" if buffers_served else CONTROLLER_NS) == []
+    assert report.money is not None
+    assert report.money.headroom == {}
+
+
+# ---------------------------------------------------------------------------------------------- alerts
+
+
+def read_alerts(url: str, cluster: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{url}/api/v2/alerts", params={"filter": f'cluster="{cluster}"'}, timeout=5)
+    answer.raise_for_status()
+    alerts: list[dict[str, Any]] = answer.json()
+    return alerts
+
+
+def wait_for(url: str, cluster: str, done: Any, timeout: float = 15.0) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alerts = read_alerts(url, cluster)
+        if done(alerts) or time.monotonic() > deadline:
+            return alerts
+        time.sleep(0.1)
+
+
+@pytest.mark.alertmanager
+def test_alerts_reach_alertmanager_and_are_resolved_when_the_condition_clears(
+    money_rig: MoneyRig, alertmanager_server: AlertmanagerServer
+) -> None:
+    rig = money_rig
+    cluster = f"money-{uuid.uuid4().hex[:8]}"
+    rig.stage.alerts = AlertmanagerSink(alertmanager_server.url, cluster=cluster, expire_after=timedelta(minutes=2))
+    # Wall-clock time: Prometheus has no data then, so the plan holds the 4 replicas there are.
+    now = datetime.now(UTC).timestamp()
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=4, capacity="1", ready=3))
+    created = datetime.fromtimestamp(now - 120, UTC)
+    rig.fake.add("pods", pod("serving", "llama-chat-abc12-pend1", "llama-chat", created=created, phase="Pending",
+                             scheduled=False))
+    rig.configure(ceilings={"teams": {"serving": PRICE * 2}})
+
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    assert desired(report, "llama-chat") == 2  # cut by the ceiling from the 4 it holds
+    fired = wait_for(alertmanager_server.url, cluster, lambda a: len(a) == 3)
+    by_name = {a["labels"]["alertname"]: a for a in fired}
+    assert set(by_name) == set(ALERT_NAMES)
+    breach = by_name["GPUCostCeilingProjectedBreach"]
+    assert breach["labels"] == {"alertname": "GPUCostCeilingProjectedBreach", "severity": "warning",
+                                "cluster": cluster, "scope": "team", "team": "serving"}
+    assert f"${PRICE * 4:,.2f}/h > ${PRICE * 2:,.2f}/h" in breach["annotations"]["summary"]
+    assert by_name["GPUCostCeilingCuttingInference"]["labels"]["severity"] == "critical"
+    assert "serving/llama-chat -2 replica(s)" in by_name["GPUCostCeilingCuttingInference"]["annotations"]["description"]
+    assert by_name["GPUsUnavailable"]["labels"]["deployment"] == "llama-chat"
+    assert all(a["status"]["state"] == "active" for a in fired)
+    assert rig.metric("predictive_autoscaler_gpus_unavailable", {"namespace": "serving", "deployment": "llama-chat"}) \
+        == 1
+
+    # The ceiling is raised and the Pending pod scheduled: every alert is resolved at once (endsAt = now).
+    rig.configure(ceilings={"teams": {"serving": PRICE * 10}})
+    rig.fake.add("pods", pod("serving", "llama-chat-abc12-pend1", "llama-chat", created=created,
+                             ready_at=created + timedelta(seconds=90)))
+    report = rig.tick(datetime.now(UTC).timestamp())
+    assert not any("alert" in e for e in report.errors), report.errors
+    assert wait_for(alertmanager_server.url, cluster, lambda a: a == []) == []
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "alert"}) is None
+
+
+def test_undeliverable_alerts_are_reported_not_dropped(money_rig: MoneyRig) -> None:
+    rig = money_rig
+    dead = f"http://127.0.0.1:{free_port()}"
+    rig.stage.alerts = AlertmanagerSink(dead, cluster="c1", max_attempts=1)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=4, capacity="1"))
+    rig.configure(ceilings={"cluster": PRICE})
+    now = datetime.now(UTC).timestamp()
+    report = rig.tick(now)
+    (error,) = [e for e in report.errors if "alert" in e]
+    assert error.startswith("alerts not delivered (re-sent next tick): Alertmanager " + dead)
+    assert not report.ok
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "alert"}) == 1
+    report = rig.tick(now + 1)  # still failing: reported again, never silently dropped
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "alert"}) == 2
+
+
+# ---------------------------------------------------------------------------------------------- no writes
+
+
+@pytest.mark.parametrize("mode", ["dry_run", "standby"])
+def test_dry_run_and_standby_write_nothing_but_report_the_money_plan(
+    fake_api: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer, mode: str
+) -> None:
+    for crd in (NODEPOOL_CRD, BUFFER_CRD, KUEUE_CRD):
+        fake_api.install_crd(crd)
+    fake_api.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, limit=100, gpus_in_use=2))
+    fake_api.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.1",
+                                               priority="production", nodepool="l4", max_replicas=60))
+    fake_api.add("workloads.kueue.x-k8s.io", kueue_workload("ft", pods=1, gpus=8, admitted=False, pool="l4"))
+    dead = f"http://127.0.0.1:{free_port()}"  # any attempt to alert would show up as an error
+    stage = MoneyStage(capacity=KarpenterCapacity(api_client, namespace=CONTROLLER_NS),
+                       training=TrainingReader(api_client), alerts=AlertmanagerSink(dead, cluster="c", max_attempts=1))
+    cfg = config(prometheus_server.url, ceilings={"cluster": 3.0})
+    source = make_source(prometheus_server.url)
+    controller = Controller(KubeCluster(api_client, instance="t"), source, lambda: cfg, dry_run=mode == "dry_run",
+                            money=stage)
+    try:
+        report = controller.tick(TROUGH, acting=mode == "dry_run")
+    finally:
+        source.close()
+    assert report.errors == ()
+    assert fake_api.writes() == []
+    cost = report.to_dict()["cost"]
+    assert cost["binds"] is True
+    assert cost["breaches"]
+    assert cost["nodepool_limits"] == {"l4": 3}  # what it would set: floor($3 / $0.8048) = 3 GPUs, above running 2
+    assert [g["reserved"] for g in cost["gangs"]] == [False]
+
+
+def test_alert_names_match_the_adapter() -> None:
+    assert (money_module.PROJECTED_BREACH, money_module.CUTTING_INFERENCE, money_module.GPUS_UNAVAILABLE) \
+        == ALERT_NAMES
