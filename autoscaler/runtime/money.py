@@ -179,14 +179,20 @@ def nodepool_as_dict(view: NodePoolView) -> dict[str, Any]:
 def pool_shapes(
     views: Sequence[NodePoolView], prices: PriceTable, wanted: Iterable[str] = ()
 ) -> tuple[dict[str, PoolShape], list[str]]:
-    """Shapes of the cluster's pools, of the pools only the config describes, and the problems found."""
+    """Shapes of the cluster's pools, of the pools only the config describes, and the problems found.
+
+    A pool whose GPUs per node cannot be known is a problem only when it matters: a workload or gang names
+    it, the config prices it, or it has GPUs (a limit or GPUs in use); otherwise it is a CPU pool.
+    """
+    wanted = set(wanted)
     shapes: dict[str, PoolShape] = {}
     problems: list[str] = []
     for v in views:
         try:
             shapes[v.name] = pool_shape(v.name, nodepool_as_dict(v), prices)
         except NodePoolError as exc:
-            problems.append(str(exc))
+            if v.name in wanted or v.name in prices.nodepools or v.gpu_limit is not None or (v.gpus_in_use or 0):
+                problems.append(str(exc))
     for name in sorted({*prices.nodepools, *wanted} - set(shapes) - {v.name for v in views}):
         try:
             shapes[name] = pool_shape(name, None, prices)
@@ -563,8 +569,7 @@ class MoneyStage:
                 wants, _ = plan_headroom(planned, decisions, allowed_ahead, shapes, views, reserved,
                                              effective_limits, kind)
 
-        self._export(metrics, cfg.ceilings, asked, report, teams, reserved, unavailable, planned, allowed_ahead,
-                     decisions)
+        self._export(metrics, cfg.ceilings, asked, report, teams, reserved, unavailable, planned, allowed_ahead)
         alerts = alerts_for(report, asked, cfg.ceilings, unavailable, teams)
         if write:
             if pools_known and self.capacity is not None and cfg.karpenter.enabled:
@@ -687,7 +692,6 @@ class MoneyStage:
         m: ControllerMetrics, ceilings: Ceilings, asked: Mapping[str, float], report: CostReport,
         teams: Mapping[str, str], reserved: Sequence[Gang], unavailable: Mapping[str, int],
         planned: Sequence[PlannedWorkload], allowed_ahead: Mapping[str, int],
-        decisions: Mapping[str, ScalingDecision],
     ) -> None:
         m.projected_cost.clear()
         for scope, dollars in asked.items():
@@ -703,12 +707,10 @@ class MoneyStage:
         kinds = {"replicas": "inference", "warm_pool": "warm_pool", "gang": "training"}
         for c in report.cuts:
             m.ceiling_cuts.labels(teams.get(c.key, ""), kinds[c.kind]).inc(c.count)
-        for p in planned:
-            now_count = max(p.view.replicas, decisions[p.key].desired_replicas)
-            wanted = max(0, p.ahead_replicas - now_count)
-            got = max(0, allowed_ahead.get(p.key, p.ahead_replicas) - now_count)
-            if wanted > got and not p.spec.advisory and p.spec.gpus_per_replica:
-                m.ceiling_cuts.labels(teams.get(p.key, ""), "headroom").inc(wanted - got)
+        for p in planned:  # replicas ahead of this tick's own ask that the ceiling will not buy nodes for
+            withheld = p.ahead_replicas - max(allowed_ahead.get(p.key, p.ahead_replicas), p.decision.desired_replicas)
+            if withheld > 0 and not p.spec.advisory and p.spec.gpus_per_replica:
+                m.ceiling_cuts.labels(teams.get(p.key, ""), "headroom").inc(withheld)
         m.gang_reserved_gpus.set(sum(g.gpus for g in reserved))
         for p in planned:
             m.gpus_unavailable.labels(p.view.namespace, p.view.name).set(unavailable.get(p.key, 0))

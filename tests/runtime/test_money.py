@@ -515,3 +515,55 @@ def test_dry_run_and_standby_write_nothing_but_report_the_money_plan(
 def test_alert_names_match_the_adapter() -> None:
     assert (money_module.PROJECTED_BREACH, money_module.CUTTING_INFERENCE, money_module.GPUS_UNAVAILABLE) \
         == ALERT_NAMES
+
+
+# ---------------------------------------------------------------------------------------------- failures
+
+
+def test_missing_karpenter_is_not_an_error_but_a_failing_read_is_and_writes_nothing(money_rig: MoneyRig) -> None:
+    rig = money_rig
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="1", nodepool="h100"))
+    rig.configure(ceilings={"cluster": 100.0})
+    now = datetime.now(UTC).timestamp()
+    report = rig.tick(now)  # no NodePool CRD: Karpenter is not installed, prices come from the config
+    assert report.ok, report.errors
+
+    rig.fake.install_crd(NODEPOOL_CRD)
+    rig.fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8, limit=64, gpus_in_use=8))
+    rig.fake.fail("GET", r"/apis/karpenter\.sh/v1/nodepools$", 500)
+    report = rig.tick(now + 1)
+    (error,) = report.errors
+    assert error.startswith("reading NodePools failed (prices from the config; no limits or headroom this tick)")
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "kube_read"}) == 1
+    assert rig.fake.calls("PATCH", r"/nodepools/") == []
+    assert report.money is not None
+    assert report.money.limits == {}
+
+    report = rig.tick(now + 2)  # the API server is back: the limit is set
+    assert report.ok, report.errors
+    assert len(rig.fake.calls("PATCH", r"/nodepools/h100$")) == 1
+
+
+def test_a_failed_gang_read_keeps_the_last_gangs_and_a_malformed_one_is_reported_once(money_rig: MoneyRig) -> None:
+    rig = money_rig
+    rig.fake.install_crd(KUEUE_CRD)
+    rig.stage.training = TrainingReader(rig.api)
+    rig.fake.add("workloads.kueue.x-k8s.io", kueue_workload("ft", pods=2, gpus=4, admitted=True, pool="h100"))
+    bad = kueue_workload("two-pools", pods=1, gpus=1, admitted=False, pool="h100")
+    bad["spec"]["podSets"].append({**bad["spec"]["podSets"][0], "name": "other"})
+    bad["spec"]["podSets"][1]["template"] = {"spec": {**bad["spec"]["podSets"][0]["template"]["spec"],
+                                                      "nodeSelector": {"karpenter.sh/nodepool": "a10"}}}
+    rig.fake.add("workloads.kueue.x-k8s.io", bad)
+    now = datetime.now(UTC).timestamp()
+    report = rig.tick(now)
+    (error,) = report.errors
+    assert error.startswith("training gang skipped: Workload training/two-pools: spec.podSets[*]")
+    assert rig.metric("predictive_autoscaler_gang_reserved_gpus") == 8
+    assert rig.tick(now + 1).errors == ()  # reported once, not every tick
+
+    rig.fake.fail("GET", r"/workloads$", 503)
+    report = rig.tick(now + 2)
+    (error,) = report.errors
+    assert error.startswith("reading training gangs failed; planning with the 1 gang(s) of the last good read")
+    assert rig.metric("predictive_autoscaler_gang_reserved_gpus") == 8

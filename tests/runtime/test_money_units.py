@@ -1,0 +1,277 @@
+"""The money stage's own logic, without servers: ahead-of-time replicas, asked cost and breaches, headroom
+sharing, GPUs unavailable, which pools are priced, and the alert lifecycle (through a recording ``AlertSink``,
+a fake of our own port)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from autoscaler.config import Config, parse_config
+from autoscaler.domain.annotations import Mode, WorkloadSpec
+from autoscaler.domain.cost import Ceilings, GpuPrices, PriceTable, WorkloadAsk
+from autoscaler.domain.gangs import Gang
+from autoscaler.domain.nodes import PoolShape
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step
+from autoscaler.ports import Alert, DeploymentHeadroom, NodePoolView, NodeRequirement, PoolHeadroom, WorkloadView
+from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.money import (
+    CUTTING_INFERENCE,
+    GPUS_UNAVAILABLE,
+    PROJECTED_BREACH,
+    MoneyStage,
+    PlannedWorkload,
+    ahead_replicas,
+    asked_by_scope,
+    breaches,
+    gang_in_horizon,
+    plan_headroom,
+    pool_shapes,
+    unavailable_gpus,
+)
+from models.types import Forecast
+
+NOW = 1_700_000_000
+
+
+def decision(desired: int, *, lead: float = 300.0, missing: tuple[str, ...] = ()) -> ScalingDecision:
+    return ScalingDecision(
+        desired_replicas=desired, forecast_demand=None, lead_seconds=lead, warm_pool_replicas=0,
+        warm_pool_as="replicas", reactive_replicas=0, steps=(Step("min_max_clamp", desired, "test"),),
+        recommendations=(), now=NOW, missing_metrics=missing,
+    )
+
+
+def spec(name: str, *, gpus: int = 1, priority: int = 50, pool: str | None = "l4", team: str = "ml",
+         min_replicas: int = 1, mode: str = "scale") -> WorkloadSpec:
+    return WorkloadSpec("serving", name, min_replicas, 50, 1.0, mode=Mode(mode), team=team, priority=priority,
+                        nodepool=pool, gpus_per_replica=gpus)
+
+
+def planned(name: str, *, replicas: int, desired: int, ahead: int, ready: int | None = None,
+            unschedulable: int = 0, **kw: object) -> PlannedWorkload:
+    view = WorkloadView("serving", name, f"uid-{name}", "1", {}, {}, replicas,
+                        replicas if ready is None else ready, f"app={name}")
+    return PlannedWorkload(view, spec(name, **kw), decision(desired), ahead, unschedulable)  # type: ignore[arg-type]
+
+
+def pool_view(name: str, *, gpus_in_use: int | None = None, limit: int | None = None,
+              gpu_count: str | None = "1", labels: dict[str, str] | None = None) -> NodePoolView:
+    reqs = [NodeRequirement("node.kubernetes.io/instance-type", "In", ("g6.xlarge",))] if gpu_count else []
+    return NodePoolView(name, "1", limit, gpus_in_use, 0, {}, tuple(reqs), (), labels or {},
+                        ("g6.xlarge",) if gpu_count else (), int(gpu_count) if gpu_count else None)
+
+
+# ---------------------------------------------------------------------------------------------- ahead
+
+
+def ramp(levels: Sequence[float], step: int = 60) -> Forecast:
+    band = np.asarray(levels, dtype=np.float64)
+    return Forecast(NOW, step, band, {90: band}, "test")
+
+
+def test_ahead_looks_one_node_start_up_beyond_the_lead_and_is_clamped() -> None:
+    # Demand 1 req/s for 10 minutes, then 5 req/s: at lead 5m the window sees 1; one 10m node start-up later, 5.
+    forecast = ramp([1.0] * 10 + [5.0] * 20)
+    policy = ScalingPolicy(capacity_per_replica=1.0, min_replicas=1, max_replicas=4, lookahead_window_seconds=60)
+    assert ahead_replicas(forecast, policy, decision(1, lead=240), 0, NOW) == 1
+    assert ahead_replicas(forecast, policy, decision(1, lead=240), 600, NOW) == 4  # 5 needed, max_replicas 4
+    # Never below the decision; without a usable forecast (or evidence) it is the decision.
+    assert ahead_replicas(ramp([0.5] * 30), policy, decision(3, lead=240), 600, NOW) == 3
+    assert ahead_replicas(None, policy, decision(2), 600, NOW) == 2
+    assert ahead_replicas(forecast, policy, decision(2, missing=("no forecast",)), 600, NOW) == 2
+
+
+# ---------------------------------------------------------------------------------------------- cost
+
+
+def test_asked_cost_counts_every_team_and_gang_before_cuts_and_breaches_compare_with_ceilings() -> None:
+    asks = [
+        WorkloadAsk("serving/a", "ml", 100, 2, 1, 5),  # 10 GPUs
+        WorkloadAsk("serving/b", "web", 50, 1, 1, 3, nodepool="cheap"),  # 3 GPUs at $1
+    ]
+    gangs = [Gang("Workload", "training", "ft", 8, 2, True, 50, team="ml"),
+             Gang("Workload", "training", "old", 64, 8, True, 50, team="ml", inactive=True)]
+    asked = asked_by_scope(asks, gangs, GpuPrices({"cheap": 1.0}, default=4.0))
+    assert asked == {"cluster": 40.0 + 3.0 + 32.0, "team ml": 72.0, "team web": 3.0}
+    over = breaches(asked, Ceilings(cluster=100.0, teams={"ml": 70.0, "web": 3.0}))
+    assert over == {"team ml": (72.0, 70.0)}  # web at exactly its ceiling is not over
+
+
+def test_gangs_count_from_their_start_after_and_not_after_their_window() -> None:
+    pending = Gang("Workload", "t", "g", 8, 1, False, 50, start_after=NOW + 3600)
+    assert not gang_in_horizon(pending, NOW, 900)
+    assert gang_in_horizon(pending, NOW, 3600)
+    late = Gang("Workload", "t", "g", 8, 1, False, 50, start_after=NOW - 7200, deadline=NOW - 60,
+                duration_seconds=600)
+    assert not gang_in_horizon(late, NOW, 900)
+    assert gang_in_horizon(Gang("Workload", "t", "g", 8, 1, True, 50, deadline=NOW - 60, duration_seconds=60),
+                           NOW, 900)  # admitted: it runs, whatever its window said
+    assert not gang_in_horizon(Gang("Workload", "t", "g", 8, 1, True, 50, inactive=True), NOW, 900)
+
+
+def test_only_pools_that_matter_are_reported_when_they_cannot_be_priced() -> None:
+    prices = PriceTable(instance_types={})
+    cpu = pool_view("cpu", gpu_count=None)
+    mystery = pool_view("mystery", gpu_count=None, limit=16)
+    labelled = NodePoolView("l4-labels", "1", None, None, 0, {}, (), (), {"nvidia.com/gpu.count": "1"}, (), 1)
+    shapes, problems = pool_shapes([cpu, labelled, mystery], prices)
+    assert set(shapes) == {"l4-labels"}  # the GPU count from the template labels is used
+    assert shapes["l4-labels"].gpus_per_node == 1
+    assert len(problems) == 1
+    assert problems[0].startswith("NodePool mystery: GPUs per node unknown")  # has a GPU limit: it matters
+
+
+# ---------------------------------------------------------------------------------------------- headroom
+
+
+L4 = PoolShape("l4", 1, 0.8, "on-demand")
+G8 = PoolShape("g8", 8, 2.0, "on-demand")
+
+
+def test_placeholder_headroom_is_whole_nodes_beyond_what_pods_and_nodes_already_have() -> None:
+    plans = [planned("a", replicas=2, desired=3, ahead=6)]
+    decisions = {p.key: p.decision for p in plans}
+    wants, extra = plan_headroom(plans, decisions, {"serving/a": 6}, {"l4": L4}, [pool_view("l4", gpus_in_use=4)],
+                                 [], {}, "placeholder")
+    assert extra == {"serving/a": 3}
+    (want,) = wants
+    assert isinstance(want.target, PoolHeadroom)
+    # The plan needs 6 GPUs; the pool's nodes already have 4: two more one-GPU nodes.
+    assert (want.target.pool.name, want.target.gpus_per_node, want.amount) == ("l4", 1, 2)
+    # Capped by the pool's limit, and nothing for a pool whose nodes already cover the plan.
+    wants, _ = plan_headroom(plans, decisions, {"serving/a": 6}, {"l4": L4}, [pool_view("l4", gpus_in_use=4)],
+                             [], {"l4": 5}, "placeholder")
+    assert [w.amount for w in wants] == [1]
+    wants, _ = plan_headroom(plans, decisions, {"serving/a": 6}, {"l4": L4}, [pool_view("l4", gpus_in_use=6)],
+                             [], {}, "placeholder")
+    assert wants == []
+
+
+def test_capacity_buffers_share_a_pools_spare_gpus_by_priority() -> None:
+    plans = [planned("low", replicas=1, desired=1, ahead=4, priority=10, pool="g8"),
+             planned("high", replicas=1, desired=1, ahead=4, priority=100, pool="g8"),
+             planned("nopool", replicas=1, desired=1, ahead=3, pool=None),
+             planned("advisory", replicas=1, desired=1, ahead=5, pool=None, mode="advisory")]
+    decisions = {p.key: p.decision for p in plans}
+    allowed = {p.key: p.ahead_replicas for p in plans}
+    # g8: pods request 2 GPUs on a node of 8 (gpus_in_use 8); the plan needs 8: the node's room covers it all.
+    wants, _ = plan_headroom(plans, decisions, allowed, {"g8": G8}, [pool_view("g8", gpus_in_use=8, gpu_count="8")],
+                             [], {}, "capacitybuffer")
+    assert {w.ident: w.amount for w in wants} == {("CapacityBuffer", "serving/nopool"): 2}
+    # With a 12-GPU gang on the pool and two nodes (16 GPUs) running, the plan needs 20 GPUs = 3 nodes: one
+    # more node, and 4 GPUs beyond what the nodes have. The high-priority workload's 3 extra replicas come
+    # first; the low one gets the 1 left.
+    gang = Gang("Workload", "t", "ft", 12, 2, True, 50, nodepool="g8")
+    wants, _ = plan_headroom(plans, decisions, allowed, {"g8": G8}, [pool_view("g8", gpus_in_use=16, gpu_count="8")],
+                             [gang], {}, "capacitybuffer")
+    amounts = {w.ident[1]: w.amount for w in wants}
+    assert amounts == {"serving/high": 3, "serving/low": 1, "serving/nopool": 2}
+    assert all(isinstance(w.target, DeploymentHeadroom) and w.target.uid for w in wants)
+
+
+def test_gpus_unavailable_counts_unschedulable_pods_and_a_pools_shortfall_lowest_priority_first() -> None:
+    plans = [planned("hi", replicas=2, desired=4, ahead=4, ready=2, priority=100, gpus=2),
+             planned("lo", replicas=2, desired=3, ahead=3, ready=2, priority=10, gpus=2),
+             planned("stuck", replicas=3, desired=3, ahead=3, ready=1, unschedulable=2, pool="other", gpus=4)]
+    decisions = {p.key: p.decision for p in plans}
+    # l4 demand: 4*2 + 3*2 = 14 GPUs against a limit of 10: 4 short. lo waits for 2, then hi for the other 2.
+    got = unavailable_gpus(plans, decisions, [], {"l4": 10})
+    assert got == {"serving/hi": 2, "serving/lo": 2, "serving/stuck": 8}
+    assert unavailable_gpus(plans, decisions, [], {"l4": 14})["serving/lo"] == 0
+
+
+# ---------------------------------------------------------------------------------------------- alerts
+
+
+class RecordingSink:
+    """An ``AlertSink`` that records what it was asked to send; ``fail`` makes the next calls raise."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[Alert], datetime]] = []
+        self.fail = 0
+
+    def _record(self, what: str, alerts: Sequence[Alert], now: datetime) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("alertmanager down")
+        self.sent.append((what, list(alerts), now))
+
+    def fire(self, alerts: Sequence[Alert], now: datetime) -> None:
+        self._record("fire", alerts, now)
+
+    def resolve(self, alerts: Sequence[Alert], now: datetime) -> None:
+        self._record("resolve", alerts, now)
+
+
+def cfg(team_ceiling: float) -> Config:
+    return parse_config({"ceilings": {"teams": {"ml": team_ceiling}}, "pricing": {"default_gpu_hour": 1.0}})
+
+
+def run(stage: MoneyStage, plans: list[PlannedWorkload], config: Config, now: int, metrics: ControllerMetrics,
+        *, write: bool = True) -> list[str]:
+    errors: list[str] = []
+    stage.run(plans, config, now, write=write, horizon_seconds=900, metrics=metrics, errors=errors)
+    return errors
+
+
+def test_alerts_fire_while_the_condition_holds_keep_their_start_and_resolve_when_it_clears() -> None:
+    sink = RecordingSink()
+    stage = MoneyStage(alerts=sink)
+    metrics = ControllerMetrics()
+    plans = [planned("a", replicas=4, desired=4, ahead=4, unschedulable=1)]
+    assert run(stage, plans, cfg(2.0), NOW, metrics) == []
+    ((what, alerts, at),) = sink.sent
+    assert what == "fire"
+    assert {a.name for a in alerts} == {PROJECTED_BREACH, CUTTING_INFERENCE, GPUS_UNAVAILABLE}
+    began = at
+    assert run(stage, plans, cfg(2.0), NOW + 30, metrics) == []
+    assert all(a.starts_at == began for a in sink.sent[-1][1])  # re-sent with the original start
+
+    # A standby sends nothing and forgets nothing.
+    assert run(stage, plans, cfg(100.0), NOW + 60, metrics, write=False) == []
+    assert len(sink.sent) == 2
+
+    # The ceiling is raised: the cost alerts are resolved, the GPU one keeps firing.
+    sink.fail = 1  # the fire fails; the resolve still goes out and is not lost
+    errors = run(stage, plans, cfg(100.0), NOW + 90, metrics)
+    assert errors == ["alerts not delivered (re-sent next tick): alertmanager down"]
+    assert metrics.registry.get_sample_value("predictive_autoscaler_errors_total", {"kind": "alert"}) == 1
+    what, resolved, at = sink.sent[-1]
+    assert what == "resolve"
+    assert {a.name for a in resolved} == {PROJECTED_BREACH, CUTTING_INFERENCE}
+    assert at == began + timedelta(seconds=90)
+
+    # Everything clears, but Alertmanager is down: the resolve is retried on the next tick.
+    clear = [planned("a", replicas=4, desired=4, ahead=4)]
+    sink.fail = 1
+    assert run(stage, clear, cfg(100.0), NOW + 120, metrics) == [
+        "alert resolutions not delivered (retried next tick): alertmanager down"]
+    assert run(stage, clear, cfg(100.0), NOW + 150, metrics) == []
+    what, resolved, _ = sink.sent[-1]
+    assert (what, [a.name for a in resolved]) == ("resolve", [GPUS_UNAVAILABLE])
+    assert run(stage, clear, cfg(100.0), NOW + 180, metrics) == []
+    assert sink.sent[-1][0] == "resolve"  # nothing new was sent after the retry
+    assert len(sink.sent) == 4
+
+
+@pytest.mark.parametrize("write", [True, False])
+def test_without_ports_the_stage_only_prices_and_cuts(write: bool) -> None:
+    stage = MoneyStage()
+    metrics = ControllerMetrics()
+    plans = [planned("a", replicas=2, desired=5, ahead=8, priority=100), planned("b", replicas=2, desired=5, ahead=5)]
+    errors: list[str] = []
+    out = stage.run(plans, cfg(6.0), NOW, write=write, horizon_seconds=900, metrics=metrics, errors=errors)
+    assert errors == []
+    assert {k: d.desired_replicas for k, d in out.decisions.items()} == {"serving/a": 5, "serving/b": 1}
+    assert out.decisions["serving/b"].steps[-1].name == "cost_ceiling"
+    assert out.headroom == {}
+    assert out.limits == {}
+    assert out.actions == ()
+    sample = metrics.registry.get_sample_value
+    assert sample("predictive_autoscaler_projected_cost_dollars_per_hour", {"scope": "team", "team": "ml"}) == 10
+    assert sample("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "inference"}) == 4
+    assert sample("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "headroom"}) == 3
