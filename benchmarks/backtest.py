@@ -203,6 +203,12 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
             )
     if not any(run.trace.name == NASA for run in runs):
         checks.append((f"{NASA} was benchmarked", False))
+    lines += [
+        "",
+        "Speed is measured through the same fallback chain for every model (outage cleaning and sqrt-space bands are "
+        "paid by all), against the project's Prophet wrapper (`models/prophet_model.py`: fitted on 10-minute means, "
+        "its curve cached so a forecast is a slice), not Prophet called directly on every tick.",
+    ]
     passed = sum(ok for _, ok in checks)
     lines += ["", f"Targets: {passed} of {len(checks)} pass.", "", "| check | result |", "|---|---|"]
     lines += [f"| {text} | {_verdict(ok)} |" for text, ok in checks]
