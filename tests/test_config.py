@@ -476,3 +476,39 @@ def test_pricing_and_ceilings_parse_into_the_domain_values() -> None:
 def test_pricing_and_ceiling_errors_name_their_key_path(text: str, expected: str) -> None:
     errors = errors_of(text)
     assert any(e.startswith(expected) for e in errors), errors
+
+
+# ---------------------------------------------------------------------------------------------- alerts, karpenter
+
+
+def test_alerts_and_karpenter_sections_parse_and_default() -> None:
+    from autoscaler.config import AlertsConfig, KarpenterConfig
+
+    assert Config().alerts == AlertsConfig(alertmanager_url=None, cluster="default", expire_after_seconds=120)
+    assert Config().karpenter == KarpenterConfig(enabled=True, headroom="auto", namespace="predictive-autoscaler")
+    cfg = parse_config_text(
+        "alerts:\n  alertmanager_url: http://alertmanager.monitoring.svc:9093\n  cluster: prod-eu-1\n"
+        "  expire_after: 5m\nkarpenter:\n  headroom: off\n  namespace: ops\n"
+    )
+    assert cfg.alerts == AlertsConfig("http://alertmanager.monitoring.svc:9093", "prod-eu-1", 300)
+    assert cfg.karpenter == KarpenterConfig(enabled=True, headroom="off", namespace="ops")  # bare YAML `off`
+    assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("alerts: {alertmanager_url: alertmanager:9093}", "alerts.alertmanager_url: expected an http:// or https://"),
+        ("alerts: {cluster: 'prod eu'}", "alerts.cluster: 'prod eu' is not a usable cluster name"),
+        ("alerts: {expire_after: soon}", "alerts.expire_after: invalid duration"),
+        ("alerts: {alertmanager_url: 'http://am:9093', expire_after: 30s}",
+         "alerts.expire_after: 30s must be longer than loop.interval (30s)"),
+        ("alerts: {url: 'http://am:9093'}", "alerts.url: unknown key"),
+        ("karpenter: {headroom: buffers}", "karpenter.headroom: expected one of auto, capacitybuffer, placeholder, off"),
+        ("karpenter: {enabled: maybe}", "karpenter.enabled: expected true or false"),
+        ("karpenter: {namespace: Ops_NS}", "karpenter.namespace: 'Ops_NS' is not a valid Kubernetes name"),
+    ],
+)
+def test_alerts_and_karpenter_errors_name_their_key_path(text: str, expected: str) -> None:
+    errors = errors_of(text)
+    assert any(e.startswith(expected) for e in errors), errors

@@ -58,7 +58,7 @@ class ControllerMetrics:
         self.errors = Counter(
             "predictive_autoscaler_errors_total",
             "Errors by kind (metrics_unavailable, metrics_query, kube_read, kube_write, invalid_annotation, "
-            "forecast, gpu_unavailable, config, tick).",
+            "forecast, gpu_unavailable, config, tick, alert, invalid_gang, nodepool).",
             ["kind"],
             registry=r,
         )
