@@ -30,6 +30,7 @@ from models.types import FloatArray
 _ABSOLUTE_AFTER = 100_000_000
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 _MAX_PANELS = 4
+_MAX_POINTS = 1_440  # per panel: a day of 1-minute forecasts; more is a solid smear at this width
 
 
 def _duration(seconds: int) -> str:
@@ -55,7 +56,9 @@ def plot_backtest(
     """Write a PNG of a backtest to ``path``.
 
     ``show`` names the models drawn as time panels (at most four; default: ``default`` and
-    ``persistence`` when present, else the first two); every model gets a WAPE bar.
+    ``persistence`` when present, else the first two); every model gets a WAPE and a coverage bar.
+    The panels show the last ``window_seconds`` (two days), cut to at most 1,440 forecasts (one
+    day of 1-minute bins) so the lines stay readable.
     """
     if not results:
         raise ValueError("nothing to plot: no model results")
@@ -77,7 +80,7 @@ def plot_backtest(
         fontweight="bold",
     )
 
-    windows = {name: _window(results[name].target_timestamps, window_seconds) for name in panels}
+    windows = {name: _window(results[name].target_timestamps, window_seconds, _MAX_POINTS) for name in panels}
     top = _y_top([results[n].actual[windows[n]] for n in panels], [results[n].upper[windows[n]] for n in panels])
     first_ax = None
     for row, name in enumerate(panels):
@@ -91,8 +94,8 @@ def plot_backtest(
         x = t / 86_400.0 + _epoch_offset_days() if absolute else t / 3_600.0
         color = colors[name]
         ax.fill_between(x, point, upper, color=color, alpha=0.25, lw=0, label=f"band up to p{level}")
-        ax.plot(x, point, color=color, lw=1.4, label=f"forecast made {_duration(horizon_seconds)} earlier")
-        ax.plot(x, actual, color="black", lw=0.8, alpha=0.85, label="actual")
+        ax.plot(x, actual, color="black", lw=0.7, alpha=0.75, label="actual")
+        ax.plot(x, point, color=color, lw=1.3, label=f"forecast made {_duration(horizon_seconds)} earlier")
         ax.set_title(
             f"{name}: WAPE {_fmt(r.wape)}, p{level} coverage {_fmt(r.coverage)}, bias {_fmt(r.bias, signed=True)}"
             f" (whole backtest, {r.n_forecasts} forecasts)",
@@ -138,10 +141,14 @@ def plot_backtest(
     fig.savefig(path, format="png")
 
 
-def _window(timestamps: NDArray[np.int64], seconds: int) -> NDArray[np.bool_]:
-    """The points in the last ``seconds`` of a backtest (the whole of it is too dense to read)."""
+def _window(timestamps: NDArray[np.int64], seconds: int, max_points: int) -> NDArray[np.bool_]:
+    """The points in the last ``seconds`` of a backtest, shortened to at most ``max_points`` points
+    (the whole backtest, or two days of 1-minute forecasts, is too dense to read)."""
     if timestamps.size == 0:
         return np.zeros(0, dtype=bool)
+    if timestamps.size > 1:
+        spacing = int(np.min(np.diff(timestamps)))
+        seconds = min(seconds, spacing * (max_points - 1))
     return np.asarray(timestamps >= timestamps[-1] - seconds, dtype=bool)
 
 
