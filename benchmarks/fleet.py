@@ -498,7 +498,7 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
         cells.append(_tick_cell(r.ticks("refit"), fit, "fit", r.n) if r.ticks("refit") else "not run")
         done_rec = r.one("done")
         mem = r.one("memory")
-        peak = max((x.get("peak_rss", 0) for x in r.records), default=0)
+        peak = max((max(x.get("peak_rss", 0), x.get("rss", 0)) for x in r.records), default=0)
         cells.append(_mib(peak) + ("" if done_rec is not None else " (when capped)"))
         if mem:
             cells.append(f"{(mem['rss'] - mem['base_rss']) / r.n / 1024:.0f} KiB "
@@ -589,9 +589,27 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
             "",
         ]
     target = next((r for r in results if r.n == TARGET_N), None)
+    if target is not None and target.ticks("steady-bin"):
+        t = sorted(target.ticks("steady-bin"), key=lambda x: x["wall"])[(len(target.ticks("steady-bin")) - 1) // 2]
+        prof_rows = (target.one("profile") or {}).get("rows", [])
+        clean = next((r for r in prof_rows if "outage_mask" in r["where"]), None)
+        findings = [
+            f"- In a new-bin tick at N=1,000 forecasting is {t['phases']['forecast'] / t['wall']:.0%} of the wall time"
+            + (f"; under cProfile the chain's update-time cleaning (`models/clean.py` `outage_mask`, pandas rolling "
+               f"median over the last 6 hours, run for every one-bin update) is {_fmt_s(clean['cumtime'])} "
+               "cumulative of it." if clean else "."),
+            f"- Every tick rewrites about {t['writes']['statuses']:,} statuses at N=1,000 even when no replica count "
+            "changes: the status holds the forecast and the decision's wording, which move every tick.",
+        ]
+        for label, what in (("cold", "the first tick fits every model"),
+                            ("refit", "all models fitted in the same tick fall due for their daily refit together")):
+            for tk in target.ticks(label):
+                findings.append(f"- {label} tick at N=1,000: {_fmt_s(tk['wall'])}, because {what} "
+                                f"({tk['phases']['forecast'] / tk['wall']:.0%} of it is forecasting).")
+        lines += ["Where the time goes:", "", *findings, ""]
     if target is not None:
         ticks = target.ticks("steady") + target.ticks("steady-bin")
-        peak = max((x.get("peak_rss", 0) for x in target.records), default=0)
+        peak = max((max(x.get("peak_rss", 0), x.get("rss", 0)) for x in target.records), default=0)
         if ticks:
             worst = max(t["wall"] for t in ticks)
             verdicts.append(f"{'PASS' if worst < TARGET_TICK_SECONDS else 'FAIL'}: steady tick at N=1,000 with "
@@ -618,8 +636,8 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
         assert prof is not None
         lines += [f"Hotspots of one new-bin tick at N={n:,} (cProfile, top by own time):", "",
                   "| function | calls | own | cumulative |", "|---|---|---|---|"]
-        for row in prof["rows"][:12]:
-            where = row["where"].split("site-packages/")[-1]
+        for row in [r for r in prof["rows"] if not r["where"].startswith("benchmarks/")][:12]:
+            where = row["where"].split("site-packages/")[-1].split("/lib/python3.11/")[-1]
             lines.append(f"| `{where}` | {row['calls']:,} | {_fmt_s(row['tottime'])} | {_fmt_s(row['cumtime'])} |")
         lines.append("")
     return "\n".join(lines), verdicts
@@ -645,7 +663,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; do not touch docs/BENCHMARKS.md")
     parser.add_argument("--write", action="store_true", help="rewrite the page even without N=1000")
     parser.add_argument("--json", metavar="PATH", help="also save every raw record as JSON")
-    parser.add_argument("--from-json", metavar="PATH", help="re-render a run saved with --json (no measuring)")
+    parser.add_argument("--from-json", metavar="PATH", action="append",
+                        help="re-render runs saved with --json (repeatable; later files win per size; no measuring)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--refit", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-prometheus", action="store_true", help=argparse.SUPPRESS)
@@ -657,10 +676,18 @@ def main(argv: list[str] | None = None) -> int:
         worker(args.worker, args.refit, args.profile_top)
         return 0
     if args.from_json:
-        with open(args.from_json) as f:
-            saved = json.load(f)
-        loaded = [SizeResult(r["n"], r["records"], r["capped"]) for r in saved["results"]]
-        text, _ = summarise(loaded, saved["prometheus"], saved["date"])
+        by_size: dict[int, SizeResult] = {}
+        dates: list[str] = []
+        prom_saved: dict[str, Any] | None = None
+        for path in args.from_json:  # a later file's result for a size replaces an earlier one
+            with open(path) as f:
+                saved = json.load(f)
+            dates.append(saved["date"] + " (N=" + ", ".join(f"{r['n']:,}" for r in saved["results"]) + ")")
+            prom_saved = saved["prometheus"]
+            for r in saved["results"]:
+                by_size[r["n"]] = SizeResult(r["n"], r["records"], r["capped"])
+        loaded = [by_size[n] for n in sorted(by_size)]
+        text, _ = summarise(loaded, prom_saved, "; ".join(dates))
         print(text)
         if not args.no_write and (args.write or any(r.n == TARGET_N for r in loaded)):
             update_section("fleet", text)
