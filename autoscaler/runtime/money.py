@@ -541,15 +541,6 @@ class MoneyStage:
         reserved = list(report.gangs_reserved)
         teams = {a.key: a.team for a in asks} | {g.key: g.team for g in gangs}
 
-        # Headroom is held only for what the ceiling would allow at the ahead count.
-        ahead_asks = [replace(a, desired_replicas=max(a.desired_replicas, p.ahead_replicas))
-                      for a, p in zip(asks, planned, strict=True)]
-        ahead_report = enforce_ceilings(ahead_asks, gangs, cfg.ceilings, prices, horizon_seconds=horizon_seconds)
-        allowed_ahead: dict[str, int] = {}
-        for a in ahead_asks:
-            outcome = ahead_report.outcome(a.key)
-            allowed_ahead[a.key] = a.desired_replicas if outcome is None else outcome.allowed_replicas
-
         limit_plan = pool_limits(report, shapes, views) if pools_known else {}
         limits = {name: limit for name, (limit, _) in limit_plan.items()}
         effective_limits = {v.name: v.gpu_limit for v in views if v.gpu_limit is not None} | limits
@@ -565,9 +556,21 @@ class MoneyStage:
             except Exception as exc:
                 metrics.errors.labels("kube_read").inc()
                 errors.append(f"CapacityBuffer discovery failed; no headroom changes this tick: {exc}")
-            if kind is not None:
-                wants, _ = plan_headroom(planned, decisions, allowed_ahead, shapes, views, reserved,
-                                             effective_limits, kind)
+        # Headroom is held only for what the ceiling would allow at the ahead count (priced only when headroom is
+        # managed, and a second time only when some workload looks further ahead than it asks now).
+        allowed_ahead = {p.key: p.ahead_replicas for p in planned}
+        if kind is not None:
+            ahead_asks = [replace(a, desired_replicas=max(a.desired_replicas, p.ahead_replicas))
+                          for a, p in zip(asks, planned, strict=True)]
+            ahead_report = report
+            if any(a.desired_replicas > b.desired_replicas for a, b in zip(ahead_asks, asks, strict=True)):
+                ahead_report = enforce_ceilings(ahead_asks, gangs, cfg.ceilings, prices,
+                                                horizon_seconds=horizon_seconds)
+            for a in ahead_asks:
+                outcome = ahead_report.outcome(a.key)
+                allowed_ahead[a.key] = a.desired_replicas if outcome is None else outcome.allowed_replicas
+            wants, _ = plan_headroom(planned, decisions, allowed_ahead, shapes, views, reserved, effective_limits,
+                                     kind)
 
         self._export(metrics, cfg.ceilings, asked, report, teams, reserved, unavailable, planned, allowed_ahead)
         alerts = alerts_for(report, asked, cfg.ceilings, unavailable, teams)
