@@ -276,3 +276,24 @@ def test_without_ports_the_stage_only_prices_and_cuts(write: bool) -> None:
     assert sample("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "inference"}) == 4
     # No NodeCapacity: no headroom is planned, so none is counted as withheld.
     assert sample("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "headroom"}) is None
+
+
+def test_a_config_reload_swaps_only_the_adapters_whose_section_changed() -> None:
+    from kubernetes import client
+
+    from autoscaler.adapters.alertmanager import AlertmanagerSink
+    from autoscaler.adapters.karpenter import KarpenterCapacity
+    from autoscaler.commands.run import _rewire
+
+    api = client.ApiClient(client.Configuration())
+    old = parse_config({})
+    capacity = KarpenterCapacity(api, namespace="predictive-autoscaler")
+    stage = MoneyStage(capacity=capacity)
+    new = parse_config({"alerts": {"alertmanager_url": "http://am.monitoring:9093", "cluster": "eu"}})
+    _rewire(stage, api, old, new)
+    assert isinstance(stage.alerts, AlertmanagerSink)
+    assert (stage.alerts.url, stage.alerts.cluster) == ("http://am.monitoring:9093", "eu")
+    assert stage.capacity is capacity  # karpenter section unchanged: same adapter (and discovery cache)
+    newer = parse_config({"karpenter": {"enabled": False}})
+    _rewire(stage, api, new, newer)
+    assert (stage.alerts, stage.capacity) == (None, None)
