@@ -296,4 +296,5 @@ def test_a_config_reload_swaps_only_the_adapters_whose_section_changed() -> None
     assert stage.capacity is capacity  # karpenter section unchanged: same adapter (and discovery cache)
     newer = parse_config({"karpenter": {"enabled": False}})
     _rewire(stage, api, new, newer)
-    assert (stage.alerts, stage.capacity) == (None, None)
+    ports: tuple[object, object] = (stage.alerts, stage.capacity)
+    assert ports == (None, None)
