@@ -59,6 +59,31 @@ class TraceRun:
     horizon_seconds: int
     origin_every_seconds: int
     wall_seconds: float
+    # seconds for one fit plus one forecast of each bare model on the same cleaned 14-day series (best of
+    # FIT_PREDICT_REPEATS): the brief's "fit + predict" speed target, without the fallback chain's shared costs
+    fit_predict_seconds: dict[str, float]
+
+
+FIT_PREDICT_REPEATS = 3
+
+
+def fit_predict_seconds(trace: Trace, models: tuple[str, ...], horizon_steps: int) -> dict[str, float]:
+    """Best-of-N wall time of ``make(name).fit(window).predict(h)`` per model, all on the same series.
+
+    The series is the trace's last 14 days, outage-cleaned once beforehand (the chain does this for every
+    model alike, so it is not part of any one model's cost).
+    """
+    window = _steps(WINDOW_SECONDS, trace.step_seconds)
+    series = prepare(trace.requests.slice(max(0, len(trace.requests) - window), len(trace.requests)))
+    out: dict[str, float] = {}
+    for name in models:
+        best = math.inf
+        for _ in range(FIT_PREDICT_REPEATS):
+            t0 = time.perf_counter()
+            registry.make(name).fit(series).predict(horizon_steps, (LEVEL,))
+            best = min(best, time.perf_counter() - t0)
+        out[name] = best
+    return out
 
 
 def _steps(seconds: int, step: int) -> int:
@@ -99,12 +124,14 @@ def run_trace(trace: Trace, models: tuple[str, ...]) -> TraceRun:
             file=sys.stderr,
             flush=True,
         )
+    wall = time.perf_counter() - started
     return TraceRun(
         trace,
         results,
         config.horizon_steps * step,
         origin_every * step,
-        time.perf_counter() - started,
+        wall,
+        fit_predict_seconds(trace, models, config.horizon_steps),
     )
 
 
@@ -157,12 +184,14 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
             )
     lines += [
         "",
-        "Ratios for the default model (WAPE ratio < 1: default is more accurate; speed-up = Prophet seconds / "
-        "default seconds: in total, per fit, and per forecast including the updates before it):",
+        "Ratios for the default model (WAPE ratio < 1: default is more accurate). Speed-up = Prophet seconds / "
+        "default seconds: **fit + predict** is one fit and one forecast of the bare model on the same cleaned 14-day "
+        "series (best of 3; the brief's target); the other three are through the fallback chain over the whole "
+        "backtest: in total, per fit, and per forecast including the updates before it:",
         "",
-        "| trace | WAPE / persistence | WAPE / holt_winters | WAPE / prophet | speed-up vs prophet | per fit "
-        "| per forecast |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| trace | WAPE / persistence | WAPE / holt_winters | WAPE / prophet | fit + predict speed-up | backtest total "
+        "| per fit | per forecast |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     checks: list[tuple[str, bool]] = []
     for run in runs:
@@ -174,12 +203,15 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
             n: _ratio(d.wape, res[n].wape) if n in res else math.nan for n in ("persistence", "holt_winters", "prophet")
         }
         p = res.get("prophet")
-        speed = _ratio(p.elapsed_seconds, d.elapsed_seconds) if p else math.nan
+        fp = run.fit_predict_seconds
+        speed = _ratio(fp["prophet"], fp["default"]) if "prophet" in fp and "default" in fp else math.nan
+        total_speed = _ratio(p.elapsed_seconds, d.elapsed_seconds) if p else math.nan
         fit_speed = _ratio(p.fit_seconds, d.fit_seconds) if p else math.nan
         tick_speed = _ratio(p.predict_seconds, d.predict_seconds) if p else math.nan
         lines.append(
             f"| {run.trace.name} | {_f(ratios['persistence'])} | {_f(ratios['holt_winters'])} | "
-            f"{_f(ratios['prophet'])} | {_f(speed, '.1f')}x | {_f(fit_speed, '.1f')}x | {_f(tick_speed, '.1f')}x |"
+            f"{_f(ratios['prophet'])} | {_f(speed, '.1f')}x | {_f(total_speed, '.1f')}x | {_f(fit_speed, '.1f')}x | "
+            f"{_f(tick_speed, '.1f')}x |"
         )
         name = run.trace.name
         for ref in ("persistence", "holt_winters", "prophet"):
@@ -199,15 +231,20 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         checks.append((f"{name}: default p90 coverage in [{lo}, {hi}] ({_f(d.coverage)})", lo <= d.coverage <= hi))
         if "prophet" in res:
             checks.append(
-                (f"{name}: default at least {SPEEDUP:.0f}x faster than Prophet ({_f(speed, '.1f')}x)", speed >= SPEEDUP)
+                (
+                    f"{name}: default fit + predict at least {SPEEDUP:.0f}x faster than Prophet's "
+                    f"({_f(speed, '.1f')}x)",
+                    speed >= SPEEDUP,
+                )
             )
     if not any(run.trace.name == NASA for run in runs):
         checks.append((f"{NASA} was benchmarked", False))
     lines += [
         "",
-        "Speed is measured through the same fallback chain for every model (outage cleaning and sqrt-space bands are "
-        "paid by all), against the project's Prophet wrapper (`models/prophet_model.py`: fitted on 10-minute means, "
-        "its curve cached so a forecast is a slice), not Prophet called directly on every tick.",
+        "The backtest totals go through the same fallback chain for every model (outage cleaning and sqrt-space bands "
+        "are paid by all, and ~40,000 one-bin updates dominate them), against the project's Prophet wrapper "
+        "(`models/prophet_model.py`: fitted on 10-minute means, its curve cached so a forecast is a slice), so they "
+        "understate the models' own difference; the fit + predict column isolates it.",
     ]
     passed = sum(ok for _, ok in checks)
     lines += ["", f"Targets: {passed} of {len(checks)} pass.", "", "| check | result |", "|---|---|"]
