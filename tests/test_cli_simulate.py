@@ -10,7 +10,11 @@ import pytest
 
 from autoscaler.cli import main
 
-SIX = ["gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas"]
+KEYS = [
+    "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas",
+    "ceiling_breaches", "gangs_split", "gang_wait_hours", "ceiling_unserved_fraction", "gangs_missed",
+    "gangs_preempted",
+]
 
 
 def _write_trace(path: Path, counts: np.ndarray, step: int = 60) -> Path:
@@ -36,7 +40,7 @@ def test_json_has_exactly_the_documented_keys(trace: Path, capsys: pytest.Captur
     assert out["trace"] == "hump.csv"
     assert set(out["policies"]) == {"predictive", "oracle", "reactive@0.6", "reactive@0.8"}
     for name, scores in out["policies"].items():
-        assert list(scores) == SIX, name
+        assert list(scores) == KEYS, name
     assert out["policies"]["oracle"]["unserved_fraction"] == 0.0
     # a lower target holds more replicas
     assert out["policies"]["reactive@0.6"]["gpu_hours"] > out["policies"]["reactive@0.8"]["gpu_hours"]

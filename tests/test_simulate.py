@@ -324,7 +324,7 @@ def test_reactive_curve_is_interpolated_at_equal_gpu_hours() -> None:
     assert outside.unserved_fraction == pytest.approx(0.01)
 
 
-def test_json_has_the_six_scores_per_policy() -> None:
+def test_json_has_the_scores_per_policy_and_zero_money_keys_without_a_ceiling() -> None:
     result = simulate(_step_trace(), _config(("reactive", "oracle"), targets=(0.6, 0.8)))
     out = result.to_json()
     assert isinstance(result, SimulationResult)
@@ -332,9 +332,15 @@ def test_json_has_the_six_scores_per_policy() -> None:
     assert list(out["policies"]) == ["oracle", "reactive@0.6", "reactive@0.8"]
     for scores in out["policies"].values():
         assert list(scores) == [
-            "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas"
+            "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas",
+            "ceiling_breaches", "gangs_split", "gang_wait_hours", "ceiling_unserved_fraction", "gangs_missed",
+            "gangs_preempted",
         ]
         assert all(isinstance(v, int | float) and math.isfinite(v) for v in scores.values())
+        # no ceiling and no gangs: the money keys are there, and zero
+        assert [scores[k] for k in ("ceiling_breaches", "gangs_split", "gangs_missed", "gangs_preempted")] == [0] * 4
+        assert scores["gang_wait_hours"] == 0.0
+        assert scores["ceiling_unserved_fraction"] == 0.0
 
 
 # -- the oracle is a schedule the cluster can actually deliver -----------------------------------

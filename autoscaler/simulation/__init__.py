@@ -7,6 +7,9 @@ separately testable pieces that the engine runs under one set of rules and one b
 - ``reactive``: a faithful Kubernetes HPA (autoscaling/v2 defaults);
 - ``oracle``: perfect foresight at the fewest GPU-hours, replayed through the same cluster;
 - ``predictive``: the project's forecaster + ``plan_replicas``, as the controller runs them;
+- ``money``: a cost ceiling and training gangs over the whole simulated cluster, decided by the
+  controller's domain functions (``enforce_ceilings``, ``place_gang``) between each policy's decision
+  and the cluster;
 - ``engine``: ``simulate(series, SimulationConfig, ...) -> SimulationResult`` and the scores.
 
 Departure from DESIGN.md: the map has one ``autoscaler/simulate.py``; it grew into this package.

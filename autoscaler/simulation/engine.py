@@ -21,8 +21,15 @@ Scores, per policy (``PolicyResult``):
 * ``scale_events``: ticks at which the replica count changed; ``max_replicas``: the most replicas
   held (Ready or starting) at once.
 
+* ``ceiling_breaches``, ``gangs_split``, ``gang_wait_hours``, ``ceiling_unserved_fraction`` (and
+  ``gangs_missed``, ``gangs_preempted``): what a cost ceiling and training gangs did
+  (``SimulationConfig.money``; defined in ``autoscaler.simulation.money``). They are always in the
+  JSON, 0 when the run has no ceiling and no gangs, so consumers can rely on the key set. With gangs,
+  ``gpu_hours`` and ``cost_usd`` include the gangs' GPUs; ``max_replicas`` and the unserved scores
+  are about the inference Deployment only.
+
 The simulation starts warm: every policy begins with the replicas that demand needs over the first
-node + pod start-up, Ready, on nodes that already exist.
+node + pod start-up, Ready, on nodes that already exist (a ceiling then cuts them at the first tick).
 """
 
 from __future__ import annotations
@@ -37,12 +44,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
+from autoscaler.simulation.money import MoneyConfig, MoneyLedger, MoneyOutcome
 from autoscaler.simulation.oracle import oracle_schedule
 from autoscaler.simulation.reactive import ReactiveHPA
 from models.types import FloatArray, TrafficSeries
 
 IntArray = NDArray[np.int64]
-METRIC_KEYS = ("gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas")
+METRIC_KEYS = (
+    "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas",
+    "ceiling_breaches", "gangs_split", "gang_wait_hours", "ceiling_unserved_fraction", "gangs_missed",
+    "gangs_preempted",
+)
 DEFAULT_REACTIVE_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
 _CEIL_TOLERANCE = 1e-9
 
@@ -53,6 +65,14 @@ class TickPolicy(Protocol):
     name: str
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int: ...
+
+
+def _decides(policy: TickPolicy) -> Callable[[int], bool]:
+    """The policy's ``decides(k)`` (whether tick ``k`` is one of its decisions), every tick when it has none."""
+    found = getattr(policy, "decides", None)
+    if callable(found):
+        return found  # type: ignore[no-any-return]
+    return lambda k: True
 
 
 def tick_seconds_for(step_seconds: int, sync_seconds: int = 15) -> int:
@@ -91,9 +111,17 @@ class PolicyResult:
     requested: IntArray = field(repr=False)
     ready: IntArray = field(repr=False)
     seconds: float = 0.0  # wall-clock time the run took (not part of the scores)
+    ceiling_breaches: int = 0
+    gangs_split: int = 0
+    gang_wait_hours: float = 0.0
+    ceiling_unserved_fraction: float = 0.0
+    gangs_missed: int = 0
+    gangs_preempted: int = 0
+    wanted: IntArray | None = field(default=None, repr=False)  # replicas the policy asked for before the ceiling
+    gang_gpus: IntArray | None = field(default=None, repr=False)  # GPUs held by gangs per tick
 
     def metrics(self) -> dict[str, float | int]:
-        """The six scores, JSON-safe, in the documented key order."""
+        """The scores (``METRIC_KEYS``), JSON-safe, in the documented key order."""
         return {
             "gpu_hours": round(self.gpu_hours, 4),
             "cost_usd": round(self.cost_usd, 2),
@@ -101,6 +129,12 @@ class PolicyResult:
             "cold_start_requests": round(self.cold_start_requests, 2),
             "scale_events": int(self.scale_events),
             "max_replicas": int(self.max_replicas),
+            "ceiling_breaches": int(self.ceiling_breaches),
+            "gangs_split": int(self.gangs_split),
+            "gang_wait_hours": round(self.gang_wait_hours, 4),
+            "ceiling_unserved_fraction": round(self.ceiling_unserved_fraction, 8),
+            "gangs_missed": int(self.gangs_missed),
+            "gangs_preempted": int(self.gangs_preempted),
         }
 
 
@@ -114,15 +148,35 @@ def score(
     gpus_per_replica: int,
     gpu_hour_price: float,
     seconds: float = 0.0,
+    money: MoneyOutcome | None = None,
 ) -> PolicyResult:
-    """Score a run from per-tick demand (req/s, NaN = missing) and replica counts."""
+    """Score a run from per-tick demand (req/s, NaN = missing) and replica counts (and what the money stage did)."""
     d = np.nan_to_num(demand, nan=0.0)
     shortfall = np.maximum(d - ready * capacity_per_replica, 0.0)
     total = float(d.sum()) * tick_seconds
     unserved = float(shortfall.sum()) * tick_seconds
     starting = (requested - ready) * capacity_per_replica
     cold = float(np.minimum(shortfall, starting).sum()) * tick_seconds
-    gpu_hours = float(requested.sum()) * tick_seconds * gpus_per_replica / 3600.0
+    gpu_ticks = float(requested.sum()) * gpus_per_replica
+    extra: dict[str, Any] = {}
+    if money is not None:
+        wanted = np.asarray(money.wanted, dtype=np.int64)
+        gang_gpus = np.asarray(money.gang_gpus, dtype=np.int64)
+        gpu_ticks += float(gang_gpus.sum())
+        # of the requests that found no Ready replica, those between the allowed and the asked capacity
+        cut = np.maximum(np.minimum(d, wanted * capacity_per_replica) - requested * capacity_per_replica, 0.0)
+        by_ceiling = float(np.minimum(shortfall, cut).sum()) * tick_seconds
+        extra = {
+            "ceiling_breaches": money.ceiling_breaches,
+            "gangs_split": money.gangs_split,
+            "gang_wait_hours": money.gang_wait_hours,
+            "ceiling_unserved_fraction": by_ceiling / total if total > 0 else 0.0,
+            "gangs_missed": money.gangs_missed,
+            "gangs_preempted": money.gangs_preempted,
+            "wanted": wanted,
+            "gang_gpus": gang_gpus,
+        }
+    gpu_hours = gpu_ticks * tick_seconds / 3600.0
     return PolicyResult(
         name=name,
         gpu_hours=gpu_hours,
@@ -134,32 +188,60 @@ def score(
         requested=requested,
         ready=ready,
         seconds=seconds,
+        **extra,
     )
 
 
 class Scheduled:
-    """A policy that holds a replica count fixed in advance per tick (the oracle's, computed offline)."""
+    """A policy that holds a replica count fixed in advance per tick (the oracle's, computed offline).
 
-    def __init__(self, name: str, counts: IntArray) -> None:
+    It knows its own future exactly, so it can place a gang in the real trough (``inference_gpus_ahead``).
+    """
+
+    def __init__(self, name: str, counts: IntArray, start: int = 0, tick_seconds: int = 15,
+                 gpus_per_replica: int = 1) -> None:
         self.name = name
+        self._array = counts
         self._counts = counts.tolist()
+        self._start = start
+        self._tick = tick_seconds
+        self._gpr = gpus_per_replica
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         return int(self._counts[k])
 
+    def inference_gpus_ahead(self, k: int, seconds: int) -> list[tuple[int, float]]:
+        """Its own replica GPUs from tick ``k`` for ``seconds`` (perfect foresight), as change points."""
+        end = min(len(self._counts), k + math.ceil(seconds / self._tick) + 1)
+        counts = self._array[k:end]
+        if counts.size == 0:
+            counts = self._array[-1:]
+        change = np.flatnonzero(np.diff(counts)) + 1
+        idx = np.concatenate(([0], change))
+        return [(self._start + (k + int(i)) * self._tick, float(counts[i] * self._gpr)) for i in idx]
 
-def run_closed_loop(policy: TickPolicy, demand: FloatArray, cluster: Cluster) -> tuple[IntArray, IntArray]:
-    """Drive ``policy`` tick by tick; returns ``(requested, ready)`` replicas per tick."""
+
+def run_closed_loop(
+    policy: TickPolicy, demand: FloatArray, cluster: Cluster, ledger: MoneyLedger | None = None
+) -> tuple[IntArray, IntArray]:
+    """Drive ``policy`` tick by tick (through the money stage ``ledger`` when there is one);
+    returns ``(requested, ready)`` replicas per tick."""
     requested: list[int] = []
     ready: list[int] = []
     decide = policy.decide
+    decides = _decides(policy)
     for k, d in enumerate(demand.tolist()):
         cluster.advance(k)
         desired = decide(k, cluster, d)
+        if ledger is not None:
+            warm = int(getattr(policy, "warm_pool_replicas", 0))
+            desired = ledger.step(k, cluster.requested, desired, decides(k), warm)
         if desired != cluster.requested:
             cluster.scale_to(k, desired)
         requested.append(cluster.requested)
         ready.append(cluster.ready)
+        if ledger is not None:
+            ledger.record(k, cluster.requested)
     return np.asarray(requested, dtype=np.int64), np.asarray(ready, dtype=np.int64)
 
 
@@ -174,6 +256,7 @@ class SimulationConfig:
     max_replicas: int = 100
     reactive_targets: tuple[float, ...] = DEFAULT_REACTIVE_TARGETS
     policies: tuple[str, ...] = ("predictive", "reactive", "oracle")
+    money: MoneyConfig = field(default_factory=MoneyConfig)
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica
@@ -262,16 +345,29 @@ def simulate(
     price = config.gpu_hour_price
     g = cluster_cfg.gpus_per_replica
 
+    notes: list[str] = []
+
     def closed(policy: TickPolicy) -> PolicyResult:
         if progress is not None:
             progress(policy.name)
         t0 = time.perf_counter()
-        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial))
+        ledger = None
+        if config.money.active:
+            placer = policy if callable(getattr(policy, "inference_gpus_ahead", None)) else None
+            ledger = MoneyLedger(
+                config.money, policy_name=policy.name, gpu_hour_price=price, gpus_per_replica=g,
+                gpus_per_node=cluster_cfg.gpus_per_node, min_replicas=config.min_replicas, tick_seconds=tick,
+                node_startup_ticks=cluster_cfg.ticks(cluster_cfg.node_startup_seconds), start=series.start,
+                placer=placer,  # type: ignore[arg-type]
+            )
+        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial), ledger)
+        money = ledger.outcome() if ledger is not None else None
+        if money is not None:
+            notes.extend(money.notes)
         return score(policy.name, demand, requested, ready, config.capacity_per_replica, tick, g, price,
-                     time.perf_counter() - t0)
+                     time.perf_counter() - t0, money)
 
     results: dict[str, PolicyResult] = {}
-    notes: list[str] = []
     timings: dict[str, float] = {}
     if "predictive" in config.policies:
         if predictive is None:
@@ -286,7 +382,7 @@ def simulate(
             timings.update({f"predictive_{k}": float(v) for k, v in parts.items()})
     if "oracle" in config.policies:
         counts = oracle_schedule(np.minimum(need, config.max_replicas), cluster_cfg)
-        results["oracle"] = closed(Scheduled("oracle", counts))
+        results["oracle"] = closed(Scheduled("oracle", counts, series.start, tick, g))
     if "reactive" in config.policies:
         for target in config.reactive_targets:
             hpa = ReactiveHPA(target, config.capacity_per_replica, tick, config.min_replicas, config.max_replicas)

@@ -13,6 +13,9 @@ controller loop does, with the trace standing in for Prometheus:
 * the planner runs every tick (15 s, the controller's loop period) with the current demand as the
   reactive floor, the cluster's free GPUs (whether a new replica waits for a node), and its own
   stabilisation history passed back in, as the controller stores it between ticks;
+* with a training gang that has a window (``autoscaler.simulation.money``), the model forecasts once
+  more, over the window + run, at the policy's level, when the gang is submitted (and again if it is
+  preempted): ``inference_gpus_ahead`` gives ``place_gang`` the inference GPUs to place it around;
 * the cold-start profile is the configured pod and node start-ups. The simulated start-ups are
   exactly those, so feeding them back through ``observe`` would change nothing; the controller does
   feed real ones back.
@@ -33,6 +36,7 @@ from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.types import ScalingPolicy, WorkloadState
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
+from autoscaler.simulation.money import compress_points
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
 
@@ -77,6 +81,7 @@ class PredictivePolicy:
         self.fitted_at = 0
         self.forecast: Forecast | None = None
         self.recommendations: tuple[tuple[int, int], ...] = ()
+        self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
         self.fits = 0
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
@@ -118,6 +123,31 @@ class PredictivePolicy:
             )
         return out
 
+    def decides(self, k: int) -> bool:
+        """Whether tick ``k`` is a decision (every ``decision_interval``); other ticks hold the count."""
+        return k % self.decide_every == 0
+
+    def inference_gpus_ahead(self, k: int, seconds: int) -> list[tuple[int, float]] | None:
+        """The replica GPUs the model forecasts from tick ``k``'s bin for ``seconds`` (at the policy's level,
+        clamped to min/max replicas), as ``(unix time, GPUs)`` change points; None without a usable model."""
+        if self.model is None:
+            return None
+        step = self.series.step_seconds
+        horizon = max(1, math.ceil(seconds / step) + 1)
+        t0 = time.perf_counter()
+        try:
+            forecast = self.model.predict(horizon, self.levels)
+        except FORECAST_ERRORS as exc:
+            self.errors.append(f"tick {k}: long forecast for a gang: {exc}")
+            return None
+        finally:
+            self.timings["forecast"] += time.perf_counter() - t0
+        band = forecast.quantiles.get(self.policy.level, forecast.mean)
+        rate = np.nan_to_num(np.asarray(band, dtype=np.float64), nan=0.0)
+        replicas = np.ceil(np.maximum(rate, 0.0) / self.policy.capacity_per_replica - 1e-9)
+        replicas = np.clip(replicas, self.policy.min_replicas, self.policy.max_replicas) * self.gpus_per_replica
+        return compress_points(forecast.timestamps().tolist(), replicas.tolist())
+
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         if k % self.per_bin == 0:
             t0 = time.perf_counter()
@@ -137,6 +167,7 @@ class PredictivePolicy:
         )
         decision = plan_replicas(self.forecast, state, self.policy, self.cold_start, now)
         self.recommendations = decision.recommendations
+        self.warm_pool_replicas = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
         self.timings["plan"] += time.perf_counter() - t0
         return decision.desired_replicas
 

@@ -72,6 +72,10 @@ class ReactiveHPA:
             return current
         return math.ceil(ratio * ready - _CEIL_TOLERANCE)
 
+    def decides(self, k: int) -> bool:
+        """Whether tick ``k`` is a sync (every 15 s); other ticks hold the count."""
+        return k % self._sync_ticks == 0
+
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         current = cluster.requested
         if k % self._sync_ticks:

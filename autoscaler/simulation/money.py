@@ -1,0 +1,438 @@
+"""Cost ceilings and training gangs in the simulator: the controller's money stage, replayed on trace time.
+
+Why it exists: a ceiling in dollars per hour and training gangs sharing the GPUs change what every policy can
+hold, and an operator wants to see, before setting a ceiling, how much inference it would cut and how long
+training would wait. The decisions are the controller's own (``autoscaler.runtime.money`` does the same each
+tick): plan the replicas, then ``autoscaler.domain.cost.enforce_ceilings`` over the whole simulated cluster (the
+one inference Deployment + the gangs) with gangs whole-or-nothing, then apply. This module only keeps the
+state between ticks and records what happened; it does not re-decide anything the domain decides.
+
+The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
+
+* **Ceiling** (``--ceiling-usd-per-hour``): on the whole simulated cluster. At every decision of a policy (the
+  predictive planner every ``--decision-interval``, the HPA every 15 s sync, the oracle every tick) the cost
+  of what it would hold (replica GPUs + the GPUs of gangs reserved or starting, at ``--gpu-hour-price``) is
+  held under the ceiling by ``enforce_ceilings``: replicas beyond it are not asked for, never below
+  ``min_replicas``. Between decisions nothing is added, so the held cost can only fall. The simulated
+  Deployment is a ``production`` workload unless ``--inference-priority`` says otherwise; the predictive
+  policy's warm-pool replicas are passed as such (they rank after admitted training, as in the controller).
+* **Gangs** (``--gang gpus=16,at=48h,hours=4,window=24h[,priority=batch][,name=x]``): submitted ``at`` after
+  the trace's start, reserved whole or not at all at a decision tick in ``[at, at + window]``. A reserved
+  gang's nodes are provisioned like any other (``nodes_for`` whole nodes, node start-up), so it runs from
+  ``reserve + node start-up`` for ``hours``, and its GPUs are paid from the reservation to the end of the run
+  (they count in ``gpu_hours`` and ``cost_usd``). *When* it is reserved depends on the policy: the
+  predictive policy places it in the trough of its own forecast with ``domain.gangs.place_gang`` (over the
+  node start-up + run, capacity = the ceiling in GPUs), the oracle does the same with perfect foresight of its
+  own schedule, the HPA has no forecast and takes the first decision tick at which it fits. A placement that
+  does not fit when its tick comes is retried at every decision tick after it (first fit). Under the ceiling
+  the keep order decides who yields: with the default order a production Deployment outranks every gang,
+  so a running gang is *preempted* (all its GPUs released; the run is lost, there is no checkpoint) when
+  inference needs its budget; it is placed again and may restart while its window is open. A gang that is
+  not running when its window closes is *missed*.
+
+Scores (``PolicyResult``; always present, 0 without a ceiling or gangs):
+
+* ``ceiling_breaches``: ticks where the held cost (replicas + reserved gangs) exceeded the ceiling. It can only
+  be non-zero when ``min_replicas`` alone cost more than the ceiling (``enforce_ceilings`` never cuts below
+  the minimum); the run's notes then say so;
+* ``gangs_split``: ticks where a gang held some but not all of its GPUs (0 by construction; counted from the
+  per-node GPU ledger so a regression would show);
+* ``gang_wait_hours``: over all gangs, the time spent submitted but not holding GPUs, from ``at`` until the
+  run that completes is reserved, the window closes (missed), or the trace ends;
+* ``ceiling_unserved_fraction``: the demand left unserved *because of the ceiling*, over all demand:
+  ``sum_t min(max(0, d_t - R_t c), max(0, min(d_t, W_t c) - A_t c)) / sum_t d_t`` where ``d`` is demand (req/s),
+  ``c`` the capacity of one replica, ``R`` the Ready replicas, ``A`` the replicas held (what the ceiling
+  allowed) and ``W`` the policy's standing decision before the ceiling (its last decision, held between
+  decisions). In words: of the requests that found no Ready replica, those that lay between the capacity the
+  ceiling allowed and the capacity the policy asked for. It is part of ``unserved_fraction``;
+* ``gangs_missed`` and ``gangs_preempted``: gangs whose window closed before a run started, and runs lost.
+
+Departure from the controller (why): the controller counts a gang from its ``start-after`` onwards and does
+not use ``place_gang`` yet; the simulator does, so that the benefit of trough placement can be measured before
+the controller adopts it. Node pools are one pool of ``--gpus-per-node`` nodes; gang nodes are whole nodes of
+the same shape that no replica shares (training pods usually take whole nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
+from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.gangs import Gang, place_gang
+from autoscaler.domain.nodes import nodes_for
+from autoscaler.traces import parse_duration
+
+SIM_NAMESPACE = "simulated"
+INFERENCE_KEY = f"{SIM_NAMESPACE}/inference"
+DEFAULT_GANG_PRIORITY = PRIORITY_TIERS["standard"]
+DEFAULT_INFERENCE_PRIORITY = PRIORITY_TIERS["production"]
+GANG_KEYS = ("gpus", "at", "hours", "window", "priority", "name")
+_MICRO = 1_000_000
+
+
+def _micro(dollars: float) -> int:
+    """Micro-dollars, rounded exactly as ``domain.cost`` rounds a unit's price (so both agree on "fits")."""
+    return round(dollars * _MICRO)
+
+
+def parse_priority(value: Any, what: str) -> int:
+    """A tier name (``production``) or an integer 0..1000; ``ValueError`` naming ``what``."""
+    if isinstance(value, str) and value.strip().lower() in PRIORITY_TIERS:
+        return PRIORITY_TIERS[value.strip().lower()]
+    try:
+        number = int(str(value).strip()) if not isinstance(value, bool) else -1
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_PRIORITY:
+        raise ValueError(f"{what}: expected 0..{MAX_PRIORITY} or one of {', '.join(PRIORITY_TIERS)}, got {value!r}")
+    return number
+
+
+def duration_or_zero(value: Any, what: str) -> int:
+    """``'48h'``, ``'90m'``, plain seconds, or zero (``0``, ``'0h'``) -> seconds; ``ValueError`` naming ``what``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: expected a duration like 24h, got {value!r}")
+    text = str(value).strip()
+    try:
+        return parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        if float(text.rstrip("smhdw") or "x") == 0:
+            return 0
+    except ValueError:
+        pass
+    raise ValueError(f"{what}: expected a duration like 24h, 90m or seconds >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    """One training gang of the scenario: ``gpus`` asked ``at_seconds`` into the trace, running ``run_seconds``,
+    allowed to be reserved up to ``window_seconds`` later."""
+
+    gpus: int
+    at_seconds: int
+    run_seconds: int
+    window_seconds: int = 0
+    priority: int = DEFAULT_GANG_PRIORITY
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise ValueError(f"gpus: expected an integer >= 1, got {self.gpus!r}")
+        if self.at_seconds < 0:
+            raise ValueError(f"at: must be >= 0, got {self.at_seconds}")
+        if self.run_seconds <= 0:
+            raise ValueError(f"hours: must be > 0, got {self.run_seconds / 3600:g}")
+        if self.window_seconds < 0:
+            raise ValueError(f"window: must be >= 0, got {self.window_seconds}")
+        if not 0 <= self.priority <= MAX_PRIORITY:
+            raise ValueError(f"priority: expected 0..{MAX_PRIORITY}, got {self.priority}")
+
+    @classmethod
+    def from_mapping(cls, fields: Mapping[str, Any], default_name: str) -> GangSpec:
+        """From ``{gpus, at, hours, window?, priority?, name?}``; ``ValueError`` naming the bad key."""
+        unknown = [k for k in fields if k not in GANG_KEYS]
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r} (use {', '.join(GANG_KEYS)})")
+        for key in ("gpus", "at", "hours"):
+            if key not in fields:
+                raise ValueError(f"{key}: missing (e.g. gpus=16,at=48h,hours=4,window=24h)")
+        raw_gpus = fields["gpus"]
+        try:
+            gpus = int(str(raw_gpus).strip()) if not isinstance(raw_gpus, bool | float) else -1
+        except ValueError:
+            gpus = -1
+        if gpus < 1:
+            raise ValueError(f"gpus: expected an integer >= 1, got {raw_gpus!r}")
+        raw_hours = fields["hours"]
+        try:
+            hours = float(str(raw_hours).strip().removesuffix("h")) if not isinstance(raw_hours, bool) else -1.0
+        except ValueError:
+            hours = -1.0
+        if not (math.isfinite(hours) and hours > 0):
+            raise ValueError(f"hours: expected a number of hours > 0, got {raw_hours!r}")
+        name = str(fields.get("name", default_name)).strip()
+        if not name or any(c in name for c in ", /="):
+            raise ValueError(f"name: expected a plain name, got {name!r}")
+        return cls(
+            gpus=gpus,
+            at_seconds=duration_or_zero(fields["at"], "at"),
+            run_seconds=max(1, round(hours * 3600)),
+            window_seconds=duration_or_zero(fields.get("window", 0), "window"),
+            priority=parse_priority(fields.get("priority", DEFAULT_GANG_PRIORITY), "priority"),
+            name=name,
+        )
+
+    @classmethod
+    def parse(cls, text: str, default_name: str = "gang-1") -> GangSpec:
+        """``'gpus=16,at=48h,hours=4,window=24h'`` (optional ``priority=``, ``name=``); ValueError names the key."""
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            if not part.strip():
+                continue
+            key, sep, value = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise ValueError(f"{part.strip()!r} is not KEY=VALUE (e.g. gpus=16,at=48h,hours=4,window=24h)")
+            if key in fields:
+                raise ValueError(f"{key}: given twice")
+            fields[key] = value.strip()
+        return cls.from_mapping(fields, default_name)
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.gpus} GPUs at +{self.at_seconds / 3600:g}h for {self.run_seconds / 3600:g}h, "
+                f"window {self.window_seconds / 3600:g}h")
+
+
+@dataclass(frozen=True)
+class MoneyConfig:
+    """The ceiling ($/h on the whole simulated cluster, None = none) and the gangs of a scenario."""
+
+    ceiling_usd_per_hour: float | None = None
+    gangs: tuple[GangSpec, ...] = ()
+    inference_priority: int = DEFAULT_INFERENCE_PRIORITY
+
+    def __post_init__(self) -> None:
+        c = self.ceiling_usd_per_hour
+        if c is not None and (isinstance(c, bool) or not math.isfinite(c) or c <= 0):
+            raise ValueError(f"ceiling: must be a finite number of dollars per hour > 0, got {c!r}")
+        names = [g.name for g in self.gangs]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"gang name {dup!r} is used twice")
+        if not 0 <= self.inference_priority <= MAX_PRIORITY:
+            raise ValueError(f"inference priority must be 0..{MAX_PRIORITY}, got {self.inference_priority}")
+
+    @property
+    def active(self) -> bool:
+        return self.ceiling_usd_per_hour is not None or bool(self.gangs)
+
+
+class GangPlacer(Protocol):
+    """A policy that can say what inference GPUs it expects ahead (the predictive forecast, the oracle's plan)."""
+
+    def inference_gpus_ahead(self, k: int, seconds: int) -> Sequence[tuple[int, float]] | None: ...
+
+
+def compress_points(times: Sequence[int], gpus: Sequence[float]) -> list[tuple[int, float]]:
+    """``(time, gpus)`` points with runs of equal values merged (``place_gang`` only needs the changes)."""
+    out: list[tuple[int, float]] = []
+    for t, g in zip(times, gpus, strict=True):
+        if not out or out[-1][1] != g:
+            out.append((int(t), float(g)))
+    return out
+
+
+@dataclass
+class _GangRun:
+    spec: GangSpec
+    gang: Gang
+    at_tick: int
+    latest_tick: int
+    micro: int
+    state: str = "future"  # future -> waiting -> held -> done; waiting -> missed; held -> waiting (preempted)
+    planned_tick: int = 0
+    reserved_tick: int = -1
+    end_tick: int = -1
+    wait_ticks: int = 0
+    preemptions: int = 0
+    node_gpus: list[int] = field(default_factory=list)  # GPUs held on each of its nodes (the split ledger)
+
+
+@dataclass(frozen=True)
+class MoneyOutcome:
+    """What the ceiling and the gangs did in one policy's run (per-tick arrays are plain lists)."""
+
+    wanted: list[int]  # the policy's standing decision before the ceiling, per tick
+    gang_gpus: list[int]  # GPUs held by gangs per tick (reserved, starting or running)
+    ceiling_breaches: int
+    gangs_split: int
+    gang_wait_hours: float
+    gangs_missed: int
+    gangs_preempted: int
+    notes: tuple[str, ...]
+
+
+class MoneyLedger:
+    """The money stage of one policy's run: the ceiling and the gangs, tick by tick.
+
+    Per tick, ``step`` is called after the policy decided and before the cluster is scaled; ``record`` after.
+    """
+
+    def __init__(
+        self,
+        money: MoneyConfig,
+        *,
+        policy_name: str,
+        gpu_hour_price: float,
+        gpus_per_replica: int,
+        gpus_per_node: int,
+        min_replicas: int,
+        tick_seconds: int,
+        node_startup_ticks: int,
+        start: int,
+        placer: GangPlacer | None = None,
+    ) -> None:
+        self.money = money
+        self.name = policy_name
+        self.price = gpu_hour_price
+        self.gpr = gpus_per_replica
+        self.gpn = gpus_per_node
+        self.min_replicas = min_replicas
+        self.tick = tick_seconds
+        self.lead = node_startup_ticks
+        self.start = start
+        self.placer = placer
+        ceiling = money.ceiling_usd_per_hour
+        self.ceiling_micro = None if ceiling is None else _micro(ceiling)
+        self.ceilings = Ceilings(cluster=ceiling)
+        self.prices = GpuPrices(default=gpu_hour_price)
+        self.replica_micro = _micro(gpu_hour_price * gpus_per_replica)
+        self.capacity_gpus = math.inf if ceiling is None or gpu_hour_price <= 0 else ceiling / gpu_hour_price
+        self.runs = [
+            _GangRun(
+                spec=g,
+                gang=Gang(kind="Workload", namespace=SIM_NAMESPACE, name=g.name, gpus=g.gpus, pods=nodes_for(
+                    g.gpus, gpus_per_node), admitted=False, priority=g.priority, team=SIM_NAMESPACE,
+                    duration_seconds=g.run_seconds),
+                at_tick=math.ceil(g.at_seconds / tick_seconds),
+                latest_tick=(g.at_seconds + g.window_seconds) // tick_seconds,
+                micro=_micro(gpu_hour_price * g.gpus),
+            )
+            for g in money.gangs
+        ]
+        self.wanted_now = 0
+        self.wanted: list[int] = []
+        self.gang_gpus: list[int] = []
+        self.breaches = 0
+        self.split = 0
+        self.notes: list[str] = []
+        self._unmeetable_noted = False
+
+    # ---------------------------------------------------------------- gang life cycle
+
+    def _reserve(self, run: _GangRun, k: int) -> None:
+        full, rest = divmod(run.spec.gpus, self.gpn)
+        run.node_gpus = [self.gpn] * full + ([rest] if rest else [])
+        run.state, run.reserved_tick = "held", k
+        run.end_tick = k + self.lead + math.ceil(run.spec.run_seconds / self.tick)
+
+    def _release(self, run: _GangRun, state: str) -> None:
+        run.node_gpus = []
+        run.state = state
+
+    def _place(self, run: _GangRun, k: int) -> None:
+        """When to try first: the trough of what the policy expects (``place_gang``), else now."""
+        run.planned_tick = k
+        if self.placer is None or k > run.latest_tick:
+            return
+        run_seconds = (self.lead + math.ceil(run.spec.run_seconds / self.tick)) * self.tick
+        horizon = (run.latest_tick - k) * self.tick + run_seconds
+        points = self.placer.inference_gpus_ahead(k, horizon)
+        if not points:
+            return
+        now = self.start + k * self.tick
+        latest = self.start + run.latest_tick * self.tick
+        placement = place_gang(replace(run.gang, duration_seconds=run_seconds), points, self.capacity_gpus, now,
+                               latest)
+        run.planned_tick = max(k, math.ceil((placement.start - self.start) / self.tick))
+        self.notes.append(
+            f"{self.name}: {run.spec.name} placed at +{run.planned_tick * self.tick / 3600:.2f}h "
+            f"(peak {placement.peak_gpus:g} GPUs incl. the gang; {'fits' if placement.fits else 'does NOT fit'})"
+        )
+
+    def _advance(self, k: int) -> None:
+        for run in self.runs:
+            if run.state == "held" and k >= run.end_tick:
+                self._release(run, "done")
+            if run.state == "future" and k >= run.at_tick:
+                run.state = "waiting"
+                self._place(run, k)
+            if run.state == "waiting" and k > run.latest_tick:
+                run.state = "missed"
+
+    # ---------------------------------------------------------------- the tick
+
+    def step(self, k: int, current: int, desired: int, decides: bool, warm: int = 0) -> int:
+        """The replicas to hold at tick ``k``: ``desired`` under the ceiling (gangs reserved or preempted here)."""
+        self._advance(k)
+        if not decides:
+            return current  # no decision: nothing is asked, gangs wait for the next decision
+        self.wanted_now = desired
+        held = [r for r in self.runs if r.state == "held"]
+        eligible = [r for r in self.runs if r.state == "waiting" and k >= r.planned_tick]
+        claims = held + eligible
+        asked = desired * self.replica_micro + sum(r.micro for r in claims)
+        if self.ceiling_micro is None or asked <= self.ceiling_micro:
+            allowed, granted = desired, {r.spec.name for r in claims}  # everything fits: what enforce_ceilings grants
+        elif not claims and desired <= self.min_replicas:
+            allowed, granted = desired, set()  # the minimum is kept even above the ceiling
+        else:
+            min_r = min(self.min_replicas, desired)
+            ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
+                              gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
+                              warm_pool_replicas=max(0, min(warm, desired - min_r)))
+            gangs = [replace(r.gang, admitted=r.state == "held") for r in claims]
+            report = enforce_ceilings([ask], gangs, self.ceilings, self.prices)
+            outcome = report.outcome(INFERENCE_KEY)
+            assert outcome is not None
+            allowed = outcome.allowed_replicas
+            granted = {g.gang.name for g in report.gangs if g.reserved}
+        for r in claims:
+            if r.spec.name in granted:
+                if r.state == "waiting":
+                    self._reserve(r, k)
+            elif r.state == "held":
+                r.preemptions += 1
+                self._release(r, "waiting" if k <= r.latest_tick else "missed")
+                if r.state == "waiting":
+                    self._place(r, k + 1)
+        return allowed
+
+    def record(self, k: int, requested: int) -> None:
+        """After the cluster was scaled at tick ``k``: the bill, the breach and split checks, the waiting."""
+        gang_gpus = 0
+        gang_micro = 0
+        for r in self.runs:
+            held = sum(r.node_gpus)
+            if 0 < held < r.spec.gpus:
+                self.split += 1
+            gang_gpus += held
+            gang_micro += r.micro if held else 0
+            if r.state == "waiting":
+                r.wait_ticks += 1
+        self.gang_gpus.append(gang_gpus)
+        self.wanted.append(max(self.wanted_now, requested))
+        if self.ceiling_micro is not None and requested * self.replica_micro + gang_micro > self.ceiling_micro:
+            self.breaches += 1
+            if not self._unmeetable_noted:
+                self._unmeetable_noted = True
+                self.notes.append(
+                    f"{self.name}: the ceiling ${self.money.ceiling_usd_per_hour:,.2f}/h is below the cost of "
+                    f"{requested} replica(s) (min replicas {self.min_replicas}); it cannot be met (first at tick {k})"
+                )
+
+    def outcome(self) -> MoneyOutcome:
+        notes = list(self.notes)
+        for r in self.runs:
+            if r.state == "future":
+                notes.append(f"{self.name}: {r.spec.name} is asked after the trace ends; not simulated")
+            elif r.state == "held":
+                notes.append(f"{self.name}: {r.spec.name} still running when the trace ends")
+            elif r.state == "waiting":
+                notes.append(f"{self.name}: {r.spec.name} still waiting when the trace ends")
+        return MoneyOutcome(
+            wanted=self.wanted,
+            gang_gpus=self.gang_gpus,
+            ceiling_breaches=self.breaches,
+            gangs_split=self.split,
+            gang_wait_hours=sum(r.wait_ticks for r in self.runs) * self.tick / 3600,
+            gangs_missed=sum(r.state == "missed" for r in self.runs),
+            gangs_preempted=sum(r.preemptions for r in self.runs),
+            notes=tuple(notes),
+        )
