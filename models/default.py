@@ -118,11 +118,16 @@ OUTAGE_MIN_COUNT = 20.0
 OUTAGE_RATIO = 0.02
 MIN_ERRORS = 50
 MAX_K = 120
-STATE_VERSION = 1
+STATE_VERSION = 2
 IntArray = NDArray[np.int64]
 PERCENTILES = np.arange(1, 100, dtype=np.float64)
 _Z = np.array([NormalDist().inv_cdf(p / 100.0) for p in PERCENTILES])
 MAX_BAND_ORIGINS = 2000
+# Candidate powers for the band transform x**lam (1/2 = sqrt, right for Poisson-like count noise;
+# towards 0 = log-like, right for multiplicative noise such as sums of clients' rates). Chosen per
+# series by held-out pinball loss, see ``_choose_power``.
+BAND_POWERS = (0.5, 1.0 / 3.0, 0.2, 0.1)
+BAND_SELECT_LEVELS = (0.90, 0.99)
 SCALAR_UPDATE_BINS = 16
 
 
@@ -245,6 +250,38 @@ def _pow(profile: FloatArray | None, w: float, period: int) -> FloatArray:
     return np.ones(period) if profile is None or w == 0.0 else np.asarray(profile**w, dtype=np.float64)
 
 
+def _choose_power(actual: FloatArray, pred: FloatArray) -> float:
+    """The band transform ``x**lam`` whose quantile bands would have served this history best.
+
+    Why: a band is ``(pred**lam + q)**(1/lam)`` with ``q`` an empirical quantile of the errors in that
+    space, so ``lam`` decides how the width scales with the level -- as ``sqrt(level)`` at 1/2
+    (Poisson-like counts: NASA's hits) or nearly in proportion towards 0 (multiplicative noise: a
+    sum of many clients' rates jumps by a share of itself). A transform that fits the wrong way
+    spreads the same coverage badly: too narrow at the peaks, where unserved demand and the bill
+    are, and too wide in the troughs. Each candidate learns its quantiles on the older two thirds of
+    the errors and is scored on the newest third by pinball loss at p90 and p99 *in request units*
+    (so busy periods weigh as much as the demand they carry); the lowest wins. With too few errors
+    the sqrt default stays.
+    """
+    ok = np.isfinite(actual) & np.isfinite(pred)
+    actual, pred = actual[ok], pred[ok]
+    if actual.size < 3 * MIN_ERRORS:
+        return BAND_POWERS[0]
+    cut = (2 * actual.size) // 3
+    best, best_loss = BAND_POWERS[0], math.inf
+    for lam in BAND_POWERS:
+        errors = actual[:cut] ** lam - pred[:cut] ** lam
+        loss = 0.0
+        for tau in BAND_SELECT_LEVELS:
+            q = float(np.quantile(errors, tau))
+            band = np.maximum(pred[cut:] ** lam + q, 0.0) ** (1.0 / lam)
+            diff = actual[cut:] - band
+            loss += float(np.mean(np.maximum(tau * diff, (tau - 1.0) * diff)))
+        if loss < best_loss * (1.0 - 1e-9):  # a tie keeps the earlier (less extreme) power
+            best, best_loss = lam, loss
+    return best
+
+
 class DefaultForecaster:
     """Seasonal profile x self-tuned EWMA level, with empirical square-root-space bands."""
 
@@ -271,6 +308,7 @@ class DefaultForecaster:
         self._ref = math.nan  # outage reference: EWMA of raw counts
         self._outage = math.nan  # count read in the ongoing outage (NaN: none ongoing)
         self._qtable = np.zeros((99, 1))
+        self._power = 0.5
         self._in_sample_mae = math.nan
 
     # -- protocol -------------------------------------------------------------------------
@@ -377,12 +415,18 @@ class DefaultForecaster:
         # Quantiles at a few steps (1, h, 2h and a geometric ladder between), linear in k between.
         k_eval = np.unique(np.r_[np.round(np.geomspace(1, k_max, 8)), h, k_max].clip(1, k_max)).astype(np.int64)
         q_eval = np.zeros((99, k_eval.size))
-        sigma = self._diff_sigma(counts)
-        for col, k in enumerate(k_eval.tolist()):
+
+        def path(k: int) -> tuple[FloatArray, FloatArray]:
             o = all_origins[all_origins + k < n]
             t = o + k
             pred = (1.0 - best.beta) * lv[o] * sp[t] + best.beta * long_lv[o] * s1[phases[t]]
-            e = np.sqrt(counts[t]) - np.sqrt(np.maximum(pred, 0.0))
+            return counts[t], np.maximum(pred, 0.0)
+
+        lam = _choose_power(*path(min(h, k_max)))
+        sigma = self._diff_sigma(counts, lam)
+        for col, k in enumerate(k_eval.tolist()):
+            actual, pred = path(k)
+            e = actual**lam - pred**lam
             e = e[np.isfinite(e)]
             if e.size >= MIN_ERRORS:
                 q_eval[:, col] = np.quantile(e, PERCENTILES / 100.0)
@@ -417,12 +461,13 @@ class DefaultForecaster:
         self._ref = ref_end
         self._outage = math.nan if reading is None else reading
         self._qtable = qtable
+        self._power = lam
         self._in_sample_mae = best.mae / step
         return self
 
     @staticmethod
-    def _diff_sigma(counts: FloatArray) -> float:
-        r = np.sqrt(counts[np.isfinite(counts)])
+    def _diff_sigma(counts: FloatArray, lam: float = 0.5) -> float:
+        r = counts[np.isfinite(counts)] ** lam
         if r.size < 3:
             return 0.0
         d = np.diff(r)
@@ -506,14 +551,15 @@ class DefaultForecaster:
             mean_counts = np.maximum((1.0 - beta) * self._level * sprof[ph] + beta * self._long * prof[ph], 0.0)
         else:
             mean_counts = np.full(h, max((1.0 - beta) * self._level + beta * self._long, 0.0))
-        root = np.sqrt(mean_counts)
+        lam = self._power
+        root = mean_counts**lam
         k_max = self._qtable.shape[1]
         if h <= k_max:
             qs = self._qtable[:, :h]
         else:
             ks = np.arange(1, h + 1)
             qs = self._qtable[:, np.minimum(ks, k_max) - 1] * np.sqrt(np.maximum(ks / k_max, 1.0))
-        bands = {int(p): np.maximum(root + qs[int(p) - 1], 0.0) ** 2 / step for p in levels}
+        bands = {int(p): np.maximum(root + qs[int(p) - 1], 0.0) ** (1.0 / lam) / step for p in levels}
         # During an ongoing outage the point is the metric's reading (the outage continues until it
         # stops); the bands keep the demand the outage is hiding, so capacity sized on them holds.
         point = mean_counts / step if math.isnan(self._outage) else np.full(h, self._outage / step)
@@ -528,6 +574,7 @@ class DefaultForecaster:
             "profile_weight": self._weight,
             "profile_smooth_seconds": float(self._smooth),
             "long_weight": self._beta,
+            "band_power": self._power,
             "in_sample_mae": self._in_sample_mae,
         }
 
@@ -553,6 +600,7 @@ class DefaultForecaster:
             "outage_reading": None if math.isnan(self._outage) else self._outage,
             "in_sample_mae": None if math.isnan(self._in_sample_mae) else self._in_sample_mae,
             "qtable": [[float(v) for v in row] for row in self._qtable],
+            "band_power": self._power,
         }
 
     @classmethod
@@ -581,6 +629,7 @@ class DefaultForecaster:
             mae = state["in_sample_mae"]
             m._in_sample_mae = math.nan if mae is None else float(mae)
             m._qtable = np.asarray(state["qtable"], dtype=np.float64)
+            m._power = float(state["band_power"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"default: malformed state ({exc})") from None
         if m._qtable.ndim != 2 or m._qtable.shape[0] != 99 or m._qtable.shape[1] < 1:
