@@ -111,3 +111,109 @@ def test_trace_without_traffic_cannot_be_sized_by_peak(tmp_path: Path, capsys: p
 def test_missing_trace_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--trace", str(tmp_path / "nope.csv")]) == 2
     assert "nope.csv" in capsys.readouterr().err
+
+
+# -- ceiling, gangs and scenario files ----------------------------------------------------------------
+
+FAST = ["--json", "--policies", "oracle,reactive", "--reactive-targets", "0.7", "--peak-replicas", "10"]
+
+
+def test_ceiling_and_gang_flags_reach_every_policy(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the hump peaks at 10 replicas; $21/h at $3/GPU-h = 7 GPUs: the peak is cut, the 4-GPU gang waits for room
+    args = ["simulate", "--trace", str(trace), *FAST, "--ceiling-usd-per-hour", "21",
+            "--gang", "gpus=4,at=1h,hours=1,window=5h"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"trace", "policies"}
+    for name, scores in out["policies"].items():
+        assert list(scores) == KEYS, name
+        assert scores["max_replicas"] <= 7, name
+        assert scores["ceiling_breaches"] == 0
+        assert scores["gangs_split"] == 0
+        assert scores["ceiling_unserved_fraction"] > 0, name
+        assert scores["gang_wait_hours"] > 0, name
+
+
+def test_scenario_file_equals_the_flags_and_flags_override_it(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["simulate", *FAST, "--trace", str(trace), "--ceiling-usd-per-hour", "21",
+             "--gang", "gpus=4,at=1h,hours=1,window=5h"]
+    assert main(flags) == 0
+    by_flags = json.loads(capsys.readouterr().out)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "trace: hump.csv\n"  # relative to the scenario file
+        "policies: [oracle, reactive]\nreactive-targets: [0.7]\npeak_replicas: 10\n"
+        "ceiling_usd_per_hour: 21\n"
+        "gangs:\n  - {gpus: 4, at: 1h, hours: 1, window: 5h}\n"
+    )
+    assert main(["simulate", "--scenario", str(scenario), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == by_flags
+    # a flag wins over the file: no gang from the file once --gang is given, a higher ceiling from the flag
+    assert main(["simulate", "--scenario", str(scenario), "--json", "--ceiling-usd-per-hour", "300",
+                 "--gang", "gpus=1,at=0,hours=1"]) == 0
+    loose = json.loads(capsys.readouterr().out)["policies"]["oracle"]
+    assert loose["ceiling_unserved_fraction"] == 0.0
+    assert loose["gang_wait_hours"] == 0.0
+    assert loose["max_replicas"] == 10
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gang", "gpus=x,at=1h,hours=1"], "--gang 'gpus=x,at=1h,hours=1': gpus"),
+        (["--gang", "gpus=8,at=1h"], "hours: missing"),
+        (["--gang", "gpus=8,at=1h,hours=1,colour=red"], "colour"),
+        (["--gang", "gpus=8,at=1h,hours=1", "--gang", "gpus=8,at=1h,hours=1,name=gang-1"], "gang-1"),
+        (["--ceiling-usd-per-hour", "-5"], "--ceiling-usd-per-hour"),
+        (["--inference-priority", "vip"], "--inference-priority"),
+    ],
+)
+def test_bad_money_flags_are_one_line_errors(
+    trace: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("ceiling: 20\n", "unknown key 'ceiling'"),
+        ("ceiling_usd_per_hour: lots\n", "ceiling_usd_per_hour: expected a number"),
+        ("gangs:\n  - {gpus: 4, at: 1h}\n", "gangs[0]: hours: missing"),
+        ("gangs:\n  - gpus=4,at=1h,hours=1\n  - {gpus: two, at: 1h, hours: 1}\n", "gangs[1]: gpus"),
+        ("gangs: {gpus: 4}\n", "gangs: expected a list"),
+        ("- just\n- a list\n", "expected a mapping"),
+        ("peak_replicas: 5\ncapacity_per_replica: 2\n", "give one, not both"),
+        ("gpus_per_node: [8]\n", "gpus_per_node: expected an integer"),
+        ("key: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_bad_scenario_files_are_one_line_errors_naming_the_key(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, needle: str
+) -> None:
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(text)
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--scenario", str(scenario)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert str(scenario) in err
+    assert len(err.splitlines()) == 1
+
+
+def test_missing_scenario_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+
+
+def test_table_shows_the_ceiling_and_the_gang_columns(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--peak-replicas", "10",
+                 "--ceiling-usd-per-hour", "21", "--gang", "gpus=4,at=1h,hours=1,window=5h,name=ft"]) == 0
+    text = capsys.readouterr().out
+    for needle in ("Cost ceiling $21.00/h", "= 7.0 GPUs", "Gang ft: 4 GPUs at +1h for 1h, window 5h",
+                   "ceiling-unserved", "gang wait h", "oracle: ft placed at"):
+        assert needle in text

@@ -177,8 +177,9 @@ class GangSpec:
                 continue
             key, sep, value = part.partition("=")
             key = key.strip()
-            if not sep or not key:
-                raise ValueError(f"{part.strip()!r} is not KEY=VALUE (e.g. gpus=16,at=48h,hours=4,window=24h)")
+            if not sep or not key or "=" in value or " " in key:
+                raise ValueError(f"{part.strip()!r} is not one KEY=VALUE; separate fields with commas "
+                                 "(e.g. gpus=16,at=48h,hours=4,window=24h)")
             if key in fields:
                 raise ValueError(f"{key}: given twice")
             fields[key] = value.strip()
