@@ -207,3 +207,43 @@ def auto_warm_pool(forecast: Forecast, policy: ScalingPolicy, need: ForecastNeed
 def reactive_floor(current_demand: float, capacity_per_replica: float) -> int:
     """Replicas the demand observed right now needs: answers a spike the forecast missed."""
     return replicas_for(current_demand, capacity_per_replica)
+
+
+@dataclass(frozen=True)
+class Surprise:
+    """The reactive floor carried forward with the forecast's spread (see ``surprise_floor``)."""
+
+    replicas: int
+    detail: str
+
+
+def surprise_floor(
+    forecast: Forecast, policy: ScalingPolicy, now: int, lead_seconds: float, current_demand: float
+) -> Surprise | None:
+    """Replicas for the observed demand plus the forecast's own uncertainty spread at the lead.
+
+    Why: the plain reactive floor sizes a surprise at 100% of what is observed *now*, so a burst that
+    keeps rising (a big client ramping, a traffic shift) is short again one start-up later, while an
+    HPA keeps its target's headroom. Replicas asked now land after the lead, and by then demand can
+    have moved as far as the forecast's uncertainty says: so the floor is
+    ``observed + (band_top - mean)`` at the lead (``band_top`` = the warm-pool band, p99 by default).
+    While the forecast holds (observed near its mean) this is below the forecast's own need and
+    costs nothing; it binds only when demand has left the forecast behind. It is additive (not
+    ``observed x band/mean``) and has no trigger, so it never decreases when the forecast's bands
+    shift up or widen: more forecast never means fewer replicas. ``None`` without a usable spread.
+    """
+    if not math.isfinite(current_demand) or current_demand <= 0 or forecast.horizon == 0:
+        return None
+    step = forecast.step_seconds
+    top_level = tail_band_level(forecast, policy) or policy.level
+    i_lead = int(np.clip((now + lead_seconds - forecast.start) // step, 0, forecast.horizon - 1))
+    spread = float(forecast.band(top_level)[i_lead]) - float(forecast.mean[i_lead])
+    if not math.isfinite(spread) or spread <= 0:
+        return None
+    demand = current_demand + spread
+    replicas = replicas_for(demand, policy.capacity_per_replica)
+    detail = (
+        f"observed {current_demand:.1f} req/s + the forecast's p{top_level} spread at the lead ({spread:.1f}) "
+        f"-> {demand:.1f} req/s -> {replicas}"
+    )
+    return Surprise(replicas, detail)

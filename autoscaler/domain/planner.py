@@ -8,6 +8,9 @@ simulator and ``explain`` all call, so the order of the rules is written down ex
 3. ``warm_pool``      + spare replicas for the forecast tail (or a fixed N); kept as nodes they are
                       reported but not added to the replica count;
 4. ``reactive_floor`` max with ceil(observed demand / capacity): a spike the forecast missed is answered;
+   ``surprise``       and with ceil((observed + the forecast's top-band spread at the lead) / capacity):
+                      a burst that has left the forecast behind keeps the forecast's headroom while the
+                      replicas it needs start (``capacity.surprise_floor``; never binds while forecasts hold);
    ``lead_gap``       keep min(current, band need over [now, now + lead]): a replica removed now could not
                       return before now + lead, so demand inside the lead blocks removing it (never adds);
 5. ``stabilization``  up at once, down only to the max raw recommendation of the window
@@ -40,6 +43,7 @@ from autoscaler.domain.capacity import (
     replicas_for,
     required_horizon_seconds,
     required_horizon_steps,
+    surprise_floor,
 )
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.stabilize import limit_step, stabilize, update_history
@@ -145,6 +149,15 @@ def plan_replicas(
                 f"-> {reactive}; max({base}, {reactive}) = {raw} ({who} decides)",
             )
         )
+        surprise = (
+            surprise_floor(forecast, policy, now, lead, state.current_demand)
+            if forecast is not None and need is not None
+            else None
+        )
+        if surprise is not None and surprise.replicas > raw:
+            raw = surprise.replicas
+            reactive = max(reactive, surprise.replicas)
+            steps.append(Step("surprise", raw, surprise.detail))
     else:
         missing.append("no current demand metric")
         raw = forecast_total if forecast_total is not None else current

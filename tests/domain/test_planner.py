@@ -25,6 +25,7 @@ STEP_NAMES = {
     "forecast",
     "warm_pool",
     "reactive_floor",
+    "surprise",
     "lead_gap",
     "stabilization",
     "hold_missing_metrics",
@@ -425,3 +426,19 @@ def test_demand_after_the_window_never_changes_the_decision(
         "changed",
     )
     assert plan_replicas(changed, ws, policy, cold, now=0) == plan_replicas(fc, ws, policy, cold, now=0)
+
+
+def test_surprise_floor_keeps_the_forecasts_headroom_above_a_burst() -> None:
+    """Observed demand far above the forecast: the floor is observed + the p99 spread, not just observed."""
+    fc = Forecast(
+        start=0, step_seconds=60, mean=np.full(20, 10.0),
+        quantiles={90: np.full(20, 12.0), 99: np.full(20, 14.0)}, model="t",
+    )
+    policy = ScalingPolicy(capacity_per_replica=1.0, max_replicas=100, warm_pool=0)
+    cold = ColdStartProfile(prior_seconds=120)
+    burst = plan_replicas(fc, WorkloadState(10, 10, 30.0), policy, cold, now=0)
+    assert burst.desired_replicas == 34  # 30 observed + (14 - 10) spread
+    assert [s.name for s in burst.steps].count("surprise") == 1
+    calm = plan_replicas(fc, WorkloadState(10, 10, 7.0), policy, cold, now=0)
+    assert "surprise" not in [s.name for s in calm.steps]  # 7 + 4 = 11 is below the forecast's own p90 need (12)
+    assert calm.desired_replicas == 12
