@@ -85,7 +85,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "at several utilisation targets, and an oracle with perfect foresight. A replica asked for at t is "
             "Ready at t + pod start-up (+ node start-up when no node has a free GPU); a replica's GPUs are billed "
             "from ask to release; empty nodes are removed 60 s after they empty. Reports GPU-hours, cost, the "
-            "fraction of requests that found no Ready capacity, and how many of those were lost to start-up."
+            "fraction of requests that found no Ready capacity, and how many of those were lost to start-up. "
+            "With --ceiling-usd-per-hour every policy is held under a cost ceiling (replicas + gangs, never below "
+            "min replicas); --gang adds training gangs reserved whole or not at all (the predictive policy places "
+            "them in its forecast's trough, the HPA first-fit), and the scores gain ceiling_breaches, gangs_split, "
+            "gang_wait_hours and ceiling_unserved_fraction (always in the JSON)."
         ),
     )
     parser.add_argument(
