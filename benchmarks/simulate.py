@@ -288,8 +288,11 @@ the attribution when a ceiling binds on demand (`--ceiling-usd-per-hour` lower t
 where the policies differ: the HPA, with no forecast, reserves a gang at the first tick that fits and at a low
 target loses it again as soon as traffic rises (up to 12 runs preempted over two gangs, one gang missed), paying
 the lost GPU-hours; the predictive policy and the oracle place it with `place_gang` and were never preempted. The
-oracle waits longer because `place_gang` minimises the peak over the run (it waits for the deepest trough in the
-window), not the wait; the predictive policy's forecast often rates the first fitting start as good as any.
+oracle waits longest (4-35 h for two gangs) because `place_gang` minimises the peak over the run, not the wait, and
+it knows the deepest trough in the window exactly; the predictive policy places on its median forecast (its upper
+band widens with the lead time and would always favour starting at once), which often ties the first start with
+later ones (ties go to the earliest), so it waited 0-2.4 h. Either is safe under the ceiling: the ceiling is
+enforced at every decision, and a wrong placement would show as a preemption.
 """
 
 

@@ -21,7 +21,7 @@ The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
   gang's nodes are provisioned like any other (``nodes_for`` whole nodes, node start-up), so it runs from
   ``reserve + node start-up`` for ``hours``, and its GPUs are paid from the reservation to the end of the run
   (they count in ``gpu_hours`` and ``cost_usd``). *When* it is reserved depends on the policy: the
-  predictive policy places it in the trough of its own forecast with ``domain.gangs.place_gang`` (over the
+  predictive policy places it in the trough of its own (median) forecast with ``domain.gangs.place_gang`` (over the
   node start-up + run, capacity = the ceiling in GPUs), the oracle does the same with perfect foresight of its
   own schedule, the HPA has no forecast and takes the first decision tick at which it fits. A placement that
   does not fit when its tick comes is retried at every decision tick after it (first fit). Under the ceiling
