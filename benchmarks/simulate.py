@@ -51,6 +51,7 @@ from autoscaler.simulation.predictive import factory
 from autoscaler.traces import load_trace
 from benchmarks.report import machine, update_section
 from models import registry
+from models.clean import prepare
 from models.types import SECONDS_PER_DAY, TrafficSeries
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -117,7 +118,7 @@ def _config(series: TrafficSeries) -> SimulationConfig:
 
 def run_trace(path: Path, overrides: dict[str, Any] | None = None) -> Row:
     trace = load_trace(path)
-    series = trace.requests
+    series = prepare(trace.requests)  # metrics-outage zeros are missing data, as in the CLI's default
     config = _config(series)
     t0 = time.perf_counter()
     predictive = factory(lambda: registry.make_chain("default"), policy_overrides=overrides)
@@ -250,7 +251,7 @@ def weekly_gangs(duration_seconds: int) -> tuple[GangSpec, ...]:
 
 def money_trace(path: Path) -> MoneyRun:
     trace = load_trace(path)
-    series = trace.requests.head(MONEY_DAYS * SECONDS_PER_DAY // trace.step_seconds)
+    series = prepare(trace.requests).head(MONEY_DAYS * SECONDS_PER_DAY // trace.step_seconds)
     duration = len(series.values) * series.step_seconds
     base = replace(
         _config(series), reactive_targets=MONEY_TARGETS,

@@ -217,3 +217,20 @@ def test_table_shows_the_ceiling_and_the_gang_columns(trace: Path, capsys: pytes
     for needle in ("Cost ceiling $21.00/h", "= 7.0 GPUs", "Gang ft: 4 GPUs at +1h for 1h, window 5h",
                    "ceiling-unserved", "gang wait h", "oracle: ft placed at"):
         assert needle in text
+
+
+def test_metrics_outages_are_missing_data_unless_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 30-minute collection gap (zeros amid steady traffic) is not a moment without users by default."""
+    rng = np.random.default_rng(7)
+    counts = rng.poisson(6000, 2 * 144).astype(float)  # two days of 10-minute bins, ~10 req/s
+    counts[150:153] = 0.0
+    path = _write_trace(tmp_path / "gap.csv", counts, step=600)
+    base = ["simulate", "--trace", str(path), "--policies", "reactive", "--reactive-targets", "0.5", "--json"]
+
+    def unserved(extra: list[str]) -> float:
+        assert main([*base, *extra]) == 0
+        return float(json.loads(capsys.readouterr().out)["policies"]["reactive@0.5"]["unserved_fraction"])
+
+    # kept as zero demand, the HPA scales in during the gap and is short while the traffic's replicas restart
+    assert unserved(["--keep-outages"]) > 0.001
+    assert unserved([]) < 1e-9  # as missing data it holds through the gap

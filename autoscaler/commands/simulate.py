@@ -34,6 +34,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="YAML file holding any of these options (ceiling, gangs, ...); flags override it",
     )
     parser.add_argument("--trace", type=Path, default=None, help="CSV timestamp,requests[,...] (default: bundled)")
+    parser.add_argument(
+        "--keep-outages",
+        action="store_true",
+        help="replay bins that look like metrics outages (zero amid traffic) as real zero demand; by default they "
+        "are missing data, as in backtest (a collection gap is not a moment without users)",
+    )
     parser.add_argument(
         "--policies", default=None, help="comma-separated subset of predictive,reactive,oracle (default: all)"
     )
@@ -456,6 +463,10 @@ def run(args: argparse.Namespace) -> int:
     args = apply_scenario(args)
     path = args.trace if args.trace is not None else bundled_trace_path()
     trace = load_trace(path)
+    if not args.keep_outages:
+        from models.clean import prepare  # deferred: pandas, paid only when the command runs
+
+        trace = replace(trace, requests=prepare(trace.requests))
     config = build_config(trace, args)
     predictive = None
     if "predictive" in config.policies:
