@@ -47,7 +47,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from autoscaler.adapters.kube import COMPONENT, MERGE_PATCH, KubeReadError, KubeWriteError, _api_message
+from autoscaler.adapters.kube import (
+    COMPONENT,
+    MERGE_PATCH,
+    KubeReadError,
+    KubeWriteError,
+    api_message,
+    api_read,
+    api_write,
+)
 from autoscaler.ports import (
     DeploymentHeadroom,
     HeadroomMode,
@@ -244,26 +252,13 @@ class KarpenterCapacity:
     # ---- plumbing --------------------------------------------------------------------------------
 
     def _read(self, what: str, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except ApiException as exc:
-            raise KubeReadError(f"{what}: {_api_message(exc)}") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise KubeReadError(f"{what}: cannot reach the API server at {self._api.configuration.host}") from exc
+        return api_read(self._api.configuration.host, what, call)
 
     def _write(self, what: str, attempt_once: Callable[[], bool]) -> bool:
-        for attempt in range(self._retries + 1):
-            try:
-                return attempt_once()
-            except ApiException as exc:
-                if exc.status == 409 and attempt < self._retries:
-                    self._sleep(self._backoff * (attempt + 1))
-                    continue
-                suffix = f" (after {attempt + 1} attempts)" if exc.status == 409 else ""
-                raise KubeWriteError(f"{what}: {_api_message(exc)}{suffix}") from exc
-            except urllib3.exceptions.HTTPError as exc:
-                raise KubeWriteError(f"{what}: cannot reach the API server at {self._api.configuration.host}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+        return api_write(
+            self._api.configuration.host, what, attempt_once,
+            retries=self._retries, backoff_seconds=self._backoff, sleep=self._sleep,
+        )
 
     def _get_or_none(self, call: Callable[[], T]) -> T | None:
         try:
@@ -328,7 +323,7 @@ class KarpenterCapacity:
             served = any(r.name == plural for r in resources.resources or [])
         except ApiException as exc:
             if exc.status != 404:
-                raise KubeReadError(f"discover {group}/{version}: {_api_message(exc)}") from exc
+                raise KubeReadError(f"discover {group}/{version}: {api_message(exc)}") from exc
             served = False
         except urllib3.exceptions.HTTPError as exc:
             raise KubeReadError(f"discover {group}/{version}: cannot reach the API server") from exc

@@ -113,7 +113,7 @@ def render_selector(selector: Mapping[str, Any] | None) -> str:
     return ",".join(parts)
 
 
-def _api_message(exc: ApiException) -> str:
+def api_message(exc: ApiException) -> str:
     body = exc.body
     message = ""
     if isinstance(body, str) and body:
@@ -124,6 +124,41 @@ def _api_message(exc: ApiException) -> str:
             message = body.strip().splitlines()[0][:300]
     reason = exc.reason or ""
     return f"HTTP {exc.status} {reason}".strip() + (f": {message}" if message else "")
+
+
+def api_read(host: str, what: str, call: Callable[[], T]) -> T:
+    """Run one API read; any failure becomes a ``KubeReadError`` naming ``what`` (shared by every adapter)."""
+    try:
+        return call()
+    except ApiException as exc:
+        raise KubeReadError(f"{what}: {api_message(exc)}") from exc
+    except urllib3.exceptions.HTTPError as exc:
+        raise KubeReadError(f"{what}: cannot reach the API server at {host}") from exc
+
+
+def api_write(
+    host: str,
+    what: str,
+    attempt_once: Callable[[], bool],
+    *,
+    retries: int,
+    backoff_seconds: float,
+    sleep: Callable[[float], None],
+) -> bool:
+    """Run read-compare-patch; retry a 409 Conflict ``retries`` times with growing back-off; any other failure
+    (or conflicts beyond that) raises ``KubeWriteError``: a write is retried or reported, never dropped."""
+    for attempt in range(retries + 1):
+        try:
+            return attempt_once()
+        except ApiException as exc:
+            if exc.status == 409 and attempt < retries:
+                sleep(backoff_seconds * (attempt + 1))
+                continue
+            suffix = f" (after {attempt + 1} attempts)" if exc.status == 409 else ""
+            raise KubeWriteError(f"{what}: {api_message(exc)}{suffix}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubeWriteError(f"{what}: cannot reach the API server at {host}") from exc
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 class KubeCluster:
@@ -155,12 +190,7 @@ class KubeCluster:
     # ---- reads -----------------------------------------------------------------------------------
 
     def _read(self, what: str, call: Callable[[], T]) -> T:
-        try:
-            return call()
-        except ApiException as exc:
-            raise KubeReadError(f"{what}: {_api_message(exc)}") from exc
-        except urllib3.exceptions.HTTPError as exc:
-            raise KubeReadError(f"{what}: cannot reach the API server at {self._api.configuration.host}") from exc
+        return api_read(self._api.configuration.host, what, call)
 
     def list_workloads(self) -> list[WorkloadView]:
         views: list[WorkloadView] = []
@@ -242,19 +272,10 @@ class KubeCluster:
     # ---- writes ----------------------------------------------------------------------------------
 
     def _write(self, what: str, attempt_once: Callable[[], bool]) -> bool:
-        """Run read-compare-patch; retry on 409 a bounded number of times; raise KubeWriteError otherwise."""
-        for attempt in range(self._retries + 1):
-            try:
-                return attempt_once()
-            except ApiException as exc:
-                if exc.status == 409 and attempt < self._retries:
-                    self._sleep(self._backoff * (attempt + 1))
-                    continue
-                suffix = f" (after {attempt + 1} attempts)" if exc.status == 409 else ""
-                raise KubeWriteError(f"{what}: {_api_message(exc)}{suffix}") from exc
-            except urllib3.exceptions.HTTPError as exc:
-                raise KubeWriteError(f"{what}: cannot reach the API server at {self._api.configuration.host}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+        return api_write(
+            self._api.configuration.host, what, attempt_once,
+            retries=self._retries, backoff_seconds=self._backoff, sleep=self._sleep,
+        )
 
     def scale(self, namespace: str, name: str, replicas: int) -> bool:
         if replicas < 0:

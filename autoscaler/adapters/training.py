@@ -27,7 +27,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.adapters.kube import KubeReadError, _api_message
+from autoscaler.adapters.kube import KubeReadError, api_message
 from autoscaler.ports import CustomObjects
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
@@ -78,7 +78,7 @@ class TrainingReader:
                             note=f"{api_version} {plural} is not served by the API server ({installs} not "
                             f"installed?): no {installs} gangs counted",
                         )
-                    raise KubeReadError(f"list {api_version} {plural} in {where}: {_api_message(exc)}") from exc
+                    raise KubeReadError(f"list {api_version} {plural} in {where}: {api_message(exc)}") from exc
                 except urllib3.exceptions.HTTPError as exc:
                     raise KubeReadError(
                         f"list {api_version} {plural} in {where}: cannot reach the API server at "
