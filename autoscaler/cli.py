@@ -17,13 +17,21 @@ import sys
 from collections.abc import Sequence
 
 from autoscaler import __version__
-from autoscaler.traces import TraceError
+from autoscaler.traces import TraceError, parse_duration
 
 COMMANDS = ("backtest", "simulate", "run", "explain")
 
 
 class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit status 2."""
+
+
+def duration_flag(flag: str, text: str) -> int:
+    """A command-line duration (``15m``, ``90s``, ``1d``) in seconds, or a ``UserError`` naming the flag."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UserError(f"{flag}: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

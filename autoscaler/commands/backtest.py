@@ -27,8 +27,8 @@ from typing import TextIO
 
 import numpy as np
 
-from autoscaler.cli import UserError
-from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace, parse_duration
+from autoscaler.cli import UserError, duration_flag
+from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace
 from models.base import Forecaster, InsufficientHistoryError
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import TrafficSeries
@@ -74,15 +74,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
-def _seconds(flag: str, text: str) -> int:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise UserError(f"{flag}: {exc}") from None
-
-
 def _steps(flag: str, text: str, step: int) -> int:
-    return max(1, math.ceil(_seconds(flag, text) / step))
+    return max(1, math.ceil(duration_flag(flag, text) / step))
 
 
 def _level(text: str) -> int:
@@ -187,10 +180,10 @@ def _table(results: dict[str, ModelResult], level: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     level = _level(args.levels)
-    horizon_s = _seconds("--horizon", args.horizon)
+    horizon_s = duration_flag("--horizon", args.horizon)
     for flag, value in (("--refit-every", args.refit_every), ("--origin-every", args.origin_every)):
         if value is not None:
-            _seconds(flag, value)
+            duration_flag(flag, value)
     factories = _factories(args.models)
     trace_path = args.trace if args.trace is not None else bundled_trace_path()
     trace = load_trace(trace_path)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from autoscaler.cli import UserError
+from autoscaler.cli import UserError, duration_flag
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
     DEFAULT_REACTIVE_TARGETS,
@@ -50,7 +50,7 @@ from autoscaler.simulation.engine import (
     reactive_at,
 )
 from autoscaler.simulation.money import GangSpec, MoneyConfig, parse_priority
-from autoscaler.traces import Trace, bundled_trace_path, load_trace, parse_duration
+from autoscaler.traces import Trace, bundled_trace_path, load_trace
 from models.base import Forecaster
 
 POLICIES = ("predictive", "reactive", "oracle")
@@ -152,13 +152,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--plot", type=Path, default=None, metavar="OUT.png", help="also write a PNG")
     parser.set_defaults(handler=run)
-
-
-def _seconds(flag: str, text: str) -> int:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise UserError(f"{flag}: {exc}") from None
 
 
 def _policies(spec: str) -> tuple[str, ...]:
@@ -338,8 +331,8 @@ def build_config(trace: Trace, args: argparse.Namespace) -> SimulationConfig:
     if not (math.isfinite(price) and price >= 0):
         raise UserError(f"--gpu-hour-price: must be a number >= 0, got {args.gpu_hour_price:g}")
     cluster = ClusterConfig(
-        pod_startup_seconds=_seconds("--pod-startup", args.pod_startup),
-        node_startup_seconds=_seconds("--node-startup", args.node_startup),
+        pod_startup_seconds=duration_flag("--pod-startup", args.pod_startup),
+        node_startup_seconds=duration_flag("--node-startup", args.node_startup),
         gpus_per_replica=args.gpus_per_replica,
         gpus_per_node=args.gpus_per_node,
     )
@@ -470,7 +463,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(trace, args)
     predictive = None
     if "predictive" in config.policies:
-        interval = _seconds("--decision-interval", args.decision_interval)
+        interval = duration_flag("--decision-interval", args.decision_interval)
         predictive = factory(_model_factory(args.model), decision_interval_seconds=interval)
 
     def progress(name: str) -> None:
