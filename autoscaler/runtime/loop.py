@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 STARTUP_RECHECK_SECONDS = 300
 STATUS_REFRESH_SECONDS = 300
+# Share of the loop interval a tick may spend fitting forecasters. Every model falls due for its daily refit
+# in the same tick (they were all fitted in the first one): without a budget a 1,000-Deployment fleet spends
+# minutes refitting in one tick while nothing is planned; with it, refits spread over the next ticks.
+FIT_BUDGET_SHARE = 1 / 3
+MIN_FIT_BUDGET_SECONDS = 5.0  # whatever the interval, a tick makes real progress on its fits
 TRACK_EVERY_SECONDS = 300
 TRACK_LENGTH = 48  # 4 hours of forecast-vs-actual points at 5-minute spacing, for `explain`
 REFETCH_BINS = 2  # the newest bins may still change as late scrapes land: fetch them again
@@ -222,6 +227,10 @@ class Controller:
         self.metrics = metrics if metrics is not None else ControllerMetrics()
         self.dry_run = dry_run
         self._memory: dict[Key, _Memory] = {}
+        # per tick; None = FIT_BUDGET_SHARE of the loop interval, at least MIN_FIT_BUDGET_SECONDS
+        self.fit_budget_seconds: float | None = None
+        self._fit_deadline = math.inf  # set per tick: fitting stops being started after it
+        self._deferred_fits = 0
 
     # ------------------------------------------------------------------ tick
 
@@ -258,7 +267,16 @@ class Controller:
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         self._report_outage(valid, metrics_ok, now, write, errors)
-        plans = [self._plan(view, spec, profile, cfg, now, metrics_ok, errors) for view, spec, profile in valid]
+        budget = self.fit_budget_seconds
+        self._fit_deadline = time.perf_counter() + (
+            max(cfg.loop.interval_seconds * FIT_BUDGET_SHARE, MIN_FIT_BUDGET_SECONDS) if budget is None else budget
+        )
+        self._deferred_fits = 0
+        # Stalest models first, so a deferred refit is the first one served by the next tick's budget.
+        order = sorted(range(len(valid)), key=lambda i: self._staleness(valid[i][0]))
+        planned = {i: self._plan(*valid[i], cfg, now, metrics_ok, errors) for i in order}
+        plans = [planned[i] for i in range(len(valid))]
+        self.metrics.deferred_fits.set(self._deferred_fits)
         horizon = max((p.horizon_seconds for _, _, p in valid), default=cfg.profile("default").horizon_seconds)
         money = self.money.run(
             [PlannedWorkload(p.view, p.spec, p.decision, p.ahead, p.blocked) for p in plans], cfg, now,
@@ -400,6 +418,10 @@ class Controller:
 
     # ------------------------------------------------------------------ decide
 
+    def _staleness(self, view: WorkloadView) -> float:
+        memory = self._memory.get((view.namespace, view.name))
+        return -math.inf if memory is None or memory.forecaster is None else float(memory.fitted_at)
+
     def _forecast(
         self, key: Key, profile: ForecastProfile, policy: ScalingPolicy, cold: ColdStartProfile, now: int,
         errors: list[str],
@@ -415,22 +437,27 @@ class Controller:
                 math.ceil(profile.horizon_seconds / series.step_seconds) + 1)
         levels = sorted({50, policy.level, policy.warm_pool_level})
         model_key = (profile.model, profile.history_seconds)
+        must_fit = memory.forecaster is None or memory.model_key != model_key or memory.seen_until < series.start
+        due = must_fit or now - memory.fitted_at >= profile.refit_seconds
+        if due and time.perf_counter() > self._fit_deadline:
+            # Over this tick's fitting budget: a model that is merely due keeps updating until a later tick
+            # refits it; one that has no usable model yet waits (the planner holds its replicas).
+            self._deferred_fits += 1
+            if must_fit:
+                return None
+            due = False
         try:
-            if (
-                memory.forecaster is None
-                or memory.model_key != model_key
-                or now - memory.fitted_at >= profile.refit_seconds
-                or memory.seen_until < series.start
-            ):
+            model = memory.forecaster
+            if due or model is None:
                 window = min(len(series) - 1, profile.history_seconds // series.step_seconds)
                 train = series.slice(len(series) - 1 - window, len(series) - 1)
-                memory.forecaster = make_chain(profile.model).fit(train)
+                model = memory.forecaster = make_chain(profile.model).fit(train)
                 memory.model_key, memory.fitted_at, memory.seen_until = model_key, now, usable_end
             elif usable_end > memory.seen_until:
                 lo = (memory.seen_until - series.start) // series.step_seconds
-                memory.forecaster.update(series.slice(lo, len(series) - 1))
+                model.update(series.slice(lo, len(series) - 1))
                 memory.seen_until = usable_end
-            forecast = memory.forecaster.predict(h, levels)
+            forecast = model.predict(h, levels)
         except Exception as exc:  # a forecaster bug must not stop the fleet: hold this one, report it
             memory.forecaster = None
             self.metrics.errors.labels("forecast").inc()
@@ -599,10 +626,16 @@ class Controller:
             "steps": [s.to_dict() for s in decision.steps],
             "track": memory.track,
         }
-        if status != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
+        # Written when the decision changes (replica counts, mode, warm pool, which rules set which count) and
+        # otherwise every
+        # STATUS_REFRESH_SECONDS: the forecast's numbers move every bin, and a PATCH per Deployment per
+        # tick would be a thousand writes every 30 s on a large fleet for nothing anyone acts on.
+        decided = {k: status[k] for k in ("mode", "desiredReplicas", "currentReplicas", "readyReplicas", "warmPool")}
+        decided["trail"] = [(step.name, step.replicas) for step in decision.steps]
+        if decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
             try:
                 self.cluster.write_status(view.namespace, view.name, {**status, "time": utc(now).isoformat()})
-                memory.status_written, memory.status_written_at = status, now
+                memory.status_written, memory.status_written_at = decided, now
                 actions.append("status written")
             except KubeError as exc:
                 self.metrics.errors.labels("kube_write").inc()

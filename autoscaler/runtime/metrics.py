@@ -74,6 +74,11 @@ class ControllerMetrics:
             ["state"],
             registry=r,
         )
+        self.deferred_fits = Gauge(
+            "predictive_autoscaler_deferred_fits",
+            "Forecaster fits due this tick but left for a later one (over the tick's fitting budget).",
+            registry=r,
+        )
         self.tick_seconds = Histogram(
             "predictive_autoscaler_tick_duration_seconds",
             "Wall time of one control-loop tick.",

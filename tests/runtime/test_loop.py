@@ -503,3 +503,18 @@ def test_a_scale_someone_else_already_made_is_not_announced(rig: Rig, now0: int)
     assert f"already at {desired}" in outcome(report, "llama-chat").actions
     assert scale_patches(rig.fake, "llama-chat") == []
     assert [r for r in reasons(rig) if r[2] == "ScaledUp"] == []
+
+
+def test_fits_past_the_tick_budget_wait_for_a_later_tick_and_nothing_scales_down(rig: Rig, now0: int) -> None:
+    rig.controller.fit_budget_seconds = 0.0  # every fit is over budget
+    report = rig.controller.tick(now0)
+    managed = [w for w in report.workloads if w.decision is not None]
+    assert managed
+    assert rig.metric("predictive_autoscaler_deferred_fits") == len(managed)
+    assert all(w.forecast is None for w in managed)
+    assert all(w.decision is not None and w.decision.desired_replicas >= w.current_replicas for w in managed)
+
+    rig.controller.fit_budget_seconds = None  # the default budget: a third of the interval, at least 5 s
+    report = rig.controller.tick(now0 + STEP)
+    assert rig.metric("predictive_autoscaler_deferred_fits") == 0
+    assert all(w.forecast is not None for w in report.workloads if w.decision is not None)

@@ -33,7 +33,7 @@ from autoscaler.adapters.training import TrainingReader
 from autoscaler.config import Config, parse_config
 from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
 from autoscaler.runtime import money as money_module
-from autoscaler.runtime.loop import Controller, TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import STATUS_REFRESH_SECONDS, Controller, TickReport, WorkloadOutcome
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
 from tests.conftest import REPO
@@ -256,6 +256,10 @@ def test_team_ceiling_cuts_the_lower_priority_deployment_first_never_below_min(
     # A ceiling even the minimums exceed: everyone at min_replicas, never below, and said so.
     rig.configure(ceilings={"teams": {"ml": 1.0}})
     report = rig.tick(now + 1)
+    assert (desired(report, "llama-chat"), desired(report, "mistral-code")) == (1, 2)
+    # mistral-code's decision is unchanged (2, cut by the ceiling): its status is not rewritten at once ...
+    assert "CANNOT be met" not in rig.status("serving", "mistral-code")["steps"][-1]["detail"]
+    report = rig.tick(now + 1 + STATUS_REFRESH_SECONDS)  # ... but at the next periodic refresh
     assert (desired(report, "llama-chat"), desired(report, "mistral-code")) == (1, 2)
     assert "CANNOT be met" in rig.status("serving", "mistral-code")["steps"][-1]["detail"]
 
