@@ -66,19 +66,27 @@ HINDSIGHT_SECONDS = 300  # the planner's default look-ahead window
 # Measured while choosing the defaults (see the section text); kept next to the code that prints it.
 READING = """
 Reading the table. *Cold-start share* is the part of the predictive policy's unserved requests that replicas it
-had already asked for would have served had they been Ready: where it is ~100%, the planner always asked for enough
-(its reactive floor answers a burst at the next decision) and every miss is a rise that came faster than the forecast
-band within one start-up (120 s, 300 s when a node is needed). No planner knob closes that gap at equal GPU-hours:
-trying level 90/95, look-ahead 0/60/300 s, scale-down stabilisation 300/600 s and warm pool auto/0 on the bundled
-NASA and ServeGen m_small traces moved the cut by at most 3 points (warm pool 0 lowers GPU-hours to 1.12x oracle on
-m_small but the cut falls from 46% to 30%), so the simulator runs the planner's defaults. What would move it: bands
-for the *maximum* over the start-up lead rather than per-bin quantiles (bursts look multiplicative, while
-square-root-space bands are narrowest in relative terms at peaks: our reading, not yet measured), a warm pool sized
-from the trace's own burst statistics, and shorter start-ups (warm nodes). The 1.15x-oracle target is near the floor
-already: knowing the future exactly but holding each 5-minute neighbourhood's peak (the planner's look-ahead window)
-costs 1.03-1.17x; the p99 warm pool and the 10-minute scale-down stabilisation add the rest. On the sparse LoRA trace
-(70% empty minutes, peak 20x the typical minute) sizing by the peak leaves 1 replica idling most of the time, and
-misses are isolated bursts no forecast sees.
+had already asked for would have served had they been Ready: at ~100% the planner always asked for enough, and every
+miss is a rise that came faster than the forecast band within one start-up (120 s, 300 s when a node is needed).
+Metrics-outage zeros (ServeGen's collection gaps) are replayed as missing data for every policy, as in the backtest.
+
+What the two targets measure, and where we stand. Against the HPA at equal GPU-hours the predictive policy wins
+clearly on traffic whose shape is forecastable at the start-up lead (NASA: the daily ramps the HPA meets late) and
+loses ground where the misses are bursts no forecast sees: ServeGen's sums over clients jump by up to 85% in one
+10-minute bin, and persistence is nearly as good as any model there (default WAPE only 2-9% below it), so the
+HPA's flat headroom (1/target - 1 above current demand) is as good a hedge as a forecast band. Two changes moved
+this, both chosen from data per series, not tuned per trace: the default model picks the power of its band
+transform by held-out pinball loss (sqrt for count noise, near-log for multiplicative noise: ServeGen m_small
+picks 0.1, NASA 1/3), and the planner's *surprise* floor keeps the forecast's p99 spread above observed demand
+once a burst has left the forecast behind (on NASA the cut went from 81% to 96%; on m_small unserved demand halved,
+but it still trails a tuned HPA). Knobs tried without a better frontier: level 90/95/99, look-ahead 0/60/300 s,
+scale-down stabilisation 300/600 s, warm pool auto/0/fixed. The 1.15x-oracle target is not met and, with
+1-minute noise, is close to the floor of any policy that does not know the future: holding each 5-minute
+neighbourhood's peak with perfect knowledge already costs 1.03-1.17x, and the oracle re-scales every minute
+(thousands of scale events) where a real Deployment cannot. The two targets pull against each other: lowering the
+band or the warm pool moves toward the oracle's GPU-hours and away from the 90% cut (NASA, warm pool 0 and p75:
+1.17x oracle, 45% cut). On the sparse LoRA trace (70% empty minutes, peak 20x the typical minute) sizing by the
+peak leaves 1 replica idling most of the time, and misses are isolated bursts.
 """
 
 
