@@ -665,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also save every raw record as JSON")
     parser.add_argument("--from-json", metavar="PATH", action="append",
                         help="re-render runs saved with --json (repeatable; later files win per size; no measuring)")
+    parser.add_argument("--note", help="with --from-json: a paragraph appended to the section (e.g. code versions)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--refit", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-prometheus", action="store_true", help=argparse.SUPPRESS)
@@ -688,6 +689,8 @@ def main(argv: list[str] | None = None) -> int:
                 by_size[r["n"]] = SizeResult(r["n"], r["records"], r["capped"])
         loaded = [by_size[n] for n in sorted(by_size)]
         text, _ = summarise(loaded, prom_saved, "; ".join(dates))
+        if args.note:
+            text += "\n\nNote on this page: " + args.note + "\n"
         print(text)
         if not args.no_write and (args.write or any(r.n == TARGET_N for r in loaded)):
             update_section("fleet", text)
