@@ -132,8 +132,8 @@ def instrument(controller: Controller) -> tuple[PhaseClock, list[str]]:
 def phases(clock: PhaseClock, total: float, source_seconds: float, cluster_seconds: float) -> dict[str, float]:
     """The tick's wall time split into read/fetch/forecast/plan/apply/other (seconds)."""
     s = clock.seconds.get
-    # Planning is two passes around the money stage (_plan, then _conclude applies); older runs: _plan_and_apply.
-    plan_and_apply = s("_plan_and_apply", 0.0) + s("_plan", 0.0) + s("_conclude", 0.0)
+    # Planning is two passes around the money stage: _plan, then _conclude applies.
+    plan_and_apply = s("_plan", 0.0) + s("_conclude", 0.0)
     forecast = s("_forecast", 0.0)
     startups = s("_startups", 0.0)
     apply_ = s("_apply", 0.0) + s("_report_outage", 0.0)

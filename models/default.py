@@ -39,11 +39,13 @@ Method (every parameter is chosen per series from its own recent history; nothin
    A filter whose memory exceeds an eighth of that window cannot be validated on it and is not
    offered. A sparse noisy series picks a long half-life, a smooth aggregate a short one, a series
    without a daily cycle ``w = 0``, a daily batch job a narrow smoothing window.
-5. Bands: the same out-of-sample pass gives the model's own ``k``-step errors (``k = 1..2h``) in
-   square-root *count* space (count = rate x bin seconds; the square root stabilises Poisson
-   variance, so one error distribution serves night and peak). The upper band at level ``p`` is
-   ``(sqrt(count forecast) + q_p(k))^2`` with ``q_p(k)`` the empirical ``p``-quantile, clipped at
-   0 for ``p >= 50`` (band >= forecast) and non-decreasing in ``k``; beyond ``2h`` it grows like
+5. Bands: the same out-of-sample pass gives the model's own ``k``-step errors (``k = 1..2h``) in a
+   power space of *counts* (count = rate x bin seconds), ``count**lam``, so one error distribution
+   serves night and peak. ``lam`` is chosen per series (``_choose_power``: 1/2, the square root that
+   stabilises Poisson variance, down to 1/10, near-log for multiplicative noise) by held-out
+   pinball loss in request units. The upper band at level ``p`` is
+   ``(count forecast**lam + q_p(k))**(1/lam)`` with ``q_p(k)`` the empirical ``p``-quantile, clipped
+   at 0 for ``p >= 50`` (band >= forecast) and non-decreasing in ``k``; beyond ``2h`` it grows like
    ``sqrt(k)``. With fewer than 50 errors (short history) a normal approximation from the
    spread of one-bin differences stands in.
 6. During an ongoing outage (the last observed bin is an outage zero) the point forecast is the
@@ -405,7 +407,7 @@ class DefaultForecaster:
         eval_profile = eval_profiles.get(best.smooth)
         s1 = _pow(eval_profile, 1.0, period)
 
-        # Errors of the chosen model at steps k, in sqrt-count space (origins thinned to at most
+        # Errors of the chosen model at steps k, in count**lam space (origins thinned to at most
         # MAX_BAND_ORIGINS: neighbouring origins' errors are nearly the same draw anyway).
         sp = _pow(eval_profile, best.weight, period)[phases]
         lv, _ = _ewma_skip(counts / sp, _decay(best.half_life), math.nan)

@@ -79,7 +79,7 @@ def test_cluster_scales_at_once_and_counts_writes(fleet: SyntheticFleet) -> None
 def test_phase_split_adds_up() -> None:
     clock = PhaseClock()
     clock.seconds.update(
-        _parse=0.1, _report_problems=0.1, _fetch=1.0, _report_outage=0.05, _plan_and_apply=5.0, _forecast=3.0,
+        _parse=0.1, _report_problems=0.1, _fetch=1.0, _report_outage=0.05, _plan=4.0, _conclude=1.0, _forecast=3.0,
         _startups=0.2, _apply=0.5, _export=0.3,
     )
     p = phases(clock, 7.0, 0.4, 0.1)
