@@ -254,6 +254,11 @@ class TrainingGangs(Protocol):
 
     def list_volcano_podgroups(self) -> CustomObjects: ...
 
+    def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """JSON merge-patch one ``Workload`` or ``PodGroup`` (``kind``): the planned-start annotation, and
+        ``spec.active: true`` on a held Kueue Workload at its planned start. Raises on failure."""
+        ...
+
 
 # ---- alerts ---------------------------------------------------------------------------------------------
 

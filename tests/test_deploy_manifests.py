@@ -217,9 +217,11 @@ ALLOWED_CLUSTER_GRANTS = {
     ("kueue.x-k8s.io", "workloads", "get"),
     ("kueue.x-k8s.io", "workloads", "list"),
     ("kueue.x-k8s.io", "workloads", "watch"),
+    ("kueue.x-k8s.io", "workloads", "patch"),  # planned-start annotation; activating a held Workload
     ("scheduling.volcano.sh", "podgroups", "get"),
     ("scheduling.volcano.sh", "podgroups", "list"),
     ("scheduling.volcano.sh", "podgroups", "watch"),
+    ("scheduling.volcano.sh", "podgroups", "patch"),  # planned-start annotation
     ("scheduling.k8s.io", "priorityclasses", "get"),
     ("scheduling.k8s.io", "priorityclasses", "create"),
 }

@@ -16,10 +16,16 @@ gives an empty ``CustomObjects`` with ``installed=False`` and a one-line note, n
 failure (``403`` from missing RBAC, ``5xx``, an unreachable server) raises ``KubeReadError``: a tick must
 not plan with gangs silently missing. Lists are paged (``limit``/``continue``) and can be confined to the
 namespaces the controller is allowed to see.
+
+One write: ``patch_gang`` JSON-merge-patches a Workload or PodGroup (the ``planned-start`` annotation of a
+placed gang; ``spec.active: true`` when the controller starts a held Workload). A 409 is retried like the
+other writes; anything else raises ``KubeWriteError`` naming the object, and the money stage reports it and
+tries again next tick.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +33,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.adapters.kube import KubeReadError, api_message
+from autoscaler.adapters.kube import COMPONENT, MERGE_PATCH, KubeReadError, api_message, api_write
 from autoscaler.ports import CustomObjects
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
@@ -45,6 +51,9 @@ class TrainingReader:
         kueue_version: str = KUEUE[1],
         page_size: int = 500,
         request_timeout_seconds: float = 30.0,
+        max_conflict_retries: int = 3,
+        conflict_backoff_seconds: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
@@ -54,12 +63,34 @@ class TrainingReader:
         self._kueue = (KUEUE[0], kueue_version, KUEUE[2], KUEUE[3])
         self._page = page_size
         self._timeout = request_timeout_seconds
+        self._retries = max_conflict_retries
+        self._backoff = conflict_backoff_seconds
+        self._sleep = sleep
 
     def list_kueue_workloads(self) -> CustomObjects:
         return self._list(*self._kueue, installs="Kueue")
 
     def list_volcano_podgroups(self) -> CustomObjects:
         return self._list(*VOLCANO, installs="Volcano")
+
+    def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        if kind == self._kueue[3]:
+            group, version, plural = self._kueue[:3]
+        elif kind == VOLCANO[3]:
+            group, version, plural = VOLCANO[:3]
+        else:
+            raise ValueError(f"patch_gang: unknown gang kind {kind!r} (Workload or PodGroup)")
+        what = f"patch {group}/{version} {plural} {namespace}/{name}"
+
+        def once() -> bool:
+            self._custom.patch_namespaced_custom_object(
+                group, version, namespace, plural, name, dict(patch),
+                field_manager=COMPONENT, _content_type=MERGE_PATCH, _request_timeout=self._timeout,
+            )
+            return True
+
+        api_write(self._api.configuration.host, what, once, retries=self._retries, backoff_seconds=self._backoff,
+                  sleep=self._sleep)
 
     def _list(self, group: str, version: str, plural: str, kind: str, *, installs: str) -> CustomObjects:
         api_version = f"{group}/{version}"

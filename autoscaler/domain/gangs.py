@@ -17,7 +17,12 @@ What is read (field names from the CRDs in /work/shared/crds):
   what is reserved, so it is used instead of the spec count. ``admitted`` = condition ``Admitted``
   is True (``QuotaReserved`` alone is not enough: the pods do not run until admission checks pass,
   so deferring such a workload evicts nothing). Priority = ``spec.priority``. Inactive (the
-  ``Finished`` condition is True, or ``spec.active`` is false): it holds and will hold no GPUs.
+  ``Finished`` condition is True, or ``spec.active`` is false): it holds and will hold no GPUs --
+  except a *held* scheduled Workload: ``spec.active: false`` together with our ``start-after``
+  annotation is how a user submits a gang for the controller to start at its planned time
+  (``held=True``, pending). Once the controller has activated it (it writes ``activated-at``), a
+  later ``spec.active: false`` is someone else's (Kueue's requeue limit, a user) and means inactive
+  again, so the controller never fights a deactivation.
   Run time: ``spec.maximumExecutionTimeSeconds`` when set.
 * Volcano ``PodGroup`` (v1beta1): GPUs = ``spec.minResources["nvidia.com/gpu"]``; without it,
   ``spec.minMember`` x a per-pod count the caller supplies (the PodGroup itself does not say; the
@@ -34,6 +39,13 @@ gang may run in) and ``duration`` (its run time, e.g. ``6h``).
 Priorities from Kueue/PriorityClasses can be any int32 (``100000`` is common); they are clamped to
 our 0..1000 scale so that a gang compares with inference tiers. Set the annotation to say exactly
 where a gang stands relative to the inference tiers.
+
+Placement (``place_gang``, ``place_gangs``): a pending gang with a window and a run time is placed where the
+inference GPU forecast of its NodePool (a step function of ``(time, GPUs)`` points, e.g. from
+``replica_gpu_points``) plus the gangs already placed there peaks lowest; ``holds_gpus`` then counts its
+GPUs only from one node start-up before that start (so its nodes are asked for ahead, like an inference
+replica's) instead of from ``start-after``. The controller (``autoscaler.runtime.money``) and the simulator
+(``autoscaler.simulation``) both place with these functions.
 
 Malformed objects raise ``GangError`` naming the object and the field (``Workload ml/llama-ft:
 spec.podSets[0].count: expected an integer >= 0, got '2'``), so one bad object is reported and
@@ -65,11 +77,23 @@ __all__ = [
     "GangError",
     "GangKind",
     "Placement",
+    "add_interval",
+    "compress_points",
+    "holds_gpus",
     "parse_gang",
     "parse_kueue_workload",
     "parse_volcano_podgroup",
     "place_gang",
+    "place_gangs",
+    "placement_window",
+    "replica_gpu_points",
+    "scheduled",
+    "sum_points",
 ]
+
+PLANNED_START_ANNOTATION = PREFIX + "planned-start"
+ACTIVATED_ANNOTATION = PREFIX + "activated-at"
+MAX_PLACEMENT_SECONDS = 7 * 86400  # how far ahead a placement looks (a forecast further out is guesswork)
 
 GangKind = Literal["Workload", "PodGroup"]
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -90,7 +114,9 @@ class Gang:
     ``start_after``/``deadline`` are Unix seconds (None = no bound); a gang with a ``deadline`` and a
     ``duration_seconds`` is a *scheduled* gang that ``place_gang`` may move inside its window.
     ``inactive`` gangs (finished, deactivated, completed) hold and need no GPUs; the cost and node
-    functions ignore them.
+    functions ignore them. ``held``: a Kueue Workload created with ``spec.active: false`` and a
+    ``start-after``, waiting for the controller to activate it at its planned start. ``planned_start_note``:
+    the ``planned-start`` annotation as last written (None when absent or unreadable).
     """
 
     kind: GangKind
@@ -106,6 +132,8 @@ class Gang:
     deadline: int | None = None
     duration_seconds: int | None = None
     inactive: bool = False
+    held: bool = False
+    planned_start_note: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("gpus", "pods"):
@@ -311,7 +339,7 @@ def parse_kueue_workload(obj: Mapping[str, Any]) -> Gang:
     if duration is None and spec.get("maximumExecutionTimeSeconds") is not None:
         duration = r.count(spec["maximumExecutionTimeSeconds"], "spec.maximumExecutionTimeSeconds") or None
     return _gang(r, "Workload", gpus, pods, admitted, r.priority(priority), pools, duration,
-                 inactive=_condition_true(status, "Finished") or spec.get("active") is False)
+                 inactive=_condition_true(status, "Finished"), deactivated=spec.get("active") is False)
 
 
 def parse_volcano_podgroup(
@@ -350,7 +378,7 @@ def parse_volcano_podgroup(
 
 
 def _gang(r: _Reader, kind: GangKind, gpus: int, pods: int, admitted: bool, priority: int, pools: set[str],
-          duration: int | None, *, inactive: bool) -> Gang:
+          duration: int | None, *, inactive: bool, deactivated: bool = False) -> Gang:
     pool = r.annotation("nodepool")
     if pool is None and len(pools) > 1:
         r.fail("spec.podSets[*].template.spec.nodeSelector",
@@ -361,6 +389,12 @@ def _gang(r: _Reader, kind: GangKind, gpus: int, pods: int, admitted: bool, prio
     deadline = r.timestamp("deadline")
     if start_after is not None and deadline is not None and deadline < start_after:
         r.fail(f"metadata.annotations[{PREFIX}deadline]", f"{deadline} is before start-after {start_after}")
+    # spec.active false: held for us to start (scheduled, never activated by us yet), else deactivated for good
+    held = deactivated and not inactive and start_after is not None and r.annotation("activated-at") is None
+    try:
+        note = r.timestamp("planned-start")
+    except GangError:
+        note = None  # our own annotation, garbled: it is simply written again
     return Gang(
         kind=kind,
         namespace=str(r.namespace),
@@ -374,7 +408,9 @@ def _gang(r: _Reader, kind: GangKind, gpus: int, pods: int, admitted: bool, prio
         start_after=start_after,
         deadline=deadline,
         duration_seconds=duration,
-        inactive=inactive,
+        inactive=inactive or (deactivated and not held),
+        held=held,
+        planned_start_note=note,
     )
 
 
@@ -457,3 +493,150 @@ def place_gang(
                 f"({len(candidates)} candidates) gives the lowest peak {peak:g} GPU(s); {verdict}"),
     )
 
+
+
+# ---------------------------------------------------------------------------------------------- step functions
+
+
+def compress_points(times: Sequence[int], gpus: Sequence[float]) -> list[tuple[int, float]]:
+    """``(time, gpus)`` points with runs of equal values merged (``place_gang`` only needs the changes)."""
+    out: list[tuple[int, float]] = []
+    for t, g in zip(times, gpus, strict=True):
+        if not out or out[-1][1] != g:
+            out.append((int(t), float(g)))
+    return out
+
+
+def replica_gpu_points(
+    times: Sequence[int],
+    rates: Sequence[float],
+    *,
+    capacity_per_replica: float,
+    min_replicas: int,
+    max_replicas: int,
+    gpus_per_replica: int,
+) -> list[tuple[int, float]]:
+    """A demand forecast (req/s per step) as the GPUs its replicas hold: ``ceil(rate / capacity)`` clamped to
+    ``[min, max]`` replicas x GPUs per replica, as compressed ``(time, GPUs)`` points. A missing (NaN) or
+    negative rate counts as no demand (the minimum replicas)."""
+    if capacity_per_replica <= 0:
+        raise ValueError(f"capacity_per_replica must be > 0, got {capacity_per_replica}")
+    gpus: list[float] = []
+    for rate in rates:
+        r = float(rate) if math.isfinite(rate) else 0.0
+        replicas = math.ceil(max(r, 0.0) / capacity_per_replica - 1e-9)
+        gpus.append(float(min(max(replicas, min_replicas), max_replicas) * gpus_per_replica))
+    return compress_points([int(t) for t in times], gpus)
+
+
+def _value_at(points: Sequence[tuple[int, float]], times: Sequence[int], t: int) -> float:
+    """The value in force at ``t`` (the first value before the first point: a forecast says nothing earlier)."""
+    return points[max(0, bisect.bisect_right(times, t) - 1)][1]
+
+
+def sum_points(series: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The sum of step functions (each value holds until its next point, the last one for ever)."""
+    parts = [sorted((int(t), float(g)) for t, g in s) for s in series if s]
+    if not parts:
+        return []
+    part_times = [[t for t, _ in p] for p in parts]
+    times = sorted({t for p in part_times for t in p})
+    return compress_points(times, [sum(_value_at(p, pt, t) for p, pt in zip(parts, part_times, strict=True))
+                                   for t in times])
+
+
+def add_interval(points: Sequence[tuple[int, float]], start: int, end: int, gpus: float) -> list[tuple[int, float]]:
+    """``points`` raised by ``gpus`` over ``[start, end)`` (a placed gang's run on top of the forecast)."""
+    base = sorted((int(t), float(g)) for t, g in points) or [(start, 0.0)]
+    times = [t for t, _ in base]
+    grid = sorted({*times, start, end})
+    return compress_points(grid, [_value_at(base, times, t) + (gpus if start <= t < end else 0.0) for t in grid])
+
+
+# ---------------------------------------------------------------------------------------------- scheduled gangs
+
+
+def scheduled(gang: Gang) -> bool:
+    """A gang that is placed: pending (not admitted, not inactive), with a run time and a window bound."""
+    return (not gang.inactive and not gang.admitted and gang.duration_seconds is not None
+            and (gang.start_after is not None or gang.deadline is not None))
+
+
+def placement_window(gang: Gang, now: int) -> tuple[int, int] | None:
+    """``(earliest, latest)`` start of a scheduled gang seen at ``now``; None once its deadline has passed.
+
+    Without a deadline the window is the single start ``max(now, start-after)``: nothing to move, but
+    its nodes are still asked for one node start-up ahead."""
+    earliest = max(now, gang.start_after if gang.start_after is not None else now)
+    if gang.deadline is None:
+        return earliest, earliest
+    if gang.deadline < earliest:
+        return None
+    return earliest, gang.deadline
+
+
+def holds_gpus(
+    gang: Gang, now: int, horizon_seconds: int, planned_start: int | None = None, node_startup_seconds: float = 0.0
+) -> bool:
+    """Whether a gang's GPUs count (in the ceiling and in node headroom) at ``now``.
+
+    Admitted: always; inactive: never. A placed gang (``planned_start``): over
+    ``[planned_start - node start-up, ...)`` until it is admitted, so its nodes are asked for one node
+    start-up ahead of its start; it stops counting one node start-up after its deadline if it never
+    started (the grace lets an activation at the deadline land). Otherwise (no placement): from
+    ``start-after - horizon`` until its deadline, as before placement existed.
+    """
+    if gang.inactive:
+        return False
+    if gang.admitted:
+        return True
+    if planned_start is not None:
+        if gang.deadline is not None and now > max(gang.deadline, planned_start) + node_startup_seconds:
+            return False
+        return now >= planned_start - node_startup_seconds
+    if gang.deadline is not None and gang.duration_seconds is not None and now > gang.deadline:
+        return False  # its window is over: it will not be started for this run
+    return gang.start_after is None or gang.start_after <= now + horizon_seconds
+
+
+def place_gangs(
+    gangs: Sequence[Gang],
+    inference: Mapping[str | None, Sequence[tuple[int, float]]],
+    capacity: Mapping[str | None, float],
+    now: int,
+    fixed: Mapping[str, int] | None = None,
+) -> dict[str, Placement]:
+    """Place every scheduled gang of ``gangs`` whose window is open (or whose start is ``fixed``), per NodePool.
+
+    ``inference``: per pool, the inference GPU forecast as ``(time, GPUs)`` points (a pool missing or empty
+    counts as no inference); ``capacity``: per pool, the GPUs the ceiling allows (missing = unbounded).
+    Every other live gang of the pool (admitted, or pending without a window) is added as a constant; the
+    ``fixed`` starts (frozen placements) are kept and their runs added next; the rest are placed one by one
+    with ``place_gang`` -- higher priority first, then earlier deadline, then key -- each on top of the
+    runs placed before it, so two gangs do not pile into the same trough. Pure and deterministic.
+    """
+    fixed = dict(fixed or {})
+    out: dict[str, Placement] = {}
+    live = [g for g in gangs if not g.inactive]
+    placeable = {g.key: g for g in live if scheduled(g) and (g.key in fixed or placement_window(g, now) is not None)}
+    for pool in sorted({g.nodepool for g in placeable.values()}, key=lambda p: p or ""):
+        points = list(inference.get(pool) or []) or [(now, 0.0)]
+        constant = sum(g.gpus for g in live if g.nodepool == pool and g.key not in placeable)
+        if constant:
+            points = [(t, v + constant) for t, v in points]
+        cap = capacity.get(pool, math.inf)
+        members = [g for g in placeable.values() if g.nodepool == pool]
+        order = sorted(members, key=lambda g: (g.key not in fixed, -g.priority,
+                                               g.deadline if g.deadline is not None else math.inf, g.key))
+        for g in order:
+            assert g.duration_seconds is not None
+            if g.key in fixed:
+                start = fixed[g.key]
+                placement = place_gang(g, points, cap, start, start)
+            else:
+                window = placement_window(g, now)
+                assert window is not None
+                placement = place_gang(g, points, cap, *window)
+            out[g.key] = placement
+            points = add_interval(points, placement.start, placement.start + g.duration_seconds, g.gpus)
+    return out

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ from autoscaler.adapters.prometheus import PrometheusError, PrometheusUnavailabl
 from autoscaler.config import Config, ForecastProfile
 from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
 from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
@@ -205,6 +206,62 @@ class _Plan:
     ahead: int
 
 
+class _GangForecasts:
+    """``money.GangForecasts`` over one tick's plans and the loop's cached, already-fitted forecasters.
+
+    A pool's points are the sum over its Deployments of the median forecast (the mean when a model has no
+    p50) as replicas x GPUs per replica, from each model's own state, never refitted; a Deployment without a
+    model counts its current replicas for the whole span. Called by the money stage only when scheduled gangs
+    exist and their placements are due, because a forecast of up to ``MAX_PLACEMENT_SECONDS`` per Deployment
+    is the costly part of placing.
+    """
+
+    def __init__(self, plans: Sequence[_Plan], memory: Mapping[Key, _Memory], metrics: ControllerMetrics,
+                 errors: list[str]) -> None:
+        self._plans = plans
+        self._memory = memory
+        self._metrics = metrics
+        self._errors = errors
+
+    def _members(self, pool: str | None) -> list[_Plan]:
+        return [p for p in self._plans if (p.spec.nodepool or None) == pool and p.spec.gpus_per_replica > 0]
+
+    def version(self, pool: str | None) -> int:
+        """Changes when a model of the pool was (re)fitted or the pool's Deployments changed."""
+        stamp = []
+        for p in self._members(pool):
+            m = self._memory.get((p.view.namespace, p.view.name))
+            stamp.append((p.view.namespace, p.view.name, -1 if m is None or m.forecaster is None else m.fitted_at))
+        return hash(tuple(sorted(stamp)))
+
+    def points(self, pool: str | None, start: int, end: int) -> list[tuple[int, float]] | None:
+        series: list[list[tuple[int, float]]] = []
+        for p in self._members(pool):
+            key = (p.view.namespace, p.view.name)
+            gpr = p.spec.gpus_per_replica
+            memory = self._memory.get(key)
+            model = None if memory is None else memory.forecaster
+            if memory is None or model is None or memory.history is None:
+                series.append([(start, float(p.view.replicas * gpr))])
+                continue
+            step = memory.history.step_seconds
+            span = min(max(end, start + step), start + MAX_PLACEMENT_SECONDS) - memory.seen_until
+            try:
+                forecast = model.predict(max(1, math.ceil(span / step) + 1), [50])
+            except Exception as exc:  # a forecaster bug must not stop placing: this one counts as it is now
+                self._metrics.errors.labels("forecast").inc()
+                self._errors.append(f"{key[0]}/{key[1]}: long forecast for gang placement failed "
+                                    f"({type(exc).__name__}: {exc}); its current replicas are assumed")
+                series.append([(start, float(p.view.replicas * gpr))])
+                continue
+            band = forecast.quantiles.get(50, forecast.mean)
+            series.append(replica_gpu_points(
+                forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=p.spec.capacity_per_replica,
+                min_replicas=p.spec.min_replicas, max_replicas=p.spec.max_replicas, gpus_per_replica=gpr,
+            ))
+        return sum_points(series) or None
+
+
 class Controller:
     """Runs ticks. Holds per-Deployment memory; all I/O goes through ``cluster``, ``source`` and ``money``'s ports.
 
@@ -283,6 +340,7 @@ class Controller:
         money = self.money.run(
             [PlannedWorkload(p.view, p.spec, p.decision, p.ahead, p.blocked) for p in plans], cfg, now,
             write=write, horizon_seconds=horizon, metrics=self.metrics, errors=errors,
+            gang_forecasts=_GangForecasts(plans, self._memory, self.metrics, errors),
         )
         for plan in plans:
             decision = money.decisions.get(f"{plan.view.namespace}/{plan.view.name}", plan.decision)

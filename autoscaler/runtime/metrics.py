@@ -112,6 +112,12 @@ class ControllerMetrics:
             "GPUs held by training gangs (Kueue Workloads, Volcano PodGroups), counted whole.",
             registry=r,
         )
+        self.gang_planned_start = Gauge(
+            "predictive_autoscaler_gang_planned_start_timestamp_seconds",
+            "When a scheduled training gang is planned to start (placed in the forecast's trough), Unix seconds.",
+            ["gang", "team"],
+            registry=r,
+        )
         self.gpus_unavailable = Gauge(
             "predictive_autoscaler_gpus_unavailable",
             "GPUs the workload's replicas are waiting for (unschedulable pods x GPUs per replica).",

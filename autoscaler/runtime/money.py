@@ -32,9 +32,23 @@ GPUs to others); an alert that could not be delivered is re-sent next tick (firi
 every tick anyway; a failed *resolve* is kept and retried). A malformed gang or an unpriceable NodePool
 is reported once (an error line and a count) and skipped.
 
-Departures from DESIGN.md (why): ``place_gang`` (trough placement of gangs with a time window) is not
-used yet: a gang counts from its ``start-after`` onwards, which holds its GPUs longer than placing it
-would, never shorter. The NodePool limit is per pool while the ceiling is cluster-wide: each pool may
+Scheduled gangs (a ``start-after``/``deadline`` window and a ``duration``): before the ceilings, each pending
+one is placed in the trough of its NodePool's inference GPU forecast (``domain.gangs.place_gangs``; the points
+come from the loop through ``GangForecasts``: the median forecast of the pool's Deployments from their cached
+models, up to 7 days, never a refit), with the GPUs the cluster ceiling buys in that pool as capacity. Placements
+are cached and recomputed only when the scheduled gangs or their windows change, a model of the pool was refit,
+or every ``PLACEMENT_REFRESH_SECONDS``; one node start-up before its start a placement is frozen. The gang's GPUs
+count (ceiling and headroom) from ``planned start - node start-up`` (``domain.gangs.holds_gpus``), so its nodes
+are asked for ahead like an inference replica's. A gang no start of whose window fits is placed at the lowest
+peak and reported (an error line and ``errors_total{kind="gang_placement"}``, once per placement). When
+writing, the planned start is written on the object (``predictive-autoscaler.io/planned-start``) and a Kueue
+Workload the user created held (``spec.active: false``) is activated (``spec.active: true``) once ``now`` has
+reached its planned start and the ceiling reserves it whole. Volcano PodGroups have no such switch: they are
+placed, reserved and annotated, but start when Volcano says (their owner may read the annotation).
+
+Departures from DESIGN.md (why): the placement capacity is the *cluster* ceiling in the gang's pool (team
+ceilings and other pools' spend are left to ``enforce_ceilings`` at the time), so "fits" is optimistic when
+other pools spend much of the budget. The NodePool limit is per pool while the ceiling is cluster-wide: each pool may
 grow to its kept GPUs plus the *whole* remaining budget (``nodes.ceiling_gpus``), so the limits together
 can exceed the ceiling; the controller's own plan stays under it, and the limit only stops Karpenter from
 buying far past it. Volcano PodGroups are read without PriorityClass values (their priority is the
@@ -47,13 +61,24 @@ import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from autoscaler.config import Config, HeadroomSetting
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.capacity import forecast_need
 from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, PriceTable, WorkloadAsk, enforce_ceilings
-from autoscaler.domain.gangs import Gang, GangError, parse_gang
+from autoscaler.domain.gangs import (
+    ACTIVATED_ANNOTATION,
+    MAX_PLACEMENT_SECONDS,
+    PLANNED_START_ANNOTATION,
+    Gang,
+    GangError,
+    holds_gpus,
+    parse_gang,
+    place_gangs,
+    placement_window,
+    scheduled,
+)
 from autoscaler.domain.nodes import (
     GPU_COUNT_KEY,
     NodePoolError,
@@ -90,6 +115,7 @@ CUTTING_INFERENCE = "GPUCostCeilingCuttingInference"
 GPUS_UNAVAILABLE = "GPUsUnavailable"
 
 HeadroomKind = Literal["capacitybuffer", "placeholder"]
+PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -203,14 +229,63 @@ def pool_shapes(
 
 
 def gang_in_horizon(gang: Gang, now: int, horizon_seconds: int) -> bool:
-    """Whether a gang holds GPUs within ``[now, now + horizon]``: admitted, or allowed to start by then."""
-    if gang.inactive:
-        return False
-    if gang.admitted:
-        return True
-    if gang.deadline is not None and gang.duration_seconds is not None and now > gang.deadline:
-        return False  # its window is over: it will not be started for this run
-    return gang.start_after is None or gang.start_after <= now + horizon_seconds
+    """Whether an unplaced gang holds GPUs within ``[now, now + horizon]``: admitted, or allowed to start by then."""
+    return holds_gpus(gang, now, horizon_seconds)
+
+
+class GangForecasts(Protocol):
+    """What the money stage needs to place scheduled gangs; the loop implements it from its cached models.
+
+    ``points``: the inference GPUs the pool's Deployments are forecast to hold over ``[start, end]`` as
+    ``(time, GPUs)`` points (None when nothing can be said); ``version``: a number that changes when a model
+    in the pool was refit (the cached placements of that pool are then recomputed).
+    """
+
+    def points(self, pool: str | None, start: int, end: int) -> Sequence[tuple[int, float]] | None: ...
+
+    def version(self, pool: str | None) -> int: ...
+
+
+@dataclass(frozen=True)
+class GangPlacement:
+    """Where a scheduled gang was placed, for the report, the annotation, the metric and the activation."""
+
+    key: str
+    team: str
+    start: int
+    peak_gpus: float
+    fits: bool
+    capacity_gpus: float
+    frozen: bool
+    counts_from: int  # start - node start-up: from then on its GPUs count in the ceiling and in headroom
+    detail: str
+
+    def to_dict(self, now: int, held: bool) -> dict[str, Any]:
+        return {
+            "planned_start": utc(self.start).isoformat(),
+            "planned_start_unix": self.start,
+            "counts_from": utc(self.counts_from).isoformat(),
+            "peak_gpus": round(self.peak_gpus, 6),
+            "capacity_gpus": None if math.isinf(self.capacity_gpus) else round(self.capacity_gpus, 6),
+            "fits": self.fits,
+            "frozen": self.frozen,
+            "counting": now >= self.counts_from,
+            "held": held,
+            "detail": self.detail,
+        }
+
+
+def _latest_start(gang: Gang, now: int, fixed: Mapping[str, int]) -> int:
+    window = placement_window(gang, now)
+    return window[1] if window is not None else fixed.get(gang.key, now)
+
+
+def placement_capacity(pool: str | None, ceilings: Ceilings, prices: GpuPrices) -> float:
+    """GPUs the cluster ceiling buys in ``pool`` (unbounded without a cluster ceiling or with free GPUs)."""
+    price = prices.per_gpu_hour(pool)
+    if ceilings.cluster is None or price <= 0:
+        return math.inf
+    return ceilings.cluster / price
 
 
 def pool_limits(
@@ -264,6 +339,9 @@ def plan_headroom(
     and the pool's nodes already have (``headroom_plan``, capped by the pool's limit) become placeholder
     nodes, or are shared out as CapacityBuffer replicas, higher priority first. A workload whose pool is
     unknown gets its whole extra as a buffer (its node size is unknown, a buffer of pods is still right).
+    ``gangs`` are the reserved ones that count now: an admitted gang's GPUs are requested by its pods, a
+    pending one's (placed, within one node start-up of its start) are planned but not yet requested, so
+    placeholder nodes are held for it.
     """
     by_view = {v.name: v for v in views}
     extra: dict[str, int] = {}
@@ -280,10 +358,11 @@ def plan_headroom(
         requested[pool] = requested.get(pool, 0) + now_count * gpr
         if wanted:
             members.setdefault(pool, []).append(p)
-    for g in gangs:
+    for g in gangs:  # an admitted gang's pods request its GPUs; a pending one has no pods yet: nodes ahead
         pool = g.nodepool or ""
         planned_gpus[pool] = planned_gpus.get(pool, 0) + g.gpus
-        requested[pool] = requested.get(pool, 0) + g.gpus
+        if g.admitted:
+            requested[pool] = requested.get(pool, 0) + g.gpus
     have = {pool: max(gpus, by_view[pool].gpus_in_use or 0) if pool in by_view else gpus
             for pool, gpus in requested.items()}
     known = {pool: s for pool, s in shapes.items() if pool in planned_gpus}
@@ -407,6 +486,9 @@ class MoneyOutcome:
     ahead: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # key -> (ahead replicas, ceiling allows)
     alerts: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
+    placements: Mapping[str, GangPlacement] = field(default_factory=dict)
+    held: frozenset[str] = frozenset()  # keys of held (not yet activated) Kueue Workloads
+    now: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -417,6 +499,7 @@ class MoneyOutcome:
             "nodepool_limits": dict(sorted(self.limits.items())),
             "headroom": dict(sorted(self.headroom.items())),
             "ahead": {k: {"replicas": a, "allowed": b} for k, (a, b) in sorted(self.ahead.items())},
+            "gang_placements": {k: p.to_dict(self.now, k in self.held) for k, p in sorted(self.placements.items())},
             "alerts": list(self.alerts),
             "actions": list(self.actions),
         }
@@ -454,6 +537,69 @@ class MoneyStage:
         self._active: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
         self._unresolved: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
         self._karpenter_missing = False
+        self._placements: dict[str, GangPlacement] = {}
+        self._placement_sig: dict[str, tuple[Any, ...]] = {}
+        self._placement_versions: dict[str | None, int] = {}
+        self._placed_at = -math.inf
+        self._no_fit: dict[str, int] = {}  # gang -> the start reported as not fitting (reported once per start)
+
+    # ------------------------------------------------------------------ placement
+
+    def _place(
+        self, gangs: Sequence[Gang], cfg: Config, prices: GpuPrices, now: int, node_startup: float,
+        forecasts: GangForecasts | None, metrics: ControllerMetrics, errors: list[str],
+    ) -> dict[str, GangPlacement]:
+        """The cached placements of the scheduled gangs, recomputed when due (module docstring)."""
+        keep = {k: p for k, p in self._placements.items()}
+        candidates = [g for g in gangs if scheduled(g) and (placement_window(g, now) is not None or
+                                                            (g.key in keep and keep[g.key].frozen))]
+        if not candidates:
+            self._placements, self._placement_sig = {}, {}
+            return {}
+        sig = {g.key: (g.start_after, g.deadline, g.duration_seconds, g.gpus, g.nodepool, g.priority)
+               for g in candidates}
+        keep = {k: p for k, p in keep.items() if k in sig and self._placement_sig.get(k) == sig[k]}
+        keep = {k: replace(p, frozen=True) if not p.frozen and p.start - now <= node_startup else p
+                for k, p in keep.items()}
+        pools = sorted({g.nodepool for g in candidates}, key=lambda p: p or "")
+        versions = {pool: forecasts.version(pool) if forecasts is not None else 0 for pool in pools}
+        due = (set(sig) != set(keep) or versions != self._placement_versions
+               or now - self._placed_at >= PLACEMENT_REFRESH_SECONDS)
+        if not due:
+            self._placements = keep
+            return keep
+        fixed = {k: p.start for k, p in keep.items() if p.frozen}
+        inference: dict[str | None, Sequence[tuple[int, float]]] = {}
+        capacity: dict[str | None, float] = {}
+        for pool in pools:
+            members = [g for g in candidates if g.nodepool == pool]
+            end = max(_latest_start(g, now, fixed) + (g.duration_seconds or 0) for g in members)
+            end = min(max(end, now + 1), now + MAX_PLACEMENT_SECONDS)
+            inference[pool] = (forecasts.points(pool, now, end) if forecasts is not None else None) or []
+            capacity[pool] = placement_capacity(pool, cfg.ceilings, prices)
+        placed = place_gangs(gangs, inference, capacity, now, fixed)
+        out: dict[str, GangPlacement] = {}
+        for g in candidates:
+            pl = placed.get(g.key)
+            if pl is None:
+                continue
+            cap = capacity.get(g.nodepool, math.inf)
+            out[g.key] = GangPlacement(
+                key=g.key, team=g.team, start=pl.start, peak_gpus=pl.peak_gpus, fits=pl.fits, capacity_gpus=cap,
+                frozen=g.key in fixed or pl.start - now <= node_startup,
+                counts_from=math.floor(pl.start - node_startup), detail=pl.detail,
+            )
+            if not pl.fits and self._no_fit.get(g.key) != pl.start:
+                self._no_fit[g.key] = pl.start
+                metrics.errors.labels("gang_placement").inc()
+                errors.append(f"{g.key}: no start in its window fits the {cap:g} GPU(s) the ceiling buys in NodePool "
+                              f"{g.nodepool or '(none)'}; placed at the lowest peak, {pl.peak_gpus:g} GPU(s) at "
+                              f"{utc(pl.start).isoformat()}")
+            elif pl.fits:
+                self._no_fit.pop(g.key, None)
+        self._placements, self._placement_sig = out, sig
+        self._placement_versions, self._placed_at = versions, now
+        return out
 
     # ------------------------------------------------------------------ reads
 
@@ -520,8 +666,12 @@ class MoneyStage:
         horizon_seconds: int,
         metrics: ControllerMetrics,
         errors: list[str],
+        gang_forecasts: GangForecasts | None = None,
     ) -> MoneyOutcome:
-        """Adjust the decisions to the ceilings, then (when ``write``) set limits, headroom and alerts."""
+        """Adjust the decisions to the ceilings, then (when ``write``) set limits, headroom, gangs and alerts.
+
+        ``gang_forecasts`` gives the inference GPU forecasts scheduled gangs are placed on; without it they
+        are placed as if the pools had no inference (at the earliest start of their window)."""
         t = int(now)
         views = self._read_pools(cfg, metrics, errors)
         pools_known = views is not None
@@ -531,7 +681,11 @@ class MoneyStage:
         for problem in problems:
             self._once(f"NodePool not priced (default GPU-hour price used): {problem}", "nodepool", metrics, errors)
         prices = gpu_prices(shapes.values(), cfg.pricing)
-        gangs = [g for g in self._read_gangs(metrics, errors) if gang_in_horizon(g, t, horizon_seconds)]
+        all_gangs = self._read_gangs(metrics, errors)
+        node_startup = float(cfg.cold_start.node_startup_seconds)
+        placements = self._place(all_gangs, cfg, prices, t, node_startup, gang_forecasts, metrics, errors)
+        gangs = [g for g in all_gangs if holds_gpus(
+            g, t, horizon_seconds, placements[g.key].start if g.key in placements else None, node_startup)]
 
         asks = [WorkloadAsk.from_decision(p.spec, p.decision) for p in planned]
         report = enforce_ceilings(asks, gangs, cfg.ceilings, prices, horizon_seconds=horizon_seconds)
@@ -573,18 +727,23 @@ class MoneyStage:
                                      kind)
 
         self._export(metrics, cfg.ceilings, asked, report, teams, reserved, unavailable, planned, allowed_ahead)
+        metrics.gang_planned_start.clear()
+        for p in placements.values():
+            metrics.gang_planned_start.labels(p.key, p.team).set(p.start)
         alerts = alerts_for(report, asked, cfg.ceilings, unavailable, teams)
         if write:
             if pools_known and self.capacity is not None and cfg.karpenter.enabled:
                 actions += self._write_limits(views, limit_plan, metrics, errors)
                 if kind is not None:
                     actions += self._write_headroom(wants, views, metrics, errors)
+            actions += self._write_gangs(all_gangs, placements, report, t, metrics, errors)
             actions += self._send_alerts(alerts, now, metrics, errors)
         return MoneyOutcome(
             decisions=decisions, report=report, asked=asked, breaches=over, gpus_unavailable=unavailable,
             limits=limits, headroom={f"{w.ident[0]} {w.ident[1]}": w.amount for w in wants},
             ahead={p.key: (p.ahead_replicas, allowed_ahead[p.key]) for p in planned},
             alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in alerts), actions=tuple(actions),
+            placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
         )
 
     # ------------------------------------------------------------------ writes
@@ -607,6 +766,44 @@ class MoneyStage:
             except Exception as exc:
                 metrics.errors.labels("kube_write").inc()
                 errors.append(f"NodePool {v.name}: setting the GPU limit to {limit} failed: {exc}")
+        return actions
+
+    def _write_gangs(
+        self, gangs: Sequence[Gang], placements: Mapping[str, GangPlacement], report: CostReport, now: int,
+        metrics: ControllerMetrics, errors: list[str],
+    ) -> list[str]:
+        """Write each placed gang's planned start when it changed; activate a held Workload whose start has come
+        and that the ceiling reserved whole. A failure is reported; the next tick sees the same state and retries."""
+        if self.training is None:
+            return []
+        reserved = {g.key for g in report.gangs_reserved}
+        actions: list[str] = []
+        for g in sorted(gangs, key=lambda g: g.key):
+            p = placements.get(g.key)
+            if p is None:
+                continue
+            annotations: dict[str, str] = {}
+            if g.planned_start_note != p.start:
+                annotations[PLANNED_START_ANNOTATION] = utc(p.start).isoformat()
+            activate = g.kind == "Workload" and g.held and now >= p.start and g.key in reserved
+            patch: dict[str, Any] = {}
+            if activate:
+                annotations[ACTIVATED_ANNOTATION] = utc(now).isoformat()
+                patch["spec"] = {"active": True}
+            if not annotations:
+                continue
+            patch["metadata"] = {"annotations": annotations}
+            what = "activating" if activate else "writing the planned start of"
+            try:
+                self.training.patch_gang(g.kind, g.namespace, g.name, patch)
+            except Exception as exc:
+                metrics.errors.labels("kube_write").inc()
+                errors.append(f"{what} {g.key} failed (retried next tick): {exc}")
+                continue
+            if activate:
+                actions.append(f"{g.key} activated at its planned start {utc(p.start).isoformat()} (reserved whole)")
+            else:
+                actions.append(f"{g.key}: planned start {utc(p.start).isoformat()} written")
         return actions
 
     def _write_headroom(

@@ -47,10 +47,10 @@ Scores (``PolicyResult``; always present, 0 without a ceiling or gangs):
   ceiling allowed and the capacity the policy asked for. It is part of ``unserved_fraction``;
 * ``gangs_missed`` and ``gangs_preempted``: gangs whose window closed before a run started, and runs lost.
 
-Departure from the controller (why): the controller counts a gang from its ``start-after`` onwards and does
-not use ``place_gang`` yet; the simulator does, so that the benefit of trough placement can be measured before
-the controller adopts it. Node pools are one pool of ``--gpus-per-node`` nodes; gang nodes are whole nodes of
-the same shape that no replica shares (training pods usually take whole nodes).
+The controller places scheduled gangs with the same ``place_gang`` (``autoscaler.runtime.money``, on the median
+forecast of each NodePool's Deployments); ``compress_points`` lives in ``autoscaler.domain.gangs`` for both.
+Node pools are one pool of ``--gpus-per-node`` nodes; gang nodes are whole nodes of the same shape that no
+replica shares (training pods usually take whole nodes).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from typing import Any, Protocol
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
 from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
 from autoscaler.domain.gangs import Gang, place_gang
+from autoscaler.domain.gangs import compress_points as compress_points  # re-exported for the policies
 from autoscaler.domain.nodes import nodes_for
 from autoscaler.traces import parse_duration
 
@@ -218,15 +219,6 @@ class GangPlacer(Protocol):
     """A policy that can say what inference GPUs it expects ahead (the predictive forecast, the oracle's plan)."""
 
     def inference_gpus_ahead(self, k: int, seconds: int) -> Sequence[tuple[int, float]] | None: ...
-
-
-def compress_points(times: Sequence[int], gpus: Sequence[float]) -> list[tuple[int, float]]:
-    """``(time, gpus)`` points with runs of equal values merged (``place_gang`` only needs the changes)."""
-    out: list[tuple[int, float]] = []
-    for t, g in zip(times, gpus, strict=True):
-        if not out or out[-1][1] != g:
-            out.append((int(t), float(g)))
-    return out
 
 
 @dataclass
