@@ -55,6 +55,7 @@ from autoscaler.domain.cost import (
     NodePoolPricing,
     PriceTable,
 )
+from autoscaler.domain.types import ScalingPolicy
 from autoscaler.traces import parse_duration
 
 __all__ = [
@@ -148,8 +149,30 @@ class ForecastProfile:
     refit_seconds: int = 86_400
     quantile: int = 90
     warm_pool: WarmPool = "auto"
+    # The band the automatic warm pool (and the surprise floor) covers up to. Why a key: with an automatic pool
+    # the replicas + pool cover this band, so it, not ``quantile``, sets how much is held; a fixed pool (or 0)
+    # replaces it and the surprise floor then uses ``quantile``'s own band (see ``scaling_policy``).
+    warm_pool_quantile: int = 99
     scale_down_stabilization_seconds: int = 10 * 60
     look_ahead_seconds: int = 5 * 60
+
+    def scaling_policy(
+        self, capacity_per_replica: float, min_replicas: int, max_replicas: int, warm_pool: int | None = None
+    ) -> ScalingPolicy:
+        """The planner's policy for a workload on this profile; ``warm_pool`` (the workload's own setting, e.g.
+        its annotation) overrides the profile's. One mapping for the controller and ``simulate``, so that what an
+        operator tunes in the simulator is what the controller runs."""
+        warm = warm_pool if warm_pool is not None else (None if self.warm_pool == "auto" else int(self.warm_pool))
+        return ScalingPolicy(
+            capacity_per_replica=capacity_per_replica,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            level=self.quantile,
+            warm_pool=warm,
+            warm_pool_level=self.warm_pool_quantile if warm is None else self.quantile,
+            lookahead_window_seconds=self.look_ahead_seconds,
+            scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
+        )
 
 
 @dataclass(frozen=True)
@@ -279,6 +302,7 @@ class Config:
                     "refit": format_duration(p.refit_seconds),
                     "quantile": p.quantile,
                     "warm_pool": p.warm_pool,
+                    "warm_pool_quantile": p.warm_pool_quantile,
                     "scale_down_stabilization": format_duration(p.scale_down_stabilization_seconds),
                     "look_ahead": format_duration(p.look_ahead_seconds),
                 }
@@ -445,7 +469,8 @@ def _describe(value: object) -> str:
 
 _LOOP_KEYS = ("interval", "history", "step")
 _PROFILE_KEYS = (
-    "model", "horizon", "history", "refit", "quantile", "warm_pool", "scale_down_stabilization", "look_ahead",
+    "model", "horizon", "history", "refit", "quantile", "warm_pool", "warm_pool_quantile", "scale_down_stabilization",
+    "look_ahead",
 )
 _COLD_START_KEYS = ("pod_startup", "node_startup", "percentile", "min_samples")
 _PROMETHEUS_KEYS = ("url", "bearer_token_file", "ca_file", "timeout", "retries", "arrival_rate_query", "queries")
@@ -487,14 +512,21 @@ def _parse_profile(p: _Parser, name: str, raw: Mapping[str, Any], base: Forecast
             warm_pool = value
         else:
             p.error(f"{path}.warm_pool", f"expected \"auto\" or an integer >= 0, got {_describe(value)}")
+    quantile = p.integer(raw, "quantile", path, base.quantile, 1, 99)
+    warm_pool_quantile = p.integer(raw, "warm_pool_quantile", path, max(base.warm_pool_quantile, quantile), 1, 99)
+    if warm_pool_quantile < quantile:
+        p.error(f"{path}.warm_pool_quantile", f"{warm_pool_quantile} is below quantile {quantile}: the warm pool "
+                                              "covers the tail above the replicas' band, so it must be >= quantile")
+        warm_pool_quantile = quantile
     return ForecastProfile(
         name=name,
         model=model,
         horizon_seconds=p.duration(raw, "horizon", path, base.horizon_seconds),
         history_seconds=p.duration(raw, "history", path, base.history_seconds),
         refit_seconds=p.duration(raw, "refit", path, base.refit_seconds),
-        quantile=p.integer(raw, "quantile", path, base.quantile, 1, 99),
+        quantile=quantile,
         warm_pool=warm_pool,
+        warm_pool_quantile=warm_pool_quantile,
         scale_down_stabilization_seconds=p.duration(
             raw, "scale_down_stabilization", path, base.scale_down_stabilization_seconds
         ),

@@ -234,3 +234,57 @@ def test_metrics_outages_are_missing_data_unless_kept(tmp_path: Path, capsys: py
     # kept as zero demand, the HPA scales in during the gap and is short while the traffic's replicas restart
     assert unserved(["--keep-outages"]) > 0.001
     assert unserved([]) < 1e-9  # as missing data it holds through the gap
+
+
+def test_sweep_runs_one_scored_predictive_row_per_value(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--trace", str(trace), "--json", "--reactive-targets", "0.7", "--sweep",
+            "warm_pool_quantile=90,99"]
+    assert main(args) == 0
+    policies = json.loads(capsys.readouterr().out)["policies"]
+    assert set(policies) == {"predictive", "oracle", "reactive@0.7", "predictive@warm_pool_quantile=90",
+                             "predictive@warm_pool_quantile=99"}
+    for name, scores in policies.items():
+        assert list(scores) == KEYS, name
+    # the default profile's warm pool covers p99: the sweep's p99 row is the same run as the base policy
+    assert policies["predictive@warm_pool_quantile=99"] == policies["predictive"]
+    # covering only p90 (no warm pool above the replicas' band) holds fewer GPU-hours
+    assert policies["predictive@warm_pool_quantile=90"]["gpu_hours"] < policies["predictive"]["gpu_hours"]
+
+
+def test_config_profile_drives_the_predictive_policy_like_the_sweep(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("profiles:\n  default: {}\n  lean:\n    quantile: 75\n    warm_pool: 0\n")
+    base = ["simulate", "--trace", str(trace), "--json", "--policies", "predictive"]
+    assert main([*base, "--config", str(config), "--profile", "lean"]) == 0
+    lean = json.loads(capsys.readouterr().out)["policies"]["predictive"]
+    assert main([*base, "--config", str(config), "--sweep", "quantile=75"]) == 0
+    swept = json.loads(capsys.readouterr().out)["policies"]
+    assert main([*base, "--sweep", "warm_pool=0"]) == 0
+    no_pool = json.loads(capsys.readouterr().out)["policies"]["predictive@warm_pool=0"]
+    # the sweep keeps the rest of the profile (warm pool auto -> p99): changing quantile alone moves nothing
+    # above it, while the profile without a pool holds less than the default
+    assert swept["predictive@quantile=75"]["gpu_hours"] == pytest.approx(swept["predictive"]["gpu_hours"], rel=0.05)
+    assert lean["gpu_hours"] <= no_pool["gpu_hours"] < swept["predictive"]["gpu_hours"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--sweep", "quantile=150"], "--sweep quantile=150: profiles.default.quantile: must be between 1 and 99"),
+        (["--sweep", "warm_pool_quantile=80"], "80 is below quantile 90"),
+        (["--sweep", "quantil=90"], "unknown profile key 'quantil'"),
+        (["--sweep", "quantile"], "expected KEY=V1,V2"),
+        (["--sweep", "quantile=90", "--policies", "oracle"], "keep 'predictive' in --policies"),
+        (["--profile", "nope"], "--profile: unknown forecast profile 'nope'"),
+        (["--config", "/nonexistent/config.yaml"], "--config: /nonexistent/config.yaml"),
+    ],
+)
+def test_bad_tuning_flags_are_one_line_errors(
+    trace: Path, args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--trace", str(trace), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert len(err.splitlines()) == 1

@@ -92,6 +92,31 @@ def test_named_profiles_inherit_from_default() -> None:
     assert cfg.profile("default").quantile == 95
 
 
+def test_warm_pool_quantile_defaults_to_p99_and_cannot_sit_below_quantile() -> None:
+    cfg = parse_config_text("profiles:\n  default: {}\n  lean:\n    warm_pool_quantile: 95\n")
+    assert cfg.profile("default").warm_pool_quantile == 99
+    assert cfg.profile("lean").warm_pool_quantile == 95
+    with pytest.raises(ConfigError) as exc:
+        parse_config_text("profiles:\n  default:\n    quantile: 95\n    warm_pool_quantile: 90\n")
+    assert "profiles.default.warm_pool_quantile: 90 is below quantile 95" in str(exc.value)
+
+
+def test_profile_maps_to_the_planner_policy_once_for_controller_and_simulator() -> None:
+    cfg = parse_config_text(
+        "profiles:\n  default:\n    quantile: 80\n    warm_pool_quantile: 95\n    look_ahead: 2m\n"
+        "    scale_down_stabilization: 5m\n  fixed:\n    warm_pool: 3\n"
+    )
+    auto = cfg.profile("default").scaling_policy(2.5, 1, 40)
+    assert (auto.capacity_per_replica, auto.min_replicas, auto.max_replicas) == (2.5, 1, 40)
+    assert (auto.level, auto.warm_pool, auto.warm_pool_level) == (80, None, 95)
+    assert (auto.lookahead_window_seconds, auto.scale_down_stabilization_seconds) == (120, 300)
+    # a fixed pool replaces the automatic tail: nothing above the replicas' own band is added on top
+    fixed = cfg.profile("fixed").scaling_policy(2.5, 1, 40)
+    assert (fixed.warm_pool, fixed.warm_pool_level) == (3, 80)
+    # the workload's own setting (its annotation) overrides the profile's
+    assert cfg.profile("default").scaling_policy(2.5, 1, 40, warm_pool=0).warm_pool == 0
+
+
 def test_integer_seconds_are_accepted_as_durations() -> None:
     cfg = parse_config_text("loop:\n  interval: 45\n")
     assert cfg.loop.interval_seconds == 45

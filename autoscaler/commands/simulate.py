@@ -21,6 +21,15 @@ Scenario files: ``--scenario FILE.yaml`` holds any of the options below under th
 dashes or underscores), ``trace`` relative to the file. A flag given on the command line overrides the file's
 value; ``--gang`` flags replace the file's ``gangs`` list. A bad key or value is a one-line error naming it.
 
+Tuning on your own history: ``--config FILE --profile NAME`` runs the predictive policy with the operator
+config the controller reads (the profile is mapped to the planner exactly as the controller maps it,
+``ForecastProfile.scaling_policy``; the loop interval is the decision interval). ``--sweep KEY=V1,V2,...``
+adds one predictive run per value of one profile key, named ``predictive@KEY=V`` and scored like the others
+(the HPA and oracle run once): the rows are points on the predictive policy's cost/risk curve, set against
+the HPA's at the same GPU-hours. Why a sweep and not one "best" setting: the simulator cannot know what an
+unserved request costs the operator; the curve shows the trade, the operator picks the point. With the
+default automatic warm pool, ``warm_pool_quantile`` (not ``quantile``) is the knob that moves the point.
+
 Departure from the brief: the predictive policy decides every ``--decision-interval`` (default
 30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync. Measured
 on the bundled NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
@@ -34,7 +43,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +51,12 @@ import numpy as np
 import yaml
 
 from autoscaler.cli import UserError, duration_flag
+from autoscaler.config import Config, ConfigError, ForecastProfile, load_config, parse_config
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
     DEFAULT_REACTIVE_TARGETS,
+    PolicyResult,
+    PredictiveFactory,
     SimulationConfig,
     SimulationResult,
     reactive_at,
@@ -68,8 +80,11 @@ DEFAULTS: dict[str, Any] = {
     "gpus_per_node": 8,
     "gpu_hour_price": 3.0,
     "reactive_targets": ",".join(f"{t:g}" for t in DEFAULT_REACTIVE_TARGETS),
-    "model": "default",
-    "decision_interval": "30s",
+    "config": None,
+    "profile": "default",
+    "model": None,
+    "decision_interval": None,
+    "sweep": None,
     "ceiling_usd_per_hour": None,
     "inference_priority": "production",
     "gang": None,
@@ -129,10 +144,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="HPA utilisation targets to run, comma-separated, each in (0, 1] (default "
         + ",".join(f"{t:g}" for t in DEFAULT_REACTIVE_TARGETS) + ")",
     )
-    parser.add_argument("--model", default=None, help="forecast model for the predictive policy (default: default)")
+    parser.add_argument(
+        "--config", type=Path, default=None, metavar="FILE.yaml",
+        help="the controller's operator config (the same file or ConfigMap directory `run --config` reads): the "
+        "predictive policy runs with its forecast profile and loop interval (default: the built-in defaults)",
+    )
+    parser.add_argument(
+        "--profile", default=None, help="which forecast profile of the config to run (default: default)"
+    )
+    parser.add_argument(
+        "--sweep", default=None, metavar="KEY=V1,V2,...",
+        help="also run the predictive policy once per value of one profile key (quantile, warm_pool, "
+        "warm_pool_quantile, look_ahead, scale_down_stabilization, model, refit, history), e.g. "
+        "warm_pool_quantile=90,95,99: one row each, "
+        "'predictive@quantile=75', scored like the others, to choose an operating point on your own history",
+    )
+    parser.add_argument(
+        "--model", default=None, help="forecast model for the predictive policy (default: the profile's model)"
+    )
     parser.add_argument(
         "--decision-interval", default=None,
-        help="how often the predictive policy decides (controller loop interval; default 30s)",
+        help="how often the predictive policy decides (default: the config's loop interval, 30s)",
     )
     parser.add_argument(
         "--ceiling-usd-per-hour", type=float, default=None, metavar="X",
@@ -194,7 +226,12 @@ def _scenario_value(key: str, value: Any, base: Path) -> Any:
         if isinstance(value, str | float | int) and not isinstance(value, bool):
             return str(value)
         raise ValueError("expected a list or a comma-separated string")
-    if key in ("pod_startup", "node_startup", "decision_interval", "model", "inference_priority"):
+    if key == "config":
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError("expected a path to a config file")
+        path = Path(value)
+        return path if path.is_absolute() else base / path
+    if key in ("pod_startup", "node_startup", "decision_interval", "model", "inference_priority", "profile", "sweep"):
         if isinstance(value, str | int) and not isinstance(value, bool):
             return str(value)
         raise ValueError(f"expected a string, got {value!r}")
@@ -272,6 +309,82 @@ def apply_scenario(args: argparse.Namespace) -> argparse.Namespace:
                 raise UserError(f"--gang {spec!r}: {exc}") from None
     args.gangs = tuple(gangs or ())
     return args
+
+
+# ``--sweep`` keys: the profile keys of the operator config, and the ``ForecastProfile`` field each sets.
+SWEEP_KEYS: dict[str, str] = {
+    "quantile": "quantile",
+    "warm_pool": "warm_pool",
+    "warm_pool_quantile": "warm_pool_quantile",
+    "look_ahead": "look_ahead_seconds",
+    "scale_down_stabilization": "scale_down_stabilization_seconds",
+    "model": "model",
+    "refit": "refit_seconds",
+    "history": "history_seconds",
+}
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the predictive policy runs with: the operator's profile, its decision interval, and the sweep."""
+
+    profile: ForecastProfile
+    interval_seconds: int
+    sweep: tuple[tuple[str, ForecastProfile], ...] = ()  # (policy name, profile) per swept value
+
+
+def parse_sweep(spec: str, base: ForecastProfile, config: Config) -> tuple[tuple[str, ForecastProfile], ...]:
+    """``KEY=V1,V2,...`` -> one profile per value, each validated by the config parser (same messages)."""
+    key, sep, values = spec.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key:
+        raise UserError(f"--sweep {spec!r}: expected KEY=V1,V2,... (e.g. quantile=75,90,95)")
+    if key not in SWEEP_KEYS:
+        raise UserError(f"--sweep: unknown profile key {key!r}; choose one of {', '.join(SWEEP_KEYS)}")
+    raw_values = list(dict.fromkeys(v.strip() for v in values.split(",") if v.strip()))
+    if not raw_values:
+        raise UserError(f"--sweep {key}=: no value given (e.g. {key}=75,90,95)")
+    # The base profile in the file's own spelling, so that each value is checked against the rest of it
+    # (e.g. warm_pool_quantile >= quantile) with the config's own messages.
+    as_file = Config(loop=config.loop, profiles={"default": replace(base, name="default")}).to_dict()
+    out: list[tuple[str, ForecastProfile]] = []
+    for raw in raw_values:
+        try:
+            value = yaml.safe_load(raw)
+            profile_raw = {**as_file["profiles"]["default"], key: value}
+            parsed = parse_config({"loop": as_file["loop"], "profiles": {"default": profile_raw}}, "--sweep")
+        except yaml.YAMLError:
+            raise UserError(f"--sweep {key}={raw}: not a valid value") from None
+        except ConfigError as exc:
+            raise UserError(f"--sweep {key}={raw}: {exc.errors[0] if exc.errors else exc}") from None
+        field_name = SWEEP_KEYS[key]
+        out.append((f"predictive@{key}={raw}", replace(base, **{field_name: getattr(parsed.profile("default"),
+                                                                                   field_name)})))
+    return tuple(out)
+
+
+def tuning(args: argparse.Namespace) -> Tuning:
+    """The profile (``--config``, ``--profile``, ``--model``), decision interval and sweep of ``args``."""
+    config = Config()
+    if args.config is not None:
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            raise UserError(f"--config: {exc}") from None
+    try:
+        profile = config.profile(str(args.profile))
+    except ConfigError as exc:
+        raise UserError(f"--profile: {exc.errors[0] if exc.errors else exc}") from None
+    if args.model is not None:
+        _model_factory(str(args.model))  # a one-line error for an unknown model
+        profile = replace(profile, model=str(args.model))
+    interval = (
+        duration_flag("--decision-interval", args.decision_interval)
+        if args.decision_interval is not None
+        else config.loop.interval_seconds
+    )
+    sweep = parse_sweep(str(args.sweep), profile, config) if args.sweep is not None else ()
+    return Tuning(profile, interval, sweep)
 
 
 def money_config(args: argparse.Namespace) -> MoneyConfig:
@@ -359,10 +472,18 @@ def _pct(x: float) -> str:
 def summary_lines(result: SimulationResult) -> list[str]:
     """The comparison lines under the table: predictive vs the HPA at equal GPU-hours, and vs the oracle."""
     lines: list[str] = []
-    pred = result.policies.get("predictive")
     oracle = result.policies.get("oracle")
-    same = reactive_at(pred.gpu_hours, result.reactive()) if pred is not None else None
-    if pred is not None and same is not None:
+    for name, pred in result.policies.items():
+        if name == "predictive" or name.startswith("predictive@"):
+            lines += _comparison(name, pred, result.reactive(), oracle)
+    return lines
+
+
+def _comparison(name: str, pred: PolicyResult, reactive: list[PolicyResult], oracle: PolicyResult | None) -> list[str]:
+    lines: list[str] = []
+    label = "Predictive" if name == "predictive" else name
+    same = reactive_at(pred.gpu_hours, reactive)
+    if same is not None:
         where = (
             f"outside the targets' range, nearest {same.between[0]}"
             if same.extrapolated
@@ -374,12 +495,12 @@ def summary_lines(result: SimulationResult) -> list[str]:
         else:
             verdict = "the HPA served everything at this spend"
         lines.append(
-            f"Predictive vs reactive HPA at the same {pred.gpu_hours:.1f} GPU-hours ({where}): unserved "
+            f"{label} vs reactive HPA at the same {pred.gpu_hours:.1f} GPU-hours ({where}): unserved "
             f"{_pct(pred.unserved_fraction)} vs {_pct(same.unserved_fraction)} -> {verdict}."
         )
-    if pred is not None and oracle is not None and oracle.gpu_hours > 0:
+    if oracle is not None and oracle.gpu_hours > 0:
         lines.append(
-            f"Predictive holds {pred.gpu_hours / oracle.gpu_hours:.2f}x the oracle's GPU-hours "
+            f"{label} holds {pred.gpu_hours / oracle.gpu_hours:.2f}x the oracle's GPU-hours "
             f"(perfect foresight, never short: {oracle.gpu_hours:.1f})."
         )
     return lines
@@ -461,10 +582,15 @@ def run(args: argparse.Namespace) -> int:
 
         trace = replace(trace, requests=prepare(trace.requests))
     config = build_config(trace, args)
-    predictive = None
-    if "predictive" in config.policies:
-        interval = duration_flag("--decision-interval", args.decision_interval)
-        predictive = factory(_model_factory(args.model), decision_interval_seconds=interval)
+    tune = tuning(args)
+    if tune.sweep and "predictive" not in config.policies:
+        raise UserError("--sweep varies the predictive policy: keep 'predictive' in --policies")
+
+    def predictive_for(profile: ForecastProfile) -> PredictiveFactory:
+        return factory(_model_factory(profile.model), decision_interval_seconds=tune.interval_seconds,
+                       profile=profile)
+
+    predictive = predictive_for(tune.profile) if "predictive" in config.policies else None
 
     def progress(name: str) -> None:
         if sys.stderr.isatty():
@@ -472,6 +598,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = simulate(trace.requests, config, trace.name, predictive=predictive, progress=progress)
+        only_predictive = replace(config, policies=("predictive",))
+        for name, profile in tune.sweep:
+            progress(name)
+            extra = simulate(trace.requests, only_predictive, trace.name, predictive=predictive_for(profile))
+            result.policies[name] = extra.policies["predictive"]
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.plot is not None:

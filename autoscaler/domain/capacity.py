@@ -17,7 +17,8 @@ The automatic warm pool. Replicas are sized at ``band(level)`` (e.g. p90): deman
 step in ten. The warm pool covers the tail above it, up to a higher band (``warm_pool_level``, p99
 by default, or the highest band in between that the forecast has): ``warm = ceil(tail / capacity) -
 need``. Kept as ready *replicas* it answers the tail instantly; kept as ready *nodes* it only saves
-the node start-up, at the price of idle GPUs instead of idle replicas. Without a band above ``level``
+the node start-up, at the price of idle GPUs instead of idle replicas. With ``warm_pool_level`` equal
+to ``level`` there is no tail to cover and the pool is 0. Without a band above ``level``
 the spread ``band(level) - mean`` stands in for the tail above the band: for a roughly normal error
 p90 - mean is 1.28 sigma while p99 - p90 is 1.04 sigma, so the stand-in errs on the generous side.
 Written as ``max(need, ceil(tail / capacity))`` in total, the pool is monotone: a forecast whose
@@ -185,6 +186,8 @@ def tail_band_level(forecast: Forecast, policy: ScalingPolicy) -> int | None:
 
 def auto_warm_pool(forecast: Forecast, policy: ScalingPolicy, need: ForecastNeed) -> WarmPool:
     """Spare replicas for the forecast's tail above ``band(level)`` over the same window (see module doc)."""
+    if policy.warm_pool_level <= policy.level:
+        return WarmPool(0, f"auto: covers up to p{policy.warm_pool_level}, no tail above the p{policy.level} need -> 0")
     idx = need.window.indices
     band = forecast.band(policy.level)[idx]
     tail_level = tail_band_level(forecast, policy)

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.config import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.types import ScalingPolicy, WorkloadState
@@ -176,15 +177,16 @@ class PredictivePolicy:
         return decision.desired_replicas
 
 
-def scaling_policy_for(config: SimulationConfig, overrides: Mapping[str, Any] | None = None) -> ScalingPolicy:
-    """The planner policy the simulator runs: the sizing from ``config``, the planner's defaults otherwise.
+def scaling_policy_for(
+    config: SimulationConfig, overrides: Mapping[str, Any] | None = None, profile: ForecastProfile | None = None
+) -> ScalingPolicy:
+    """The planner policy the simulator runs: the sizing from ``config``, the rest from ``profile`` (the
+    operator's forecast profile, mapped exactly as the controller maps it; default: the built-in profile).
 
     ``overrides`` sets other ``ScalingPolicy`` fields (level, warm_pool, lookahead_window_seconds, ...).
     """
-    base = ScalingPolicy(
-        capacity_per_replica=config.capacity_per_replica,
-        min_replicas=config.min_replicas,
-        max_replicas=config.max_replicas,
+    base = (profile or ForecastProfile()).scaling_policy(
+        config.capacity_per_replica, config.min_replicas, config.max_replicas
     )
     return replace(base, **dict(overrides or {}))
 
@@ -193,16 +195,22 @@ def factory(
     make_model: Callable[[], Forecaster],
     decision_interval_seconds: int = 30,
     policy_overrides: Mapping[str, Any] | None = None,
+    profile: ForecastProfile | None = None,
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
+    ``profile`` is the operator's forecast profile (sizing knobs, refit interval and history length);
     ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``)."""
+    chosen = profile or ForecastProfile()
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
         cold_start = ColdStartProfile(
             prior_seconds=float(cluster.pod_startup_seconds),
             node_prior_seconds=float(cluster.node_startup_seconds),
         )
-        policy = scaling_policy_for(config, policy_overrides)
-        return PredictivePolicy(series, make_model, policy, cold_start, cluster, decision_interval_seconds)
+        policy = scaling_policy_for(config, policy_overrides, chosen)
+        return PredictivePolicy(
+            series, make_model, policy, cold_start, cluster, decision_interval_seconds,
+            refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds,
+        )
 
     return build

@@ -131,6 +131,18 @@ def test_auto_warm_pool_ignores_bands_above_warm_pool_level() -> None:
     assert auto_warm_pool(fc, policy, need).replicas == 0
 
 
+def test_auto_warm_pool_covering_only_the_replicas_band_is_zero() -> None:
+    # warm_pool_level == level: the operator asked for no tail above the band, not for the spread stand-in
+    policy = ScalingPolicy(capacity_per_replica=5.0, warm_pool_level=90)
+    fc = forecast([20.0] * 20, mean=[12.0] * 20, p99=[40.0] * 20)
+    need = forecast_need(fc, policy, now=0, lead_seconds=60)
+    pool = auto_warm_pool(fc, policy, need)
+    assert pool.replicas == 0
+    assert "no tail above the p90 need" in pool.detail
+    wider = auto_warm_pool(fc, ScalingPolicy(capacity_per_replica=5.0), need)
+    assert wider.replicas == 8 - 4  # the same forecast with the default p99 pool
+
+
 def test_required_horizon_covers_the_worst_case_window() -> None:
     policy = ScalingPolicy(capacity_per_replica=1.0, lookahead_window_seconds=300)
     cold = ColdStartProfile(prior_seconds=150.5, node_prior_seconds=200.0)
