@@ -571,3 +571,152 @@ def test_a_failed_gang_read_keeps_the_last_gangs_and_a_malformed_one_is_reported
     (error,) = report.errors
     assert error.startswith("reading training gangs failed; planning with the 1 gang(s) of the last good read")
     assert rig.metric("predictive_autoscaler_gang_reserved_gpus") == 8
+
+
+# ---------------------------------------------------------------------------------------------- scheduled gangs
+
+HOUR = 3600
+NODE_STARTUP = 2 * HOUR  # cold_start.node_startup of ``config``
+
+
+def scheduled_workload(name: str, *, gpus: int, start_after: int, deadline: int, duration: str, pool: str,
+                       held: bool = True) -> dict[str, Any]:
+    """A Kueue Workload submitted for the controller to start: held, with a window and a run time."""
+    obj = kueue_workload(name, pods=1, gpus=gpus, admitted=False, pool=pool)
+    obj["metadata"]["annotations"].update({
+        PREFIX + "start-after": datetime.fromtimestamp(start_after, UTC).isoformat().replace("+00:00", "Z"),
+        PREFIX + "deadline": str(deadline),
+        PREFIX + "duration": duration,
+    })
+    if held:
+        obj["spec"]["active"] = False
+    return obj
+
+
+def placement(report: TickReport, key: str) -> dict[str, Any]:
+    found: dict[str, Any] = report.to_dict()["cost"]["gang_placements"][key]
+    return found
+
+
+def test_a_scheduled_gang_is_placed_in_the_forecast_trough_reserved_ahead_and_activated_at_its_start(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer
+) -> None:
+    rig = money_rig
+    for crd in (NODEPOOL_CRD, KUEUE_CRD):
+        rig.fake.install_crd(crd)
+    rig.fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.stage.training = TrainingReader(rig.api)
+    # Advisory: its replicas stay as they are, so any headroom in the pool is the gang's.
+    dep = gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4", priority="production",
+                         nodepool="h100")
+    dep["metadata"]["annotations"][PREFIX + "mode"] = "advisory"
+    rig.fake.add("deployments", dep)
+    now = TROUGH - 20 * HOUR  # the next daily low of llama-chat's demand is inside the 24 h window
+    rig.fake.add("workloads.kueue.x-k8s.io", scheduled_workload(
+        "nightly", gpus=8, start_after=now, deadline=now + 24 * HOUR, duration="2h", pool="h100"))
+    key = "Workload/training/nightly"
+
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    first = placement(report, key)
+    start = first["planned_start_unix"]
+    # Judged on the demand that really came: the replicas llama-chat needed over the gang's 2 h run.
+    truth = prometheus_server.backfill.arrival_rate("serving", "llama-chat")
+    replicas = [min(max(math.ceil(r / 0.4) if math.isfinite(r) else 1, 1), 20) for r in truth]
+
+    def run_peak(at: int) -> int:
+        i = (at - prometheus_server.backfill.start) // 60
+        return max(replicas[i : i + 120])
+
+    best = min(run_peak(now + 60 * m) for m in range(0, 24 * 60 + 1, 5))
+    assert run_peak(start) <= best + 1, (run_peak(start), best)  # in the trough (one replica of forecast error) ...
+    assert run_peak(now) > best + 2  # ... where starting at start-after would not be
+    assert (first["fits"], first["counting"], first["held"]) == (True, False, True)
+    assert rig.metric("predictive_autoscaler_gang_planned_start_timestamp_seconds",
+                      {"gang": key, "team": "ml"}) == start
+    # Not counted yet: no ceiling reservation, no nodes asked for it.
+    assert report.to_dict()["cost"]["gangs"] == []
+    assert rig.fake.all("deployments", CONTROLLER_NS) == []
+    stored = rig.fake.get("workloads.kueue.x-k8s.io", "training", "nightly")
+    assert stored is not None
+    assert stored["metadata"]["annotations"][PREFIX + "planned-start"] == datetime.fromtimestamp(start, UTC).isoformat()
+    assert stored["spec"]["active"] is False
+
+    # Just before one node start-up ahead of its start (placements are recomputed as the forecast moves).
+    report = rig.tick(start - NODE_STARTUP - 600)
+    assert report.ok, report.errors
+    start = placement(report, key)["planned_start_unix"]
+    assert placement(report, key)["counting"] is False
+    assert report.to_dict()["cost"]["gangs"] == []
+    assert rig.fake.all("deployments", CONTROLLER_NS) == []
+
+    # One node start-up ahead: frozen, reserved by the ceiling stage, and its node is asked for.
+    report = rig.tick(start - NODE_STARTUP)
+    assert report.ok, report.errors
+    now_placement = placement(report, key)
+    assert (now_placement["planned_start_unix"], now_placement["frozen"], now_placement["counting"]) == \
+        (start, True, True)
+    assert [(g["key"], g["reserved"]) for g in report.to_dict()["cost"]["gangs"]] == [(key, True)]
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    inference = max(2, decision.desired_replicas)  # 1 GPU per replica, advisory: no headroom of its own
+    placeholder = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("h100"))
+    assert placeholder is not None
+    assert placeholder["spec"]["replicas"] == math.ceil((inference + 8) / 8) - math.ceil(inference / 8)
+    assert rig.fake.get("workloads.kueue.x-k8s.io", "training", "nightly")["spec"]["active"] is False  # type: ignore[index]
+
+    # A minute before its start: still held.
+    report = rig.tick(start - 60)
+    assert report.ok, report.errors
+    assert rig.fake.calls("PATCH", r"/workloads/nightly$")[-1].body.get("spec") is None
+
+    # At its start the activation fails once: reported, not dropped, retried at the next tick.
+    rig.fake.fail("PATCH", r"/workloads/nightly$", 500)
+    report = rig.tick(start)
+    (error,) = report.errors
+    assert error.startswith(f"activating {key} failed (retried next tick)")
+    assert rig.fake.get("workloads.kueue.x-k8s.io", "training", "nightly")["spec"]["active"] is False  # type: ignore[index]
+    report = rig.tick(start + 30)
+    assert report.ok, report.errors
+    patch = rig.fake.calls("PATCH", r"/workloads/nightly$")[-1]
+    assert patch.content_type == "application/merge-patch+json"
+    assert patch.body["spec"] == {"active": True}
+    activated = rig.fake.get("workloads.kueue.x-k8s.io", "training", "nightly")
+    assert activated is not None
+    assert activated["spec"]["active"] is True
+    assert PREFIX + "activated-at" in activated["metadata"]["annotations"]
+    assert any(a.startswith(f"{key} activated at its planned start") for a in report.money.actions)  # type: ignore[union-attr]
+    # Activated and pending admission: still counted, never activated twice.
+    report = rig.tick(start + 60)
+    assert report.ok, report.errors
+    assert [g["key"] for g in report.to_dict()["cost"]["gangs"]] == [key]
+    assert len([c for c in rig.fake.calls("PATCH", r"/workloads/nightly$") if c.body.get("spec")]) == 2
+
+
+def test_dry_run_places_and_reports_a_scheduled_gang_but_writes_nothing(
+    fake_api: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer
+) -> None:
+    fake_api.install_crd(KUEUE_CRD)
+    fake_api.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
+                                               priority="production", nodepool="h100"))
+    now = TROUGH - 20 * HOUR
+    fake_api.add("workloads.kueue.x-k8s.io", scheduled_workload(
+        "nightly", gpus=8, start_after=now - 24 * HOUR, deadline=now + 4 * HOUR, duration="2h", pool="h100"))
+    source = make_source(prometheus_server.url)
+    cfg = config(prometheus_server.url)
+    controller = Controller(KubeCluster(api_client, instance="t"), source, lambda: cfg, dry_run=True,
+                            money=MoneyStage(training=TrainingReader(api_client)))
+    try:
+        report = controller.tick(now)
+        later = controller.tick(now + 4 * HOUR)  # its latest start: would be activated if this were not a dry run
+    finally:
+        source.close()
+    assert (report.errors, later.errors) == ((), ())
+    assert fake_api.writes() == []
+    shown = placement(report, "Workload/training/nightly")
+    assert now <= shown["planned_start_unix"] <= now + 4 * HOUR
+    assert shown["held"] is True
+    assert shown["counting"] is (shown["planned_start_unix"] - NODE_STARTUP <= now)
+    assert placement(later, "Workload/training/nightly")["counting"] is True
+    assert [g["reserved"] for g in later.to_dict()["cost"]["gangs"]] == [True]
