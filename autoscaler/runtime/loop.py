@@ -6,7 +6,9 @@ their start-up times, one fleet-wide Prometheus query), then *decides* with pure
 through the ``Cluster`` port. Planning is two passes: every workload is planned on its own, then the
 money stage (``autoscaler.runtime.money``) prices the whole plan, holds it under the cost ceilings (a
 ``cost_ceiling`` step on each decision it touches), reserves training gangs, and keeps NodePool limits,
-GPU headroom and alerts in step; only then is each decision applied. So ``--dry-run`` is the same tick
+GPU headroom and alerts in step (and places scheduled training gangs on the median forecasts of the cached
+models, which the loop lends it as ``_GangForecasts``: no refit, only when such gangs exist); only then is each
+decision applied. So ``--dry-run`` is the same tick
 with the last phase replaced by printing, and a test can drive ticks with a fake clock, a recording
 cluster and a real Prometheus.
 
