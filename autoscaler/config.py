@@ -152,7 +152,7 @@ class ForecastProfile:
     # The band the automatic warm pool (and the surprise floor) covers up to. Why a key: with an automatic pool
     # the replicas + pool cover this band, so it, not ``quantile``, sets how much is held; a fixed pool (or 0)
     # replaces it and the surprise floor then uses ``quantile``'s own band (see ``scaling_policy``).
-    warm_pool_quantile: int = 99
+    warm_pool_quantile: int = 95
     scale_down_stabilization_seconds: int = 10 * 60
     look_ahead_seconds: int = 5 * 60
 

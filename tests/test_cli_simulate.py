@@ -245,10 +245,13 @@ def test_sweep_runs_one_scored_predictive_row_per_value(trace: Path, capsys: pyt
                              "predictive@warm_pool_quantile=99"}
     for name, scores in policies.items():
         assert list(scores) == KEYS, name
-    # the default profile's warm pool covers p99: the sweep's p99 row is the same run as the base policy
-    assert policies["predictive@warm_pool_quantile=99"] == policies["predictive"]
-    # covering only p90 (no warm pool above the replicas' band) holds fewer GPU-hours
-    assert policies["predictive@warm_pool_quantile=90"]["gpu_hours"] < policies["predictive"]["gpu_hours"]
+    # the default profile's warm pool covers p95: a row at that value is the same run as the base policy
+    assert main([*args[:-1], "warm_pool_quantile=95"]) == 0
+    same = json.loads(capsys.readouterr().out)["policies"]["predictive@warm_pool_quantile=95"]
+    assert same == policies["predictive"]
+    # covering only p90 (no warm pool above the replicas' band) holds fewer GPU-hours, p99 more
+    gpu_hours = [policies[f"predictive@warm_pool_quantile={q}"]["gpu_hours"] for q in (90, 99)]
+    assert gpu_hours[0] < policies["predictive"]["gpu_hours"] < gpu_hours[1]
 
 
 def test_config_profile_drives_the_predictive_policy_like_the_sweep(
@@ -263,7 +266,7 @@ def test_config_profile_drives_the_predictive_policy_like_the_sweep(
     swept = json.loads(capsys.readouterr().out)["policies"]
     assert main([*base, "--sweep", "warm_pool=0"]) == 0
     no_pool = json.loads(capsys.readouterr().out)["policies"]["predictive@warm_pool=0"]
-    # the sweep keeps the rest of the profile (warm pool auto -> p99): changing quantile alone moves nothing
+    # the sweep keeps the rest of the profile (warm pool auto -> p95): changing quantile alone moves nothing
     # above it, while the profile without a pool holds less than the default
     assert swept["predictive@quantile=75"]["gpu_hours"] == pytest.approx(swept["predictive"]["gpu_hours"], rel=0.05)
     assert lean["gpu_hours"] <= no_pool["gpu_hours"] < swept["predictive"]["gpu_hours"]

@@ -92,10 +92,10 @@ def test_named_profiles_inherit_from_default() -> None:
     assert cfg.profile("default").quantile == 95
 
 
-def test_warm_pool_quantile_defaults_to_p99_and_cannot_sit_below_quantile() -> None:
-    cfg = parse_config_text("profiles:\n  default: {}\n  lean:\n    warm_pool_quantile: 95\n")
-    assert cfg.profile("default").warm_pool_quantile == 99
-    assert cfg.profile("lean").warm_pool_quantile == 95
+def test_warm_pool_quantile_defaults_to_p95_and_cannot_sit_below_quantile() -> None:
+    cfg = parse_config_text("profiles:\n  default: {}\n  lean:\n    warm_pool_quantile: 91\n")
+    assert cfg.profile("default").warm_pool_quantile == 95
+    assert cfg.profile("lean").warm_pool_quantile == 91
     with pytest.raises(ConfigError) as exc:
         parse_config_text("profiles:\n  default:\n    quantile: 95\n    warm_pool_quantile: 90\n")
     assert "profiles.default.warm_pool_quantile: 90 is below quantile 95" in str(exc.value)

@@ -181,18 +181,8 @@ def _deciding_step(decision: ScalingDecision) -> Step:
 
 
 def _policy(spec: WorkloadSpec, profile: ForecastProfile) -> ScalingPolicy:
-    warm: int | None = spec.warm_pool
-    if warm is None and profile.warm_pool != "auto":
-        warm = int(profile.warm_pool)
-    return ScalingPolicy(
-        capacity_per_replica=spec.capacity_per_replica,
-        min_replicas=spec.min_replicas,
-        max_replicas=spec.max_replicas,
-        level=profile.quantile,
-        warm_pool=warm,
-        lookahead_window_seconds=profile.look_ahead_seconds,
-        scale_down_stabilization_seconds=profile.scale_down_stabilization_seconds,
-    )
+    """The profile's policy for this Deployment (the one mapping ``simulate --config`` also uses)."""
+    return profile.scaling_policy(spec.capacity_per_replica, spec.min_replicas, spec.max_replicas, spec.warm_pool)
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,8 @@ def test_first_tick_fetches_the_fleet_once_scales_the_short_deployment_and_publi
     assert status["time"] == datetime.fromtimestamp(now0, tz=UTC).isoformat()
     forecast = status["forecast"]
     assert forecast["at"] == now0 + 900  # the profile's 15-minute horizon
-    assert set(forecast["bands"]) == {"p50", "p90", "p99"}
-    assert forecast["bands"]["p50"] <= forecast["bands"]["p90"] <= forecast["bands"]["p99"]
+    assert set(forecast["bands"]) == {"p50", "p90", "p95"}  # median, quantile, warm_pool_quantile
+    assert forecast["bands"]["p50"] <= forecast["bands"]["p90"] <= forecast["bands"]["p95"]
     assert next(s["name"] for s in status["steps"]) == "lead_time"
     assert [s["name"] for s in status["steps"]][-1] == "min_max_clamp"
     assert status["steps"][-1]["replicas"] == desired
