@@ -341,7 +341,7 @@ def plan_headroom(
     unknown gets its whole extra as a buffer (its node size is unknown, a buffer of pods is still right).
     ``gangs`` are the reserved ones that count now: an admitted gang's GPUs are requested by its pods, a
     pending one's (placed, within one node start-up of its start) are planned but not yet requested, so
-    placeholder nodes are held for it.
+    placeholder nodes are held for it, in both modes (a CapacityBuffer needs a workload to scale).
     """
     by_view = {v.name: v for v in views}
     extra: dict[str, int] = {}
@@ -374,9 +374,27 @@ def plan_headroom(
                 wants.append(HeadroomWant(PoolHeadroom(by_view[pool], room.gpus_per_node), room.spare_nodes,
                                           room.detail))
         return wants, extra
+    # CapacityBuffer mode: a buffer scales a Deployment's pods, and a pending gang has no workload to point one at,
+    # so its nodes are held as placeholder pods on its pool (whole nodes, first: the ceiling has already reserved
+    # the gang whole, and an inference buffer can use what is left).
+    gang_nodes: dict[str, int] = {}
+    for g in gangs:
+        pool = g.nodepool or ""
+        h = plan.get(pool)
+        if not g.admitted and h is not None and h.spare_nodes > 0 and pool in by_view:
+            gang_nodes[pool] = gang_nodes.get(pool, 0) + math.ceil(g.gpus / h.gpus_per_node)
+    for pool, nodes in sorted(gang_nodes.items()):
+        h = plan[pool]
+        nodes = min(nodes, h.spare_nodes)
+        gang_nodes[pool] = nodes
+        wants.append(HeadroomWant(PoolHeadroom(by_view[pool], h.gpus_per_node), nodes,
+                                  f"{nodes} node(s) for pending gang(s) placed to start within one node start-up; "
+                                  f"{h.detail}"))
     for pool, ps in members.items():
         h = plan.get(pool)
         remaining = None if h is None else h.spare_gpus if h.spare_nodes > 0 else 0
+        if remaining is not None and h is not None:
+            remaining = max(0, remaining - gang_nodes.get(pool, 0) * h.gpus_per_node)
         for p in sorted(ps, key=lambda q: (-q.spec.priority, q.key)):
             amount = extra[p.key]
             if remaining is not None:

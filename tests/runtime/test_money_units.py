@@ -173,6 +173,37 @@ def test_capacity_buffers_share_a_pools_spare_gpus_by_priority() -> None:
     assert all(isinstance(w.target, DeploymentHeadroom) and w.target.uid for w in wants)
 
 
+def test_capacity_buffer_mode_holds_a_pending_gangs_nodes_as_placeholders_before_the_buffers() -> None:
+    plans = [planned("high", replicas=1, desired=1, ahead=4, priority=100, pool="g8")]
+    decisions = {p.key: p.decision for p in plans}
+    allowed = {p.key: p.ahead_replicas for p in plans}
+    pending = Gang("Workload", "t", "ft", 12, 2, False, 50, nodepool="g8")  # placed: counts, no pods yet
+    # The plan needs 4 + 12 = 16 GPUs = 2 nodes of 8; the pod's 1 GPU already has a node: 1 spare node. A buffer
+    # cannot point at a gang, so that node is held by a placeholder for the gang, first; the 15 - 8 = 7 spare
+    # GPUs left go to the inference buffer (its 3 extra replicas).
+    wants, _ = plan_headroom(plans, decisions, allowed, {"g8": G8}, [pool_view("g8", gpus_in_use=1, gpu_count="8")],
+                             [pending], {}, "capacitybuffer")
+    placeholder, buffer = wants
+    assert isinstance(placeholder.target, PoolHeadroom)
+    assert (placeholder.target.pool.name, placeholder.target.gpus_per_node, placeholder.amount) == ("g8", 8, 1)
+    assert "pending gang" in placeholder.detail
+    assert (buffer.ident, buffer.amount) == (("CapacityBuffer", "serving/high"), 3)
+    # The pool's limit caps the gang's placeholders like any headroom: at 8 GPUs there is no room for a node.
+    wants, _ = plan_headroom(plans, decisions, allowed, {"g8": G8}, [pool_view("g8", gpus_in_use=1, gpu_count="8")],
+                             [pending], {"g8": 8}, "capacitybuffer")
+    assert wants == []
+    # Once admitted its pods request the GPUs (13 in all = 2 nodes, 3 GPUs free on them): no placeholder, and the
+    # extra replicas fit the nodes already there; with one node fewer the buffer is back, still no placeholder.
+    admitted = Gang("Workload", "t", "ft", 12, 2, True, 50, nodepool="g8")
+    wants, _ = plan_headroom(plans, decisions, allowed, {"g8": G8}, [pool_view("g8", gpus_in_use=13, gpu_count="8")],
+                             [admitted], {}, "capacitybuffer")
+    assert wants == []
+    wants, _ = plan_headroom([planned("high", replicas=1, desired=1, ahead=5, priority=100, pool="g8")], decisions,
+                             {"serving/high": 5}, {"g8": G8}, [pool_view("g8", gpus_in_use=13, gpu_count="8")],
+                             [admitted], {}, "capacitybuffer")
+    assert {w.ident: w.amount for w in wants} == {("CapacityBuffer", "serving/high"): 4}
+
+
 def test_gpus_unavailable_counts_unschedulable_pods_and_a_pools_shortfall_lowest_priority_first() -> None:
     plans = [planned("hi", replicas=2, desired=4, ahead=4, ready=2, priority=100, gpus=2),
              planned("lo", replicas=2, desired=3, ahead=3, ready=2, priority=10, gpus=2),
