@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -291,3 +293,18 @@ def test_bad_tuning_flags_are_one_line_errors(
     err = capsys.readouterr().err.strip()
     assert needle in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_closed_pipe_is_not_a_traceback(trace: Path) -> None:
+    # `simulate | head`: the reader is gone before the table is written
+    with subprocess.Popen(
+        [sys.executable, "-m", "autoscaler.cli", "simulate", "--trace", str(trace), "--policies", "oracle"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 128 + 13, err
+    assert "Traceback" not in err
+    assert "BrokenPipeError" not in err

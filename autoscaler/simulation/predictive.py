@@ -37,11 +37,11 @@ import numpy as np
 
 from autoscaler.config import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.gangs import replica_gpu_points
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.types import ScalingPolicy, WorkloadState
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
-from autoscaler.simulation.money import compress_points
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
 
@@ -148,10 +148,11 @@ class PredictivePolicy:
         finally:
             self.timings["forecast"] += time.perf_counter() - t0
         band = forecast.quantiles.get(50, forecast.mean)
-        rate = np.nan_to_num(np.asarray(band, dtype=np.float64), nan=0.0)
-        replicas = np.ceil(np.maximum(rate, 0.0) / self.policy.capacity_per_replica - 1e-9)
-        replicas = np.clip(replicas, self.policy.min_replicas, self.policy.max_replicas) * self.gpus_per_replica
-        return compress_points(forecast.timestamps().tolist(), replicas.tolist())
+        return replica_gpu_points(
+            forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=self.policy.capacity_per_replica,
+            min_replicas=self.policy.min_replicas, max_replicas=self.policy.max_replicas,
+            gpus_per_replica=self.gpus_per_replica,
+        )
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         if k % self.per_bin == 0:
