@@ -156,8 +156,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--sweep", default=None, metavar="KEY=V1,V2,...",
         help="also run the predictive policy once per value of one profile key (quantile, warm_pool, "
         "warm_pool_quantile, look_ahead, scale_down_stabilization, model, refit, history), e.g. "
-        "warm_pool_quantile=90,95,99: one row each, "
-        "'predictive@quantile=75', scored like the others, to choose an operating point on your own history",
+        "warm_pool_quantile=90,95,99: one row each ('predictive@warm_pool_quantile=90', ...), scored like the "
+        "others, to choose an operating point on your own history",
     )
     parser.add_argument(
         "--model", default=None, help="forecast model for the predictive policy (default: the profile's model)"
