@@ -11,7 +11,8 @@ Time is data here too: methods that need "now" (pending-pod ages, Event timestam
 argument instead of reading a clock.
 
 Other ports sit next to ``Cluster``: ``NodeCapacity`` (Karpenter NodePools and headroom), ``TrainingGangs``
-(raw Kueue Workloads and Volcano PodGroups for ``autoscaler.domain.gangs``) and ``AlertSink`` (Alertmanager).
+(raw Kueue Workloads and Volcano PodGroups for ``autoscaler.domain.gangs``, and the PriorityClasses PodGroups
+rank by) and ``AlertSink`` (Alertmanager).
 """
 
 from __future__ import annotations
@@ -247,12 +248,28 @@ class CustomObjects:
     note: str | None = None
 
 
+@dataclass(frozen=True)
+class PriorityClasses:
+    """``scheduling.k8s.io/v1`` PriorityClass values by name, and the ``globalDefault`` class (None: there is none).
+
+    Volcano ranks a PodGroup by these: the value of its ``spec.priorityClassName`` when that class exists, else the
+    global default's value (``autoscaler.runtime.money`` applies that rule before ``autoscaler.domain.gangs`` parses).
+    """
+
+    values: Mapping[str, int] = field(default_factory=dict)
+    global_default: str | None = None
+
+
 class TrainingGangs(Protocol):
     """Training jobs that must be scheduled all-or-nothing; parsed by ``autoscaler.domain.gangs``."""
 
     def list_kueue_workloads(self) -> CustomObjects: ...
 
     def list_volcano_podgroups(self) -> CustomObjects: ...
+
+    def priority_classes(self) -> PriorityClasses:
+        """Every PriorityClass (cluster-scoped): what Volcano PodGroups rank by. Raises on failure."""
+        ...
 
     def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """JSON merge-patch one ``Workload`` or ``PodGroup`` (``kind``): the planned-start annotation, and

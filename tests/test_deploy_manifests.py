@@ -223,6 +223,7 @@ ALLOWED_CLUSTER_GRANTS = {
     ("scheduling.volcano.sh", "podgroups", "watch"),
     ("scheduling.volcano.sh", "podgroups", "patch"),  # planned-start annotation
     ("scheduling.k8s.io", "priorityclasses", "get"),
+    ("scheduling.k8s.io", "priorityclasses", "list"),  # Volcano PodGroups rank by their PriorityClass
     ("scheduling.k8s.io", "priorityclasses", "create"),
 }
 ALLOWED_LEASE_GRANTS = {

@@ -17,6 +17,13 @@ failure (``403`` from missing RBAC, ``5xx``, an unreachable server) raises ``Kub
 not plan with gangs silently missing. Lists are paged (``limit``/``continue``) and can be confined to the
 namespaces the controller is allowed to see.
 
+PriorityClasses (``scheduling.k8s.io/v1``, cluster-scoped; the built-in API, so read with the typed
+``SchedulingV1Api``): Volcano ranks a PodGroup by the value of its ``spec.priorityClassName``, so
+``priority_classes`` lists them all (paged) with the ``globalDefault`` class. Two global defaults (possible only
+through a race, the API server refuses a second one) resolve as Kubernetes' admission does: the lower value wins.
+Any failure, ``403`` included, raises ``KubeReadError`` (the group is always served, so ``404`` is no "not
+installed"); how often to read and what to do on a failure is the money stage's policy (it caches the map).
+
 One write: ``patch_gang`` JSON-merge-patches a Workload or PodGroup (the ``planned-start`` annotation of a
 placed gang; ``spec.active: true`` when the controller starts a held Workload). A 409 is retried like the
 other writes; anything else raises ``KubeWriteError`` naming the object, and the money stage reports it and
@@ -33,11 +40,12 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.adapters.kube import COMPONENT, MERGE_PATCH, KubeReadError, api_message, api_write
-from autoscaler.ports import CustomObjects
+from autoscaler.adapters.kube import COMPONENT, MERGE_PATCH, KubeReadError, api_message, api_read, api_write
+from autoscaler.ports import CustomObjects, PriorityClasses
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+PRIORITY_CLASSES = "scheduling.k8s.io/v1 priorityclasses"
 
 
 class TrainingReader:
@@ -59,6 +67,7 @@ class TrainingReader:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self._api = api_client
         self._custom = client.CustomObjectsApi(api_client)
+        self._scheduling = client.SchedulingV1Api(api_client)
         self._namespaces = None if namespaces is None else sorted(set(namespaces))
         self._kueue = (KUEUE[0], kueue_version, KUEUE[2], KUEUE[3])
         self._page = page_size
@@ -72,6 +81,30 @@ class TrainingReader:
 
     def list_volcano_podgroups(self) -> CustomObjects:
         return self._list(*VOLCANO, installs="Volcano")
+
+    def priority_classes(self) -> PriorityClasses:
+        values: dict[str, int] = {}
+        defaults: list[tuple[int, str]] = []
+        token: str | None = None
+        while True:
+            page = api_read(
+                self._api.configuration.host, f"list {PRIORITY_CLASSES}",
+                lambda token=token: self._scheduling.list_priority_class(  # type: ignore[misc]
+                    limit=self._page, _continue=token, _request_timeout=self._timeout,
+                ),
+            )
+            for pc in page.items or []:
+                name = pc.metadata.name if pc.metadata is not None else None
+                if not name or pc.value is None:  # the API server requires both: the answer is not trustworthy
+                    raise KubeReadError(f"list {PRIORITY_CLASSES}: an item without a name or value ({name!r})")
+                value = int(pc.value)
+                values[name] = value
+                if pc.global_default:
+                    defaults.append((value, name))
+            # The generated model names the field ``var_continue`` (``continue`` is a Python keyword).
+            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
+            if not token:
+                return PriorityClasses(values, min(defaults)[1] if defaults else None)
 
     def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if kind == self._kueue[3]:

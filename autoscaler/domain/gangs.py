@@ -28,7 +28,9 @@ What is read (field names from the CRDs in /work/shared/crds):
   ``spec.minMember`` x a per-pod count the caller supplies (the PodGroup itself does not say; the
   adapter reads it from the job's pod template). ``admitted`` = ``status.phase`` is ``Inqueue`` or
   ``Running`` (Volcano's enqueue step has accepted it); ``Completed`` = inactive. Priority = the
-  value of ``spec.priorityClassName`` in a caller-supplied map of PriorityClass values.
+  value of ``spec.priorityClassName`` in a caller-supplied map of PriorityClass values (the money stage reads
+  the cluster's PriorityClasses and, as Volcano does, gives a PodGroup without a known class the
+  ``globalDefault`` class's value by naming that class before parsing); neither: ``standard``.
 
 Our own annotations on either object (prefix ``predictive-autoscaler.io/``) add what neither API
 has: ``team`` (default: the namespace, as for Deployments), ``priority`` (a tier name or 0..1000;

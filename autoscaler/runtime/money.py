@@ -51,8 +51,18 @@ ceilings and other pools' spend are left to ``enforce_ceilings`` at the time), s
 other pools spend much of the budget. The NodePool limit is per pool while the ceiling is cluster-wide: each pool may
 grow to its kept GPUs plus the *whole* remaining budget (``nodes.ceiling_gpus``), so the limits together
 can exceed the ceiling; the controller's own plan stays under it, and the limit only stops Karpenter from
-buying far past it. Volcano PodGroups are read without PriorityClass values (their priority is the
-``predictive-autoscaler.io/priority`` annotation, else ``standard``).
+buying far past it.
+
+Gang priorities: a Kueue Workload carries its value (``spec.priority``); a Volcano PodGroup ranks as Volcano ranks
+it, by the value of its ``spec.priorityClassName`` when that PriorityClass exists, else the ``globalDefault``
+class's value (``TrainingGangs.priority_classes``), clamped to 0..1000; our ``predictive-autoscaler.io/priority``
+annotation overrides either. Departure: with neither a known class nor a global default a PodGroup is
+``standard``, not Volcano's 0 (which would rank every plain PodGroup below ``batch`` inference). PriorityClasses
+change rarely, so the map is read only when there are PodGroups, and at most every
+``PRIORITY_CLASS_REFRESH_SECONDS`` (a new class counts from the next refresh). A failed read keeps the last good map,
+is counted (``errors_total{kind="kube_read"}``) and reported, and is retried next tick; a ``403`` (the ClusterRole
+lacks ``list`` on ``priorityclasses``) is a standing problem: reported once until a read succeeds, and retried only
+every refresh period.
 """
 
 from __future__ import annotations
@@ -99,6 +109,7 @@ from autoscaler.ports import (
     NodeCapacity,
     NodePoolView,
     PoolHeadroom,
+    PriorityClasses,
     TrainingGangs,
     WorkloadView,
 )
@@ -116,6 +127,7 @@ GPUS_UNAVAILABLE = "GPUsUnavailable"
 
 HeadroomKind = Literal["capacitybuffer", "placeholder"]
 PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
+PRIORITY_CLASS_REFRESH_SECONDS = 300  # PriorityClasses are re-read at most this often (module docstring)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -560,6 +572,9 @@ class MoneyStage:
         self._placement_versions: dict[str | None, int] = {}
         self._placed_at = -math.inf
         self._no_fit: dict[str, int] = {}  # gang -> the start reported as not fitting (reported once per start)
+        self._classes = PriorityClasses()  # the last good PriorityClass read
+        self._classes_read_at = -math.inf  # when it was last read (or refused with 403)
+        self._classes_forbidden = False  # a 403 was reported and no read has succeeded since
 
     # ------------------------------------------------------------------ placement
 
@@ -648,8 +663,9 @@ class MoneyStage:
         self._karpenter_missing = False
         return pools
 
-    def _read_gangs(self, metrics: ControllerMetrics, errors: list[str]) -> list[Gang]:
-        """Every parseable gang; on a failed read, the gangs of the last good read."""
+    def _read_gangs(self, metrics: ControllerMetrics, errors: list[str], now: int) -> list[Gang]:
+        """Every parseable gang; on a failed read, the gangs of the last good read. PodGroups rank by their
+        PriorityClass (Volcano's rule, module docstring)."""
         if self.training is None:
             return []
         try:
@@ -659,18 +675,46 @@ class MoneyStage:
             errors.append(f"reading training gangs failed; planning with the {len(self._gangs)} gang(s) of the "
                           f"last good read: {exc}")
             return self._gangs
+        classes = self._read_priority_classes(now, metrics, errors) if lists[1].items else PriorityClasses()
         gangs: list[Gang] = []
         for objects in lists:
             if objects.note and objects.note not in self._reported:
                 self._reported.add(objects.note)
                 log.info("%s", objects.note)
             for obj in objects.items:
+                spec = obj.get("spec")
+                if objects is lists[1] and classes.global_default is not None and isinstance(spec, Mapping):
+                    name = spec.get("priorityClassName")
+                    if not (isinstance(name, str) and name in classes.values):  # Volcano: the default's value
+                        obj = {**obj, "spec": {**spec, "priorityClassName": classes.global_default}}
                 try:
-                    gangs.append(parse_gang(obj))
+                    gangs.append(parse_gang(obj, priority_classes=classes.values))
                 except (GangError, ValueError) as exc:
                     self._once(f"training gang skipped: {exc}", "invalid_gang", metrics, errors)
         self._gangs = gangs
         return gangs
+
+    def _read_priority_classes(self, now: int, metrics: ControllerMetrics, errors: list[str]) -> PriorityClasses:
+        """The cached PriorityClasses, re-read when due; on a failed read the last good map (module docstring)."""
+        if self.training is None or now - self._classes_read_at < PRIORITY_CLASS_REFRESH_SECONDS:
+            return self._classes
+        try:
+            classes = self.training.priority_classes()
+        except Exception as exc:
+            kept = f"ranking PodGroups with the {len(self._classes.values)} PriorityClass(es) of the last good read"
+            if getattr(exc.__cause__, "status", None) == 403:
+                self._classes_read_at = now  # standing: retried every refresh period, reported once
+                if not self._classes_forbidden:
+                    self._classes_forbidden = True
+                    metrics.errors.labels("kube_read").inc()
+                    errors.append(f"reading PriorityClasses is forbidden (grant list on scheduling.k8s.io "
+                                  f"priorityclasses, deploy/rbac.yaml); {kept}; reported once: {exc}")
+                return self._classes
+            metrics.errors.labels("kube_read").inc()
+            errors.append(f"reading PriorityClasses failed (retried next tick); {kept}: {exc}")
+            return self._classes
+        self._classes, self._classes_read_at, self._classes_forbidden = classes, now, False
+        return classes
 
     # ------------------------------------------------------------------ the tick
 
@@ -699,7 +743,7 @@ class MoneyStage:
         for problem in problems:
             self._once(f"NodePool not priced (default GPU-hour price used): {problem}", "nodepool", metrics, errors)
         prices = gpu_prices(shapes.values(), cfg.pricing)
-        all_gangs = self._read_gangs(metrics, errors)
+        all_gangs = self._read_gangs(metrics, errors, t)
         node_startup = float(cfg.cold_start.node_startup_seconds)
         placements = self._place(all_gangs, cfg, prices, t, node_startup, gang_forecasts, metrics, errors)
         gangs = [g for g in all_gangs if holds_gpus(

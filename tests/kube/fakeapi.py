@@ -29,7 +29,7 @@ What it does like the real API server:
   pruned silently unless the request says ``fieldValidation=Strict`` (then ``422``), as the API server does.
   CEL rules (``x-kubernetes-validations``) are not evaluated; tests check the ones that matter explicitly;
 * Deployments can be created (the selector must match the template's labels) and deleted, PriorityClasses
-  read and created (``value`` is immutable; creating an existing name is ``409 AlreadyExists``).
+  listed (paged), read and created (``value`` is immutable; creating an existing name is ``409 AlreadyExists``).
 
 Every request is recorded (method, path, query, content type, parsed body), and faults can be injected
 (``fail("PATCH", r"/scale$", 409, times=2)``) to exercise retries and error reporting.
@@ -402,6 +402,11 @@ class FakeKubeAPI:
         pc = re.fullmatch(r"/apis/scheduling\.k8s\.io/v1/priorityclasses(?:/([^/]+))?", path)
         if pc and method == "GET" and pc.group(1) is not None:
             return 200, self._fetch("priorityclasses", "", pc.group(1))
+        if pc and method == "GET":
+            listed = self._list("priorityclasses", None, query, "PriorityClassList", "scheduling.k8s.io/v1")
+            listed["items"] = [{**o, "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass"}
+                               for o in listed["items"]]
+            return 200, listed
         if pc and method == "POST" and pc.group(1) is None:
             return 201, self._create("priorityclasses", "", self._check_priority_class(body))
         raise ApiError(404, "NotFound", f"the fake API server does not serve {method} {path}")
