@@ -65,6 +65,7 @@ __all__ = [
     "MODEL_NAMES",
     "PROMQL_PLACEHOLDERS",
     "AlertsConfig",
+    "BasicAuthConfig",
     "ColdStartConfig",
     "Config",
     "ConfigError",
@@ -216,12 +217,28 @@ class LeaderElectionConfig:
 
 
 @dataclass(frozen=True)
+class BasicAuthConfig:
+    """HTTP basic auth for Alertmanager; the password stays in its file (a mounted Secret), read per push."""
+
+    username: str
+    password_file: str
+
+
+@dataclass(frozen=True)
 class AlertsConfig:
-    """Where the controller pushes its cost and capacity alerts (``alertmanager_url`` None: nowhere)."""
+    """Where the controller pushes its cost and capacity alerts (``alertmanager_url`` None: nowhere).
+
+    ``bearer_token_file`` and ``basic_auth`` are the two ways to authenticate (at most one); ``ca_file`` is a
+    CA bundle for an https Alertmanager with a private certificate; ``timeout_seconds`` None: the sink's own.
+    """
 
     alertmanager_url: str | None = None
     cluster: str = "default"
     expire_after_seconds: int = 120
+    bearer_token_file: str | None = None
+    ca_file: str | None = None
+    basic_auth: BasicAuthConfig | None = None
+    timeout_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +372,14 @@ class Config:
                 "alertmanager_url": self.alerts.alertmanager_url,
                 "cluster": self.alerts.cluster,
                 "expire_after": format_duration(self.alerts.expire_after_seconds),
+                "bearer_token_file": self.alerts.bearer_token_file,
+                "ca_file": self.alerts.ca_file,
+                "basic_auth": None if self.alerts.basic_auth is None else {
+                    "username": self.alerts.basic_auth.username,
+                    "password_file": self.alerts.basic_auth.password_file,
+                },
+                "timeout": (None if self.alerts.timeout_seconds is None
+                            else format_duration(self.alerts.timeout_seconds)),
             },
             "karpenter": {
                 "enabled": self.karpenter.enabled,
@@ -480,7 +505,8 @@ _INSTANCE_KEYS = ("gpus", "on_demand", "spot")
 _GPU_TYPE_KEYS = ("on_demand", "spot")
 _NODEPOOL_PRICING_KEYS = ("instance_type", "gpus_per_node", "capacity_type", "gpu_hour")
 _CEILING_KEYS = ("cluster", "teams", "keep_order")
-_ALERTS_KEYS = ("alertmanager_url", "cluster", "expire_after")
+_ALERTS_KEYS = ("alertmanager_url", "cluster", "expire_after", "bearer_token_file", "ca_file", "basic_auth", "timeout")
+_BASIC_AUTH_KEYS = ("username", "password_file")
 _KARPENTER_KEYS = ("enabled", "headroom", "namespace")
 _TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election", "pricing", "ceilings",
              "alerts", "karpenter")
@@ -816,7 +842,39 @@ def _parse_alerts(p: _Parser, data: Mapping[str, Any]) -> AlertsConfig:
     if expire < 1:
         p.error("alerts.expire_after", "must be at least 1s")
         expire = d.expire_after_seconds
-    return AlertsConfig(alertmanager_url=url, cluster=cluster, expire_after_seconds=expire)
+    token_file = p.optional_path(raw, "bearer_token_file", "alerts")
+    basic_auth = _parse_basic_auth(p, raw)
+    if token_file is not None and basic_auth is not None:
+        p.error("alerts.basic_auth", "give bearer_token_file or basic_auth, not both (one way to authenticate)")
+        basic_auth = None
+    timeout = None
+    if raw.get("timeout") is not None:  # parse_duration refuses 0 and negative durations itself
+        before = len(p.errors)
+        timeout = p.duration(raw, "timeout", "alerts", 0)
+        timeout = timeout if len(p.errors) == before else None
+    return AlertsConfig(alertmanager_url=url, cluster=cluster, expire_after_seconds=expire,
+                        bearer_token_file=token_file, ca_file=p.optional_path(raw, "ca_file", "alerts"),
+                        basic_auth=basic_auth, timeout_seconds=timeout)
+
+
+def _parse_basic_auth(p: _Parser, alerts: Mapping[str, Any]) -> BasicAuthConfig | None:
+    if alerts.get("basic_auth") is None:
+        return None
+    where = "alerts.basic_auth"
+    raw = p.section(alerts, "basic_auth", _BASIC_AUTH_KEYS, "alerts.")
+    if not isinstance(alerts["basic_auth"], dict):
+        return None  # reported by section()
+    before = len(p.errors)
+    for key in _BASIC_AUTH_KEYS:
+        if raw.get(key) is None:
+            p.error(f"{where}.{key}", "required when basic_auth is set (basic_auth: null for none)")
+    username = p.string(raw, "username", where, "") if raw.get("username") is not None else ""
+    if ":" in username:
+        p.error(f"{where}.username", f"{username!r} contains ':', which HTTP basic auth cannot carry")
+    password_file = p.optional_path(raw, "password_file", where)
+    if len(p.errors) > before or password_file is None:
+        return None
+    return BasicAuthConfig(username=username, password_file=password_file)
 
 
 def _parse_karpenter(p: _Parser, data: Mapping[str, Any]) -> KarpenterConfig:
@@ -852,6 +910,11 @@ def _cross_checks(p: _Parser, cfg: Config) -> None:
         p.error("alerts.expire_after", f"{format_duration(cfg.alerts.expire_after_seconds)} must be longer than "
                                        f"loop.interval ({format_duration(cfg.loop.interval_seconds)}): alerts are "
                                        f"re-sent every tick and would flap between ticks")
+    if cfg.alerts.alertmanager_url is not None and cfg.alerts.alertmanager_url.startswith("http://"):
+        if cfg.alerts.ca_file is not None:
+            p.warnings.append("alerts.ca_file: has no effect, alerts.alertmanager_url is http:// (not https://)")
+        if cfg.alerts.bearer_token_file is not None or cfg.alerts.basic_auth is not None:
+            p.warnings.append("alerts.alertmanager_url: credentials are sent unencrypted over http://; use https://")
     lead = cfg.cold_start.pod_startup_seconds + cfg.cold_start.node_startup_seconds
     for name, prof in cfg.profiles.items():
         path = f"profiles.{name}"

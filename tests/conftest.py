@@ -38,6 +38,18 @@ def repo_root() -> Path:
 
 # The real-server fixtures are registered here, once, for the whole suite: a session-scoped
 # fixture imported into several conftest modules would start one server per module.
-from tests.servers import alertmanager_server, prometheus_server, prometheus_tls_server  # noqa: E402
+from tests.servers import (  # noqa: E402
+    alertmanager_server,
+    alertmanager_tls_server,
+    prometheus_server,
+    prometheus_tls_server,
+)
 
-__all__ = ["alertmanager_server", "in_ci", "prometheus_server", "prometheus_tls_server", "require_binary"]
+__all__ = [
+    "alertmanager_server",
+    "alertmanager_tls_server",
+    "in_ci",
+    "prometheus_server",
+    "prometheus_tls_server",
+    "require_binary",
+]

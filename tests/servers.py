@@ -40,7 +40,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import require_binary
+from tests.conftest import in_ci, require_binary
 
 __all__ = [
     "BACKFILL_MINUTES",
@@ -52,8 +52,10 @@ __all__ = [
     "Backfill",
     "FakePod",
     "PrometheusServer",
+    "TlsAlertmanagerServer",
     "TlsPrometheusServer",
     "alertmanager_server",
+    "alertmanager_tls_server",
     "build_backfill",
     "free_port",
     "make_test_ca",
@@ -328,6 +330,14 @@ class AlertmanagerServer:
     config: Path
 
 
+@dataclass(frozen=True)
+class TlsAlertmanagerServer:
+    url: str  # https://127.0.0.1:<port>, certificate for IP 127.0.0.1 signed by ``ca_file``
+    ca_file: Path
+    username: str  # every endpoint, /-/ready included, wants basic auth with these
+    password: str
+
+
 @pytest.fixture(scope="session")
 def prometheus_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -450,5 +460,49 @@ def alertmanager_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Al
     )
     try:
         yield AlertmanagerServer(url=url, config=config)
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def alertmanager_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsAlertmanagerServer]:
+    """A real Alertmanager serving HTTPS (test CA) and requiring basic auth (``--web.config.file``)."""
+    alertmanager = require_binary("prometheus-alertmanager")
+    try:
+        import bcrypt  # a dev extra; imported here so the other fixtures work without it
+    except ImportError:
+        message = "bcrypt is not installed (pip install -e '.[dev]'): cannot hash the basic auth password"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    root = tmp_path_factory.mktemp("alertmanager-tls")
+    ca, cert, key = make_test_ca(root)
+    username, password = "autoscaler", "s3cret-test-password"
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()  # cost 4: cheap per request
+    web = root / "web.yml"
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\nbasic_auth_users:\n  {username}: '{hashed}'\n",
+        encoding="utf-8",
+    )
+    config = root / "alertmanager.yml"
+    config.write_text(ALERTMANAGER_CONFIG, encoding="utf-8")
+    (root / "data").mkdir()
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    proc = start_process(
+        [
+            alertmanager,
+            f"--config.file={config}",
+            f"--storage.path={root / 'data'}",
+            f"--web.config.file={web}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        f"https://{username}:{password}@127.0.0.1:{port}/-/ready",  # httpx sends URL userinfo as basic auth
+        root / "alertmanager.log",
+        verify=ssl.create_default_context(cafile=str(ca)),
+    )
+    try:
+        yield TlsAlertmanagerServer(url=url, ca_file=ca, username=username, password=password)
     finally:
         stop_process(proc)

@@ -300,12 +300,26 @@ def test_format_duration_round_trips_through_parse_duration(seconds: int) -> Non
     pod=st.integers(min_value=1, max_value=3600),
     percentile=st.integers(min_value=1, max_value=100),
     namespaces=st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9]", fullmatch=True), unique=True, max_size=4),
+    alerts_auth=st.one_of(
+        st.just({}),
+        st.builds(lambda f: {"bearer_token_file": f}, st.from_regex(r"/[a-z0-9/._-]{1,30}", fullmatch=True)),
+        st.builds(lambda u, f: {"basic_auth": {"username": u, "password_file": f}},
+                  st.text(st.characters(blacklist_characters=":", blacklist_categories=("Cs",)), min_size=1,
+                          max_size=12).filter(str.strip),
+                  st.from_regex(r"/[a-z0-9/._-]{1,30}", fullmatch=True)),
+    ),
+    alerts_timeout=st.one_of(st.none(), durations),
+    ca_file=st.one_of(st.none(), st.from_regex(r"/[a-z0-9/._-]{1,30}", fullmatch=True)),
 )
 def test_any_valid_config_survives_a_yaml_round_trip(
-    horizon: int, quantile: int, warm_pool: int | str, pod: int, percentile: int, namespaces: list[str]
+    horizon: int, quantile: int, warm_pool: int | str, pod: int, percentile: int, namespaces: list[str],
+    alerts_auth: dict[str, object], alerts_timeout: int | None, ca_file: str | None,
 ) -> None:
     data = Config().to_dict()
-    data["profiles"]["default"].update(horizon=format_duration(horizon), quantile=quantile, warm_pool=warm_pool)
+    data["alerts"].update(alerts_auth, timeout=alerts_timeout, ca_file=ca_file)
+    # warm_pool_quantile must be >= quantile in both profiles ("other" inherits it).
+    data["profiles"]["default"].update(horizon=format_duration(horizon), quantile=quantile, warm_pool=warm_pool,
+                                       warm_pool_quantile=99)
     data["profiles"]["other"] = {"quantile": 100 - quantile, "look_ahead": format_duration(min(horizon, 120))}
     data["cold_start"].update(pod_startup=pod, percentile=percentile)
     data["namespaces"] = namespaces
@@ -313,6 +327,8 @@ def test_any_valid_config_survives_a_yaml_round_trip(
     assert cfg.profile("default").quantile == quantile
     assert cfg.profile("other").horizon_seconds == horizon
     assert cfg.profile("default").warm_pool == warm_pool
+    assert (cfg.alerts.timeout_seconds, cfg.alerts.ca_file) == (alerts_timeout, ca_file)
+    assert (cfg.alerts.basic_auth is None) == ("basic_auth" not in alerts_auth)
     assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
 
 
@@ -520,6 +536,36 @@ def test_alerts_and_karpenter_sections_parse_and_default() -> None:
     assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
 
 
+def test_alerts_tls_and_credentials_parse_and_round_trip() -> None:
+    from autoscaler.config import BasicAuthConfig
+
+    assert (Config().alerts.bearer_token_file, Config().alerts.ca_file) == (None, None)
+    assert (Config().alerts.basic_auth, Config().alerts.timeout_seconds) == (None, None)
+    cfg = parse_config_text(
+        "alerts:\n  alertmanager_url: https://alertmanager.monitoring.svc:9093\n"
+        "  ca_file: /etc/alertmanager-ca/ca.crt\n  timeout: 5s\n"
+        "  basic_auth: {username: autoscaler, password_file: /etc/alertmanager-auth/password}\n"
+    )
+    assert cfg.alerts.ca_file == "/etc/alertmanager-ca/ca.crt"
+    assert cfg.alerts.basic_auth == BasicAuthConfig("autoscaler", "/etc/alertmanager-auth/password")
+    assert (cfg.alerts.bearer_token_file, cfg.alerts.timeout_seconds) == (None, 5)
+    assert cfg.warnings == ()
+    assert cfg.to_dict()["alerts"]["basic_auth"] == {"username": "autoscaler",
+                                                     "password_file": "/etc/alertmanager-auth/password"}
+    assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
+    token = parse_config_text("alerts: {bearer_token_file: /var/run/secrets/tokens/am, basic_auth: null}")
+    assert (token.alerts.bearer_token_file, token.alerts.basic_auth) == ("/var/run/secrets/tokens/am", None)
+
+
+def test_alerts_credentials_or_a_ca_over_plain_http_are_warned_about() -> None:
+    cfg = parse_config_text("alerts: {alertmanager_url: 'http://am:9093', ca_file: /ca.pem, bearer_token_file: /t}")
+    assert cfg.warnings == (
+        "alerts.ca_file: has no effect, alerts.alertmanager_url is http:// (not https://)",
+        "alerts.alertmanager_url: credentials are sent unencrypted over http://; use https://",
+    )
+    assert parse_config_text("alerts: {alertmanager_url: 'https://am:9093', ca_file: /ca.pem}").warnings == ()
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -529,6 +575,21 @@ def test_alerts_and_karpenter_sections_parse_and_default() -> None:
         ("alerts: {alertmanager_url: 'http://am:9093', expire_after: 30s}",
          "alerts.expire_after: 30s must be longer than loop.interval (30s)"),
         ("alerts: {url: 'http://am:9093'}", "alerts.url: unknown key"),
+        ("alerts: {bearer_token_file: /t, basic_auth: {username: u, password_file: /p}}",
+         "alerts.basic_auth: give bearer_token_file or basic_auth, not both"),
+        ("alerts: {basic_auth: {username: u}}", "alerts.basic_auth.password_file: required when basic_auth is set"),
+        ("alerts: {basic_auth: {password_file: /p}}", "alerts.basic_auth.username: required when basic_auth is set"),
+        ("alerts: {basic_auth: {username: u, password: hunter2}}",
+         "alerts.basic_auth.password: unknown key (did you mean 'password_file'?)"),
+        ("alerts: {basic_auth: {username: 'a:b', password_file: /p}}",
+         "alerts.basic_auth.username: 'a:b' contains ':'"),
+        ("alerts: {basic_auth: {username: u, password_file: 7}}",
+         "alerts.basic_auth.password_file: expected a file path or null"),
+        ("alerts: {basic_auth: oncall}", "alerts.basic_auth: expected a mapping"),
+        ("alerts: {ca_file: ''}", "alerts.ca_file: expected a file path or null"),
+        ("alerts: {bearer_token_file: [a]}", "alerts.bearer_token_file: expected a file path or null"),
+        ("alerts: {timeout: 0}", "alerts.timeout: invalid duration '0': must be positive"),
+        ("alerts: {timeout: soon}", "alerts.timeout: invalid duration"),
         ("karpenter: {headroom: buffers}",
          "karpenter.headroom: expected one of auto, capacitybuffer, placeholder, off"),
         ("karpenter: {enabled: maybe}", "karpenter.enabled: expected true or false"),

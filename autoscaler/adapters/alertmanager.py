@@ -20,6 +20,15 @@ injectable ``sleep``. Transport errors, ``429`` and ``5xx`` are retried with exp
 ``4xx`` mean a malformed alert and are reported at once. Every failure raises ``AlertDeliveryError`` with
 one line naming Alertmanager's URL, the HTTP status and its message: an alert is never dropped silently.
 
+TLS and credentials (production Alertmanagers sit behind https with a private CA, often behind an auth
+proxy), as the Prometheus adapter handles them: ``ca_file`` is the CA bundle httpx verifies against;
+``bearer_token_file`` or ``basic_auth`` (username, password file) are re-read on every push, so a rotated
+projected token or Secret is picked up without a restart. One departure: the CA bundle is loaded at the first
+push, not in the constructor, and re-loaded when its content changes. A missing, empty or unreadable file is
+then an ``AlertDeliveryError`` of that push (counted and retried next tick by the caller), never a crash of
+the controller at start-up or on a config reload; the Secret may be mounted later. A failed certificate
+verification is reported at once (retrying cannot fix it), and ``401``/``403`` name the credentials to check.
+
 The PrometheusRule in ``deploy/prometheusrule.yaml`` raises the same alert names from the controller's
 metrics, so on-call is still paged when this push path is down; an Alertmanager route that groups by
 ``[alertname, team, cluster]`` folds both into one notification.
@@ -27,16 +36,19 @@ metrics, so on-call is still paged when this push path is down; an Alertmanager 
 
 from __future__ import annotations
 
+import base64
 import re
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from autoscaler.adapters.prometheus import StrPath, _tls_verification_error
 from autoscaler.ports import Alert
 
 # Alert names the controller pushes; deploy/prometheusrule.yaml raises the same ones from the metrics
@@ -51,6 +63,7 @@ RESERVED_LABELS = ("alertname", "severity", "cluster")
 SEVERITIES = ("info", "warning", "critical")
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")  # the classic rule every Alertmanager version accepts
 RETRYABLE_STATUS = {429, 500, 502, 503, 504}
+DEFAULT_TIMEOUT_SECONDS = 10.0
 
 
 class AlertDeliveryError(Exception):
@@ -64,13 +77,32 @@ def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class _CredentialError(Exception):
+    """A CA, token or password file could not be used; becomes an ``AlertDeliveryError`` naming the push."""
+
+
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line[:limit]
 
 
+def _read_secret(path: Path, what: str) -> str:
+    """A token or password from its file, stripped (Secrets often end in a newline), as the Prometheus adapter does."""
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _CredentialError(f"cannot read {what} {path}: {exc}") from None
+    if not secret:
+        raise _CredentialError(f"{what} {path} is empty")
+    return secret
+
+
 class AlertmanagerSink:
-    """Posts alerts to one Alertmanager (or a load balancer in front of an HA pair)."""
+    """Posts alerts to one Alertmanager (or a load balancer in front of an HA pair).
+
+    ``ca_file``: a CA bundle for an https Alertmanager with a private certificate. ``bearer_token_file`` or
+    ``basic_auth=(username, password_file)``: credentials read from their files before every push.
+    """
 
     def __init__(
         self,
@@ -79,13 +111,15 @@ class AlertmanagerSink:
         cluster: str,
         expire_after: timedelta = timedelta(minutes=2),
         generator_url: str | None = None,
-        timeout_seconds: float = 10.0,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         max_attempts: int = 4,
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 8.0,
         headers: Mapping[str, str] | None = None,
         verify: bool | ssl.SSLContext = True,
-        ca_file: str | None = None,
+        ca_file: StrPath | None = None,
+        bearer_token_file: StrPath | None = None,
+        basic_auth: tuple[str, StrPath] | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -97,6 +131,12 @@ class AlertmanagerSink:
             raise ValueError(f"expire_after must be positive, got {expire_after}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be positive, got {timeout_seconds}")
+        if bearer_token_file is not None and basic_auth is not None:
+            raise ValueError("give bearer_token_file or basic_auth, not both")
+        if basic_auth is not None and (not basic_auth[0] or ":" in basic_auth[0]):
+            raise ValueError(f"basic auth username must be non-empty and without ':', got {basic_auth[0]!r}")
         self.url = url.rstrip("/")
         self.cluster = cluster
         self.expire_after = expire_after
@@ -105,18 +145,15 @@ class AlertmanagerSink:
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
         self._sleep = sleep
-        if ca_file is not None:
-            try:
-                verify = ssl.create_default_context(cafile=ca_file)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"cannot load the Alertmanager CA file {ca_file}: {exc.strerror or exc}") from exc
-        self._http = httpx.Client(
-            base_url=self.url,
-            timeout=timeout_seconds,
-            headers=dict(headers or {}),
-            verify=verify,
-            transport=transport,
-        )
+        self._bearer_token_file = Path(bearer_token_file) if bearer_token_file is not None else None
+        self._basic_auth = (basic_auth[0], Path(basic_auth[1])) if basic_auth is not None else None
+        self._ca_file = Path(ca_file) if ca_file is not None else None
+        self._ca_loaded: bytes | None = None  # the CA bundle the current client trusts
+        self._client_args: dict[str, Any] = {
+            "base_url": self.url, "timeout": timeout_seconds, "headers": dict(headers or {}), "transport": transport,
+        }
+        # Without a CA file the client is made now; with one, on the first push (see _client).
+        self._http: httpx.Client | None = None if self._ca_file else httpx.Client(verify=verify, **self._client_args)
 
     # ---- port ------------------------------------------------------------------------------------
 
@@ -168,29 +205,71 @@ class AlertmanagerSink:
 
     # ---- transport -------------------------------------------------------------------------------
 
+    def _client(self) -> httpx.Client:
+        """The HTTP client, (re)made when the CA bundle's content changed (a rotated Secret) or was unreadable."""
+        if self._ca_file is None:
+            assert self._http is not None
+            return self._http
+        try:
+            pem = self._ca_file.read_bytes()
+            if not pem.strip():
+                raise _CredentialError(f"the Alertmanager CA file {self._ca_file} is empty")
+            if self._http is None or pem != self._ca_loaded:
+                context = ssl.create_default_context(cadata=pem.decode("ascii", errors="replace"))
+                if self._http is not None:
+                    self._http.close()
+                self._http = httpx.Client(verify=context, **self._client_args)
+                self._ca_loaded = pem
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else _first_line(str(exc))
+            raise _CredentialError(f"cannot load the Alertmanager CA file {self._ca_file}: {detail}") from None
+        return self._http
+
+    def _auth_headers(self) -> dict[str, str]:
+        """Authorization read from its file on every push: projected tokens and Secrets rotate under us."""
+        if self._bearer_token_file is not None:
+            return {"Authorization": f"Bearer {_read_secret(self._bearer_token_file, 'bearer token file')}"}
+        if self._basic_auth is not None:
+            user, password_file = self._basic_auth
+            password = _read_secret(password_file, "basic auth password file")
+            return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")}
+        return {}
+
     def _post(self, body: list[dict[str, Any]], what: str) -> None:
         if not body:
             return
         names = ",".join(sorted({b["labels"]["alertname"] for b in body}))
         where = f"Alertmanager {self.url}{ALERTS_PATH} ({what} {names})"
+        try:
+            http, headers = self._client(), self._auth_headers()
+        except _CredentialError as exc:
+            raise AlertDeliveryError(f"{where}: not sent, {exc}") from None
         last = ""
         for attempt in range(self._attempts):
             if attempt:
                 self._sleep(min(self._max_backoff, self._backoff * 2 ** (attempt - 1)))
             try:
-                response = self._http.post(ALERTS_PATH, json=body)
+                response = http.post(ALERTS_PATH, json=body, headers=headers)
             except httpx.TransportError as exc:
+                tls = _tls_verification_error(exc)
+                if tls is not None:  # retrying cannot fix a certificate
+                    raise AlertDeliveryError(
+                        f"{where}: TLS verification failed (wrong or missing alerts.ca_file?): {tls}"
+                    ) from None
                 last = f"{type(exc).__name__}: {_first_line(str(exc)) or 'no detail'}"
                 continue
             if response.status_code == 200:
                 return
             last = f"HTTP {response.status_code}: {_first_line(response.text) or response.reason_phrase}"
+            if response.status_code in (401, 403):
+                raise AlertDeliveryError(f"{where}: rejected, {last} (check alerts.bearer_token_file / basic_auth)")
             if response.status_code not in RETRYABLE_STATUS:
                 raise AlertDeliveryError(f"{where}: rejected, {last}")
         raise AlertDeliveryError(f"{where}: failed after {self._attempts} attempts, last {last}")
 
     def close(self) -> None:
-        self._http.close()
+        if self._http is not None:
+            self._http.close()
 
     def __enter__(self) -> AlertmanagerSink:
         return self

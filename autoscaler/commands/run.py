@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes import client
 
-from autoscaler.adapters.alertmanager import AlertmanagerSink
+from autoscaler.adapters.alertmanager import DEFAULT_TIMEOUT_SECONDS, AlertmanagerSink
 from autoscaler.adapters.karpenter import KarpenterCapacity
 from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
 from autoscaler.adapters.prometheus import PrometheusSource
@@ -117,8 +117,15 @@ def _sink(cfg: AlertsConfig) -> AlertmanagerSink | None:
     if cfg.alertmanager_url is None:
         return None
     try:
-        return AlertmanagerSink(cfg.alertmanager_url, cluster=cfg.cluster,
-                                expire_after=timedelta(seconds=cfg.expire_after_seconds))
+        return AlertmanagerSink(
+            cfg.alertmanager_url,
+            cluster=cfg.cluster,
+            expire_after=timedelta(seconds=cfg.expire_after_seconds),
+            timeout_seconds=DEFAULT_TIMEOUT_SECONDS if cfg.timeout_seconds is None else cfg.timeout_seconds,
+            ca_file=cfg.ca_file,
+            bearer_token_file=cfg.bearer_token_file,
+            basic_auth=None if cfg.basic_auth is None else (cfg.basic_auth.username, cfg.basic_auth.password_file),
+        )
     except ValueError as exc:
         raise UserError(f"alerts: {exc}") from None
 

@@ -253,7 +253,9 @@ def test_empty_label_values_are_dropped_and_times_are_utc() -> None:
         ({"cluster": ""}, "cluster name"),
         ({"expire_after": timedelta(0)}, "expire_after must be positive"),
         ({"max_attempts": 0}, "max_attempts"),
-        ({"ca_file": "/nonexistent/ca.pem"}, "cannot load the Alertmanager CA file /nonexistent/ca.pem"),
+        ({"timeout_seconds": 0}, "timeout_seconds must be positive"),
+        ({"bearer_token_file": "/t", "basic_auth": ("u", "/p")}, "give bearer_token_file or basic_auth, not both"),
+        ({"basic_auth": ("a:b", "/p")}, "username must be non-empty and without ':'"),
     ],
 )
 def test_bad_construction_is_refused(kwargs: dict[str, Any], message: str) -> None:
