@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autoscaler.config import Config
-from autoscaler.ports import CustomObjects
+from autoscaler.ports import CustomObjects, PriorityClasses
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import PLACEMENT_REFRESH_SECONDS, MoneyOutcome, MoneyStage
 from tests.runtime.test_money import PREFIX, config, kueue_workload
@@ -34,6 +34,9 @@ class RecordingGangs:
 
     def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self.patches.append((kind, namespace, name, patch))
+
+    def priority_classes(self) -> PriorityClasses:
+        return PriorityClasses()
 
 
 class RecordingForecasts:
