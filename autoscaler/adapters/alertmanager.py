@@ -48,7 +48,7 @@ from typing import Any
 
 import httpx
 
-from autoscaler.adapters.prometheus import StrPath, _tls_verification_error
+from autoscaler.adapters.httpcommon import SecretFileError, StrPath, read_secret, tls_verification_error
 from autoscaler.ports import Alert
 
 # Alert names the controller pushes; deploy/prometheusrule.yaml raises the same ones from the metrics
@@ -77,24 +77,13 @@ def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class _CredentialError(Exception):
+class _CredentialError(SecretFileError):
     """A CA, token or password file could not be used; becomes an ``AlertDeliveryError`` naming the push."""
 
 
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line[:limit]
-
-
-def _read_secret(path: Path, what: str) -> str:
-    """A token or password from its file, stripped (Secrets often end in a newline), as the Prometheus adapter does."""
-    try:
-        secret = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _CredentialError(f"cannot read {what} {path}: {exc}") from None
-    if not secret:
-        raise _CredentialError(f"{what} {path} is empty")
-    return secret
 
 
 class AlertmanagerSink:
@@ -228,10 +217,10 @@ class AlertmanagerSink:
     def _auth_headers(self) -> dict[str, str]:
         """Authorization read from its file on every push: projected tokens and Secrets rotate under us."""
         if self._bearer_token_file is not None:
-            return {"Authorization": f"Bearer {_read_secret(self._bearer_token_file, 'bearer token file')}"}
+            return {"Authorization": f"Bearer {read_secret(self._bearer_token_file, 'bearer token file')}"}
         if self._basic_auth is not None:
             user, password_file = self._basic_auth
-            password = _read_secret(password_file, "basic auth password file")
+            password = read_secret(password_file, "basic auth password file")
             return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")}
         return {}
 
@@ -242,7 +231,7 @@ class AlertmanagerSink:
         where = f"Alertmanager {self.url}{ALERTS_PATH} ({what} {names})"
         try:
             http, headers = self._client(), self._auth_headers()
-        except _CredentialError as exc:
+        except SecretFileError as exc:  # a CA, token or password file (``_CredentialError`` included)
             raise AlertDeliveryError(f"{where}: not sent, {exc}") from None
         last = ""
         for attempt in range(self._attempts):
@@ -251,7 +240,7 @@ class AlertmanagerSink:
             try:
                 response = http.post(ALERTS_PATH, json=body, headers=headers)
             except httpx.TransportError as exc:
-                tls = _tls_verification_error(exc)
+                tls = tls_verification_error(exc)
                 if tls is not None:  # retrying cannot fix a certificate
                     raise AlertDeliveryError(
                         f"{where}: TLS verification failed (wrong or missing alerts.ca_file?): {tls}"

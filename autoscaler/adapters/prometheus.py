@@ -45,7 +45,6 @@ import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ import httpx
 import numpy as np
 
 from autoscaler import promql
+from autoscaler.adapters.httpcommon import SecretFileError, StrPath, read_secret, tls_verification_error
 from models.types import FloatArray, TrafficSeries
 
 __all__ = [
@@ -71,7 +71,6 @@ __all__ = [
 MAX_POINTS_PER_SERIES = 11_000
 
 DeploymentKey = tuple[str, str]
-StrPath = str | PathLike[str]
 
 
 class PrometheusError(Exception):
@@ -143,18 +142,6 @@ def _finite_or_nan(raw: object) -> float:
     except ValueError:
         raise PrometheusQueryError(f"Prometheus sent a non-numeric sample value {raw!r}") from None
     return value if math.isfinite(value) else math.nan
-
-
-def _tls_verification_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
-    """The certificate verification failure behind a transport error, if that is what it is."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
 
 
 def _fmt_time(t: float) -> str:
@@ -253,11 +240,9 @@ class PrometheusSource:
         token = self._bearer_token
         if self._bearer_token_file is not None:
             try:
-                token = self._bearer_token_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise PrometheusError(f"cannot read bearer token file {self._bearer_token_file}: {exc}") from None
-            if not token:
-                raise PrometheusError(f"bearer token file {self._bearer_token_file} is empty")
+                token = read_secret(self._bearer_token_file, "bearer token file")
+            except SecretFileError as exc:
+                raise PrometheusError(str(exc)) from None
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _post(self, path: str, form: Mapping[str, str]) -> tuple[Any, list[str]]:
@@ -270,7 +255,7 @@ class PrometheusSource:
             try:
                 response = self._client.post(url, data=dict(form), headers=self._headers())
             except httpx.TransportError as exc:
-                tls = _tls_verification_error(exc)
+                tls = tls_verification_error(exc)
                 if tls is not None:
                     raise PrometheusUnavailable(
                         f"TLS verification of {self.url} failed (wrong or missing ca_file?): {tls}"
