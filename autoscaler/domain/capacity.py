@@ -14,7 +14,7 @@ starts or begins after it ends does not count. When the forecast does not reach 
 steps (as many as the window spans) stand in, and the decision says so.
 
 The automatic warm pool. Replicas are sized at ``band(level)`` (e.g. p90): demand exceeds that one
-step in ten. The warm pool covers the tail above it, up to a higher band (``warm_pool_level``, p99
+step in ten. The warm pool covers the tail above it, up to a higher band (``warm_pool_level``, p95
 by default, or the highest band in between that the forecast has): ``warm = ceil(tail / capacity) -
 need``. Kept as ready *replicas* it answers the tail instantly; kept as ready *nodes* it only saves
 the node start-up, at the price of idle GPUs instead of idle replicas. With ``warm_pool_level`` equal
@@ -229,7 +229,7 @@ def surprise_floor(
     keeps rising (a big client ramping, a traffic shift) is short again one start-up later, while an
     HPA keeps its target's headroom. Replicas asked now land after the lead, and by then demand can
     have moved as far as the forecast's uncertainty says: so the floor is
-    ``observed + (band_top - mean)`` at the lead (``band_top`` = the warm-pool band, p99 by default).
+    ``observed + (band_top - mean)`` at the lead (``band_top`` = the warm-pool band, p95 by default).
     While the forecast holds (observed near its mean) this is below the forecast's own need and
     costs nothing; it binds only when demand has left the forecast behind. It is additive (not
     ``observed x band/mean``) and has no trigger, so it never decreases when the forecast's bands

@@ -52,8 +52,9 @@ class ScalingPolicy:
     max_scale_up_step: int | None = None
     max_scale_down_fraction: float = 0.5
     # Added: the band the automatic warm pool covers up to (the highest band in (level, warm_pool_level]
-    # present in the forecast; without one, the spread band(level) - mean stands in, see capacity.py).
-    warm_pool_level: int = 99
+    # present in the forecast; without one, the spread band(level) - mean stands in, see capacity.py). The
+    # default is the config profile's ``warm_pool_quantile`` default, chosen on the simulate benchmark.
+    warm_pool_level: int = 95
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica

@@ -98,7 +98,7 @@ def test_lead_gap_sees_only_demand_before_the_lead() -> None:
 
 
 def test_auto_warm_pool_covers_the_p99_tail() -> None:
-    policy = ScalingPolicy(capacity_per_replica=5.0)
+    policy = ScalingPolicy(capacity_per_replica=5.0, warm_pool_level=99)
     fc = forecast([20.0] * 20, mean=[15.0] * 20, p99=[33.0] * 20)
     need = forecast_need(fc, policy, now=0, lead_seconds=60)
     pool = auto_warm_pool(fc, policy, need)
@@ -139,8 +139,8 @@ def test_auto_warm_pool_covering_only_the_replicas_band_is_zero() -> None:
     pool = auto_warm_pool(fc, policy, need)
     assert pool.replicas == 0
     assert "no tail above the p90 need" in pool.detail
-    wider = auto_warm_pool(fc, ScalingPolicy(capacity_per_replica=5.0), need)
-    assert wider.replicas == 8 - 4  # the same forecast with the default p99 pool
+    wider = auto_warm_pool(fc, ScalingPolicy(capacity_per_replica=5.0, warm_pool_level=99), need)
+    assert wider.replicas == 8 - 4  # the same forecast with a p99 pool
 
 
 def test_required_horizon_covers_the_worst_case_window() -> None:

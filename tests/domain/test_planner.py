@@ -130,7 +130,7 @@ def test_missing_metrics_hold(fc: Forecast | None, demand: float | None, expecte
 
 def test_warm_pool_as_replicas_adds_to_the_count() -> None:
     fc = forecast([40.0] * 60, p99=[65.0] * 60, mean=[30.0] * 60)
-    policy = ScalingPolicy(capacity_per_replica=10.0)
+    policy = ScalingPolicy(capacity_per_replica=10.0, warm_pool_level=99)
     decision = plan_replicas(fc, state(current=1, demand=0.0, **WITH_GPU), policy, POD, now=0)
     assert (decision.forecast_replicas, decision.warm_pool_replicas, decision.desired_replicas) == (4, 3, 7)
     assert decision.warm_pool_as == "replicas"
@@ -138,7 +138,7 @@ def test_warm_pool_as_replicas_adds_to_the_count() -> None:
 
 def test_warm_pool_as_nodes_is_reported_not_added() -> None:
     fc = forecast([40.0] * 60, p99=[65.0] * 60, mean=[30.0] * 60)
-    policy = ScalingPolicy(capacity_per_replica=10.0, warm_pool_as="nodes")
+    policy = ScalingPolicy(capacity_per_replica=10.0, warm_pool_as="nodes", warm_pool_level=99)
     decision = plan_replicas(fc, state(current=1, demand=0.0, free_gpus=16, gpus_per_replica=2), policy, POD, now=0)
     assert decision.desired_replicas == 4
     assert decision.warm_pool_replicas == 3
@@ -374,7 +374,7 @@ def test_no_scale_down_inside_the_stabilisation_window(
 def test_raising_the_band_towards_the_tail_does_not_shrink_the_total() -> None:
     # Summing ceil(p90/c) + ceil((p99 - p90)/c) would give 2 replicas here and 1 once p90 rises to 10:
     # more forecast, fewer replicas. Sizing the total at ceil(p99/c) keeps it at 1 for both.
-    policy = ScalingPolicy(capacity_per_replica=10.0, min_replicas=0)
+    policy = ScalingPolicy(capacity_per_replica=10.0, min_replicas=0, warm_pool_level=99)
     totals = []
     for p90 in (9.5, 10.0):
         fc = forecast([p90] * 60, p99=[10.0] * 60, mean=[5.0] * 60)
@@ -434,7 +434,7 @@ def test_surprise_floor_keeps_the_forecasts_headroom_above_a_burst() -> None:
         start=0, step_seconds=60, mean=np.full(20, 10.0),
         quantiles={90: np.full(20, 12.0), 99: np.full(20, 14.0)}, model="t",
     )
-    policy = ScalingPolicy(capacity_per_replica=1.0, max_replicas=100, warm_pool=0)
+    policy = ScalingPolicy(capacity_per_replica=1.0, max_replicas=100, warm_pool=0, warm_pool_level=99)
     cold = ColdStartProfile(prior_seconds=120)
     burst = plan_replicas(fc, WorkloadState(10, 10, 30.0), policy, cold, now=0)
     assert burst.desired_replicas == 34  # 30 observed + (14 - 10) spread
