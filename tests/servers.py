@@ -442,26 +442,25 @@ def alertmanager_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Al
     """A real Alertmanager with gossip off and a single no-op ``default`` receiver."""
     alertmanager = require_binary("prometheus-alertmanager")
     root = tmp_path_factory.mktemp("alertmanager")
-    config = root / "alertmanager.yml"
-    config.write_text(ALERTMANAGER_CONFIG, encoding="utf-8")
-    (root / "data").mkdir()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start_process(
-        [
-            alertmanager,
-            f"--config.file={config}",
-            f"--storage.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        f"{url}/-/ready",
-        root / "alertmanager.log",
-    )
+    proc, config = _start_alertmanager(alertmanager, root, port, [], f"{url}/-/ready")
     try:
         yield AlertmanagerServer(url=url, config=config)
     finally:
         stop_process(proc)
+
+
+def _start_alertmanager(
+    binary: str, root: Path, port: int, extra: list[str], ready_url: str, verify: ssl.SSLContext | bool = True
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Alertmanager on 127.0.0.1:``port`` with gossip off and the no-op receiver; (process, config file)."""
+    config = root / "alertmanager.yml"
+    config.write_text(ALERTMANAGER_CONFIG, encoding="utf-8")
+    (root / "data").mkdir()
+    argv = [binary, f"--config.file={config}", f"--storage.path={root / 'data'}", *extra,
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="]
+    return start_process(argv, ready_url, root / "alertmanager.log", verify=verify), config
 
 
 @pytest.fixture(scope="session")
@@ -484,22 +483,11 @@ def alertmanager_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\nbasic_auth_users:\n  {username}: '{hashed}'\n",
         encoding="utf-8",
     )
-    config = root / "alertmanager.yml"
-    config.write_text(ALERTMANAGER_CONFIG, encoding="utf-8")
-    (root / "data").mkdir()
     port = free_port()
     url = f"https://127.0.0.1:{port}"
-    proc = start_process(
-        [
-            alertmanager,
-            f"--config.file={config}",
-            f"--storage.path={root / 'data'}",
-            f"--web.config.file={web}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
+    proc, _ = _start_alertmanager(
+        alertmanager, root, port, [f"--web.config.file={web}"],
         f"https://{username}:{password}@127.0.0.1:{port}/-/ready",  # httpx sends URL userinfo as basic auth
-        root / "alertmanager.log",
         verify=ssl.create_default_context(cafile=str(ca)),
     )
     try:
