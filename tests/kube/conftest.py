@@ -12,14 +12,20 @@ import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from autoscaler.adapters.karpenter import GPU
 from autoscaler.adapters.kube import api_client_from_config
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
-from tests.kube.fakeapi import FakeKubeAPI
+from tests.conftest import REPO
+from tests.kube.fakeapi import FakeKubeAPI, load_crd, schema_errors
+
+CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
+NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -159,3 +165,52 @@ def real_namespace(real_api_client: client.ApiClient) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+def crd_schema(path: Path, version: str) -> dict[str, Any]:
+    (crd,) = [c for c in load_crd(path) if c.version == version]
+    assert crd.schema is not None
+    return crd.schema
+
+
+def nodepool(
+    name: str,
+    *,
+    gpu_limit: int | str | None = 16,
+    gpus_in_use: int | None = 8,
+    nodes: int = 1,
+    gpu_counts: tuple[str, ...] = ("8",),
+    taints: list[dict[str, str]] | None = None,
+    instance_types: tuple[str, ...] = ("p5.48xlarge", "p4d.24xlarge"),
+) -> dict[str, Any]:
+    """A Karpenter v1 NodePool as the API server serves it, checked against the CRD's schema."""
+    requirements: list[dict[str, Any]] = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(instance_types)},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+    ]
+    if gpu_counts:
+        count = "karpenter.k8s.aws/instance-gpu-count"
+        requirements.append({"key": count, "operator": "In", "values": list(gpu_counts)})
+    obj: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "ml"}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                    "requirements": requirements,
+                    "taints": taints if taints is not None else [{"key": GPU, "value": "true", "effect": "NoSchedule"}],
+                },
+            },
+            "weight": 10,
+        },
+        "status": {"nodes": nodes, "resources": {"cpu": "192", "memory": "2Ti"}},
+    }
+    if gpu_limit is not None:
+        obj["spec"]["limits"] = {"cpu": "1000", GPU: gpu_limit}
+    if gpus_in_use is not None:
+        obj["status"]["resources"][GPU] = str(gpus_in_use)
+    assert schema_errors(obj, crd_schema(NODEPOOL_CRD, "v1"), strict=True) == []
+    return obj

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,65 +33,15 @@ from autoscaler.adapters.karpenter import (
 )
 from autoscaler.adapters.kube import MERGE_PATCH, KubeReadError, KubeWriteError
 from autoscaler.ports import DeploymentHeadroom, NodeCapacity, NodeTaint, PoolHeadroom
-from tests.conftest import REPO
-from tests.kube.conftest import deployment
-from tests.kube.fakeapi import FakeKubeAPI, load_crd, merge_patch, schema_errors
+from tests.kube.conftest import CRDS, NODEPOOL_CRD, crd_schema, deployment, nodepool
+from tests.kube.fakeapi import FakeKubeAPI, merge_patch, schema_errors
 
-CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
-NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
 BUFFER_CRD = CRDS / "autoscaling.x-k8s.io_capacitybuffers.yaml"
 CONTROLLER_NS = "predictive-autoscaler"
 KUBERNETES_VERSION = "1.29"
 
 if not NODEPOOL_CRD.is_file():  # pragma: no cover - the shared CRDs are part of the workspace
     pytest.skip(f"CRDs not found in {CRDS}", allow_module_level=True)
-
-
-def crd_schema(path: Path, version: str) -> dict[str, Any]:
-    (crd,) = [c for c in load_crd(path) if c.version == version]
-    assert crd.schema is not None
-    return crd.schema
-
-
-def nodepool(
-    name: str,
-    *,
-    gpu_limit: int | str | None = 16,
-    gpus_in_use: int | None = 8,
-    nodes: int = 1,
-    gpu_counts: tuple[str, ...] = ("8",),
-    taints: list[dict[str, str]] | None = None,
-) -> dict[str, Any]:
-    requirements: list[dict[str, Any]] = [
-        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p5.48xlarge", "p4d.24xlarge"]},
-        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-    ]
-    if gpu_counts:
-        count = "karpenter.k8s.aws/instance-gpu-count"
-        requirements.append({"key": count, "operator": "In", "values": list(gpu_counts)})
-    obj: dict[str, Any] = {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "metadata": {"labels": {"team": "ml"}},
-                "spec": {
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
-                    "requirements": requirements,
-                    "taints": taints if taints is not None else [{"key": GPU, "value": "true", "effect": "NoSchedule"}],
-                },
-            },
-            "weight": 10,
-        },
-        "status": {"nodes": nodes, "resources": {"cpu": "192", "memory": "2Ti"}},
-    }
-    if gpu_limit is not None:
-        obj["spec"]["limits"] = {"cpu": "1000", GPU: gpu_limit}
-    if gpus_in_use is not None:
-        obj["status"]["resources"][GPU] = str(gpus_in_use)
-    assert schema_errors(obj, crd_schema(NODEPOOL_CRD, "v1"), strict=True) == []
-    return obj
 
 
 class Ticker:

@@ -38,6 +38,7 @@ from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
 from tests.conftest import REPO
 from tests.kube.conftest import deployment, pod
+from tests.kube.conftest import nodepool as kube_nodepool
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import make_source
 from tests.servers import BACKFILL_START, AlertmanagerServer, PrometheusServer, free_port
@@ -89,31 +90,9 @@ def gpu_deployment(
 
 def nodepool(name: str, instance_type: str, gpus_per_node: int, *, limit: int | None = None,
              gpus_in_use: int | None = None) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "spec": {
-                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
-                    "requirements": [
-                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]},
-                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In",
-                         "values": [str(gpus_per_node)]},
-                    ],
-                    "taints": [{"key": GPU, "value": "true", "effect": "NoSchedule"}],
-                },
-            },
-        },
-        "status": {"nodes": 0, "resources": {"cpu": "0"}},
-    }
-    if limit is not None:
-        obj["spec"]["limits"] = {GPU: str(limit)}
-    if gpus_in_use is not None:
-        obj["status"]["resources"][GPU] = str(gpus_in_use)
-    return obj
+    """One instance type's pool with no nodes yet (``tests.kube.conftest.nodepool``, schema-checked)."""
+    return kube_nodepool(name, instance_types=(instance_type,), gpu_counts=(str(gpus_per_node),), gpu_limit=limit,
+                         gpus_in_use=gpus_in_use, nodes=0)
 
 
 def kueue_workload(name: str, *, pods: int, gpus: int, admitted: bool, pool: str) -> dict[str, Any]:
