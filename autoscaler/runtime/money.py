@@ -240,11 +240,6 @@ def pool_shapes(
     return shapes, problems
 
 
-def gang_in_horizon(gang: Gang, now: int, horizon_seconds: int) -> bool:
-    """Whether an unplaced gang holds GPUs within ``[now, now + horizon]``: admitted, or allowed to start by then."""
-    return holds_gpus(gang, now, horizon_seconds)
-
-
 class GangForecasts(Protocol):
     """What the money stage needs to place scheduled gangs; the loop implements it from its cached models.
 

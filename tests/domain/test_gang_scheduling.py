@@ -26,6 +26,7 @@ from tests.domain.test_gangs import DAY, pod, workload
 
 H = 3600
 P = "predictive-autoscaler.io/"
+T0 = 1_800_000_000
 
 
 def gang(name: str = "g", gpus: int = 8, *, start_after: int | None = 0, deadline: int | None = 20 * H,
@@ -160,3 +161,15 @@ def test_sum_points_is_the_pointwise_sum(a: list[tuple[int, int]], b: list[tuple
     fb = [(x, float(y)) for x, y in dict(b).items()]
     assert math.isclose(at(sum_points([fa, fb]), t), at(fa, t) + at(fb, t))
     assert compress_points([0, 1, 2], [1.0, 1.0, 2.0]) == [(0, 1.0), (2, 2.0)]
+
+
+def test_an_unplaced_gang_counts_from_its_start_after_and_not_after_its_window() -> None:
+    pending = Gang("Workload", "t", "g", 8, 1, False, 50, start_after=T0 + 3600)
+    assert not holds_gpus(pending, T0, 900)
+    assert holds_gpus(pending, T0, 3600)
+    late = Gang("Workload", "t", "g", 8, 1, False, 50, start_after=T0 - 7200, deadline=T0 - 60,
+                duration_seconds=600)
+    assert not holds_gpus(late, T0, 900)
+    admitted = Gang("Workload", "t", "g", 8, 1, True, 50, deadline=T0 - 60, duration_seconds=60)
+    assert holds_gpus(admitted, T0, 900)  # admitted: it runs, whatever its window said
+    assert not holds_gpus(Gang("Workload", "t", "g", 8, 1, True, 50, inactive=True), T0, 900)

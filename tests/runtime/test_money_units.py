@@ -27,7 +27,6 @@ from autoscaler.runtime.money import (
     ahead_replicas,
     asked_by_scope,
     breaches,
-    gang_in_horizon,
     plan_headroom,
     pool_shapes,
     unavailable_gpus,
@@ -99,18 +98,6 @@ def test_asked_cost_counts_every_team_and_gang_before_cuts_and_breaches_compare_
     assert asked == {"cluster": 40.0 + 3.0 + 32.0, "team ml": 72.0, "team web": 3.0}
     over = breaches(asked, Ceilings(cluster=100.0, teams={"ml": 70.0, "web": 3.0}))
     assert over == {"team ml": (72.0, 70.0)}  # web at exactly its ceiling is not over
-
-
-def test_gangs_count_from_their_start_after_and_not_after_their_window() -> None:
-    pending = Gang("Workload", "t", "g", 8, 1, False, 50, start_after=NOW + 3600)
-    assert not gang_in_horizon(pending, NOW, 900)
-    assert gang_in_horizon(pending, NOW, 3600)
-    late = Gang("Workload", "t", "g", 8, 1, False, 50, start_after=NOW - 7200, deadline=NOW - 60,
-                duration_seconds=600)
-    assert not gang_in_horizon(late, NOW, 900)
-    assert gang_in_horizon(Gang("Workload", "t", "g", 8, 1, True, 50, deadline=NOW - 60, duration_seconds=60),
-                           NOW, 900)  # admitted: it runs, whatever its window said
-    assert not gang_in_horizon(Gang("Workload", "t", "g", 8, 1, True, 50, inactive=True), NOW, 900)
 
 
 def test_only_pools_that_matter_are_reported_when_they_cannot_be_priced() -> None:
