@@ -578,7 +578,7 @@ class MoneyStage:
         forecasts: GangForecasts | None, metrics: ControllerMetrics, errors: list[str],
     ) -> dict[str, GangPlacement]:
         """The cached placements of the scheduled gangs, recomputed when due (module docstring)."""
-        keep = {k: p for k, p in self._placements.items()}
+        keep = dict(self._placements)
         candidates = [g for g in gangs if scheduled(g) and (placement_window(g, now) is not None or
                                                             (g.key in keep and keep[g.key].frozen))]
         if not candidates:
