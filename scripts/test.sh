@@ -17,9 +17,11 @@ if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null \
   fi
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+# The project's virtual environment (.venv), from the lock: the same set on every machine.
+bash scripts/install.sh --dev
+PY=.venv/bin/python
 
-echo "== ruff"; python3 -m ruff check autoscaler models tests benchmarks
-echo "== mypy --strict"; python3 -m mypy autoscaler models
-echo "== import contracts"; lint-imports
-echo "== pytest"; python3 -m pytest "$@"
+echo "== ruff"; "$PY" -m ruff check autoscaler models tests benchmarks
+echo "== mypy --strict"; "$PY" -m mypy autoscaler models
+echo "== import contracts"; .venv/bin/lint-imports
+echo "== pytest"; "$PY" -m pytest "$@"

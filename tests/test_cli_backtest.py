@@ -229,8 +229,9 @@ def test_bad_arguments_exit_2_with_one_clear_line(
 
 
 def test_console_script_runs_and_fails_cleanly(tmp_path: Path, trace: Path) -> None:
-    exe = shutil.which("predictive-autoscaler")
-    assert exe is not None, "the package's console script is not installed (pip install -e .)"
+    # The console script installed beside this interpreter (the venv's bin/, activated or not).
+    exe = shutil.which("predictive-autoscaler", path=str(Path(sys.executable).parent))
+    assert exe is not None, "the package's console script is not installed (bash scripts/install.sh --dev)"
     ok = subprocess.run(
         [exe, "backtest", "--trace", str(trace), "--models", "persistence,default", "--json"],
         capture_output=True,
