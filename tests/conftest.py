@@ -2,13 +2,16 @@
 
 ``require_binary`` is the one rule for tests that need a real server (prometheus, promtool,
 prometheus-alertmanager, amtool): skip on a user's machine that lacks the binary, fail under
-``CI=true`` where ``scripts/test.sh`` must have installed it.
+``CI=true`` where ``scripts/test.sh`` must have installed it. ``kube_server`` is the session's real
+kube-apiserver (``tests/kubeserver.py``), with every CRD of ``../shared/crds`` installed; the same
+rule holds for it.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,17 @@ def require_binary(name: str) -> str:
 def repo_root() -> Path:
     return REPO
 
+
+@pytest.fixture(scope="session")
+def kube_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
+    """One real kube-apiserver for the session, with the workspace's CRDs installed and Established."""
+    for server in running_kube_server(tmp_path_factory.mktemp("kube")):
+        with server.admin() as api:
+            install_crds(api)
+        yield server
+
+
+from tests.kubeserver import KubeServer, install_crds, running_kube_server  # noqa: E402
 
 # The real-server fixtures are registered here, once, for the whole suite: a session-scoped
 # fixture imported into several conftest modules would start one server per module.

@@ -2,13 +2,11 @@
 
 ``fake_api``/``api_client``: our ``FakeKubeAPI`` on 127.0.0.1 with the official client pointed at it
 (see ``fakeapi.py`` for why not kmock). ``real_api_client``/``real_namespace``: for ``@pytest.mark.kube``
-tests, the cluster ``$KUBECONFIG`` points at, in a fresh namespace deleted afterwards; skipped when
-``KUBECONFIG`` is not set.
+tests, the session's real kube-apiserver (``tests/kubeserver.py``), in a fresh namespace.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,10 +17,10 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.karpenter import GPU
-from autoscaler.adapters.kube import api_client_from_config
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from tests.conftest import REPO
 from tests.kube.fakeapi import FakeKubeAPI, load_crd, schema_errors
+from tests.kubeserver import KubeServer, ensure_namespace
 
 CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
 NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
@@ -151,20 +149,17 @@ def pod(
 
 
 @pytest.fixture
-def real_api_client() -> Iterator[client.ApiClient]:
-    if not os.environ.get("KUBECONFIG"):
-        pytest.skip("KUBECONFIG is not set: no real API server to test against")
-    with api_client_from_config(os.environ["KUBECONFIG"]) as api:
+def real_api_client(kube_server: KubeServer) -> Iterator[client.ApiClient]:
+    """An admin client of the session's real API server (``kube_server``)."""
+    with kube_server.admin() as api:
         yield api
 
 
 @pytest.fixture
-def real_namespace(real_api_client: client.ApiClient) -> Iterator[str]:
-    core = client.CoreV1Api(real_api_client)
-    name = f"pa-test-{uuid.uuid4().hex[:8]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
+def real_namespace(real_api_client: client.ApiClient) -> str:
+    """A fresh namespace (with its ``default`` ServiceAccount). Never deleted: on this server a namespace
+    never finishes deleting, and the server is thrown away at the end of the session."""
+    return ensure_namespace(real_api_client, f"pa-test-{uuid.uuid4().hex[:8]}")
 
 
 def crd_schema(path: Path, version: str) -> dict[str, Any]:
