@@ -45,4 +45,5 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt "${target[@]}"
+# PIP_CONSTRAINT (not -c) so that the isolated build of the package gets the locked setuptools too.
+PIP_CONSTRAINT="$PWD/constraints.txt" "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${target[@]}"

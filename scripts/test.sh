@@ -6,14 +6,20 @@ cd "$(dirname "$0")/.."
 
 # Real servers the tests start on 127.0.0.1 (Debian packages). Without root or apt, the tests
 # that need them are skipped on a developer's machine (and fail under CI=true).
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null \
-   || ! command -v prometheus-alertmanager >/dev/null || ! command -v amtool >/dev/null; then
+# The real kube-apiserver of ../shared/kube is started by the tests too; its start script needs
+# openssl, curl, xz, setsid and flock (util-linux).
+packages=()
+for pair in prometheus:prometheus promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
+            amtool:prometheus-alertmanager openssl:openssl curl:curl xz:xz-utils setsid:util-linux flock:util-linux; do
+  command -v "${pair%%:*}" >/dev/null || packages+=("${pair#*:}")
+done
+if [ "${#packages[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+    apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${packages[@]}" | sort -u) >/dev/null
   else
-    echo "note: prometheus/alertmanager not installed and no root apt-get: their tests will be skipped" >&2
+    echo "note: missing ${packages[*]} and no root apt-get: the tests that need them will be skipped" >&2
   fi
 fi
 
