@@ -18,13 +18,17 @@ written, not from hard-coded results. What is in it:
 * ``other-team/llama-chat``: same Deployment name in a namespace the tests never allow;
 * ``serving/vllm-standalone``: a pod whose name is not ``<deployment>-<hash>-<suffix>``.
 
-Servers get free ports and temp directories; a server that does not become ready within the time
-limit fails the fixture with the tail of its log. Missing binaries skip locally and fail under
+A test that needs other series (without changing every other test's input) starts its own
+server over its own, smaller backfill with :func:`serve_backfill` (``FakePod.waiting_present`` and
+``running_present`` leave a pod's gauges out, or start them late). Servers get free ports and temp
+directories; a server that does not become ready within the time limit fails the fixture with the
+tail of its log. Missing binaries skip locally and fail under
 ``CI=true`` (``require_binary``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -61,6 +65,7 @@ __all__ = [
     "make_test_ca",
     "prometheus_server",
     "prometheus_tls_server",
+    "serve_backfill",
     "start_process",
     "write_openmetrics",
 ]
@@ -91,6 +96,19 @@ class FakePod:
     running: np.ndarray
     present: np.ndarray
     reset_minute: int | None = None
+    # Where each gauge is written, within ``present`` (None: wherever the pod is). For pods that do not
+    # export a gauge at all, or start exporting it late (the completions-only fallback of the arrival rate).
+    waiting_present: np.ndarray | None = None
+    running_present: np.ndarray | None = None
+
+    def gauge_present(self, gauge: str) -> np.ndarray:
+        """Minutes at which gauge ``waiting`` or ``running`` has a sample."""
+        own = self.waiting_present if gauge == "waiting" else self.running_present
+        return self.present if own is None else self.present & own
+
+    def in_system_present(self) -> np.ndarray:
+        """Minutes at which both gauges have a sample (waiting + running is defined)."""
+        return self.gauge_present("waiting") & self.gauge_present("running")
 
     @property
     def deployment(self) -> str | None:
@@ -130,6 +148,9 @@ class Backfill:
         clamped at 0. ``rate`` over a one-step window needs a sample at both edges of the bin, so
         a bin is defined where the Deployment's pods have both edges; the fixture never has one pod
         with both edges while another has only one (the answer would then depend on lookback).
+        Growth counts only where a pod has both gauges at both edges of the bin (where no pod of the
+        Deployment has, the query falls back to completions alone: :meth:`full_formula_bins`); a gauge
+        never stops once written (a gap would be bridged by Prometheus's lookback).
         """
         pods = self.pods_of(namespace, deployment)
         n = self.minutes - 1
@@ -139,12 +160,36 @@ class Backfill:
         for p in pods:
             both = p.present[:-1] & p.present[1:]
             partial |= (p.present[:-1] | p.present[1:]) & ~both
+            gauges = p.in_system_present()
+            if np.any(gauges[:-1] & ~gauges[1:] & p.present[1:]):
+                raise AssertionError(f"{p.pod}: a gauge stops while the pod goes on (lookback would bridge it)")
+            growth = gauges[:-1] & gauges[1:]
             in_system = (p.waiting + p.running).astype(np.float64)
-            total += np.where(both, p.total_completions()[1:] / 60 + np.diff(in_system) / 60, 0.0)
+            completed = np.where(both, p.total_completions()[1:] / 60, 0.0)
+            total += completed + np.where(growth, np.diff(in_system) / 60, 0.0)
             covered |= both
         if np.any(covered & partial):
             raise AssertionError(f"{namespace}/{deployment}: some pods have a bin's both edges, others one")
         return np.where(covered, np.maximum(total, 0.0), np.nan)
+
+    def completion_rate(self, namespace: str, deployment: str) -> np.ndarray:
+        """Expected per-bin completion rate (requests/s), NaN where a bin lacks a sample at an edge."""
+        pods = self.pods_of(namespace, deployment)
+        total = np.zeros(self.minutes - 1)
+        covered = np.zeros(self.minutes - 1, dtype=bool)
+        for p in pods:
+            both = p.present[:-1] & p.present[1:]
+            total += np.where(both, p.total_completions()[1:] / 60, 0.0)
+            covered |= both
+        return np.where(covered, total, np.nan)
+
+    def full_formula_bins(self, namespace: str, deployment: str) -> np.ndarray:
+        """Bins where queue growth is defined for some pod of the Deployment (the arrival rate's full formula)."""
+        full = np.zeros(self.minutes - 1, dtype=bool)
+        for p in self.pods_of(namespace, deployment):
+            gauges = p.in_system_present()
+            full |= gauges[:-1] & gauges[1:]
+        return full
 
 
 def build_backfill(seed: int = 20231114) -> Backfill:
@@ -219,7 +264,7 @@ def write_openmetrics(backfill: Backfill, directory: Path, window_minutes: int =
         for gauge, attr in (("vllm:num_requests_waiting", "waiting"), ("vllm:num_requests_running", "running")):
             lines.append(f"# TYPE {gauge} gauge")
             for p in backfill.pods:
-                series(gauge, base(p), getattr(p, attr), p.present)
+                series(gauge, base(p), getattr(p, attr), p.gauge_present(attr))
         lines.append("# EOF")
         path = directory / f"backfill-{first:06d}.om.txt"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -338,18 +383,18 @@ class TlsAlertmanagerServer:
     password: str
 
 
-@pytest.fixture(scope="session")
-def prometheus_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[PrometheusServer]:
-    """A real Prometheus serving two weeks of backfilled vLLM metrics (see the module docstring)."""
+@contextlib.contextmanager
+def serve_backfill(backfill: Backfill, root: Path, cache: pytest.Cache | None = None) -> Iterator[PrometheusServer]:
+    """A real Prometheus on 127.0.0.1 serving ``backfill`` (blocks made by promtool) from ``root``, stopped on exit.
+
+    The session's :func:`prometheus_server` is one; a test that needs other series (so as not to change every
+    other test's input) starts its own with its own, smaller backfill.
+    """
     prometheus = require_binary("prometheus")
     promtool = require_binary("promtool")
-    root = tmp_path_factory.mktemp("prometheus")
     storage = root / "data"
     storage.mkdir()
-    backfill = build_backfill()
-    for block in _backfilled_blocks(request.config.cache, promtool, backfill, root).iterdir():
+    for block in _backfilled_blocks(cache, promtool, backfill, root).iterdir():
         shutil.copytree(block, storage / block.name)
     config = root / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1m\n  evaluation_interval: 1m\nscrape_configs: []\n")
@@ -373,6 +418,15 @@ def prometheus_server(
         yield PrometheusServer(url=url, now=backfill.end, backfill=backfill, storage=storage)
     finally:
         stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrometheusServer]:
+    """A real Prometheus serving two weeks of backfilled vLLM metrics (see the module docstring)."""
+    with serve_backfill(build_backfill(), tmp_path_factory.mktemp("prometheus"), request.config.cache) as server:
+        yield server
 
 
 def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:

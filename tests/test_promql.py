@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 
 from autoscaler.promql import (
     DEFAULT_QUERIES,
+    DEGRADED_SOURCES,
     POD_TO_DEPLOYMENT_REGEX,
+    SOURCE_FULL,
+    SOURCE_LABEL,
     NamespaceRegex,
     TemplateError,
     deployment_pods_regex,
@@ -169,10 +172,16 @@ VLLM_METRICS = {
 }
 
 
+def outside_strings(query: str) -> str:
+    """``query`` with the inside of every double-quoted literal blanked (same length, so offsets hold)."""
+    return re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: '"' + " " * (len(m.group()) - 2) + '"', query)
+
+
 @pytest.mark.parametrize("name", sorted(DEFAULT_QUERIES))
 def test_default_query_selects_every_metric_within_the_namespace(name: str) -> None:
     template = DEFAULT_QUERIES[name]
-    uses = list(re.finditer(r"vllm:[a-z_]+", template))
+    # Metric names inside string literals (the demand_source label's explanations) select nothing.
+    uses = list(re.finditer(r"vllm:[a-z_]+", outside_strings(template)))
     assert uses, "every default query reads vLLM metrics"
     for use in uses:
         assert use.group() in VLLM_METRICS
@@ -194,3 +203,49 @@ def test_fleet_queries_aggregate_by_namespace_and_deployment(name: str) -> None:
 def test_default_queries_are_read_only() -> None:
     with pytest.raises(TypeError):
         DEFAULT_QUERIES["arrival_rate"] = "x"  # type: ignore[index]
+
+
+BRANCH = re.compile(rf'label_replace\((.*), "{SOURCE_LABEL}", "([^"]*)", "", ""\)')
+
+
+def test_arrival_rate_falls_back_to_completions_per_deployment_and_says_why() -> None:
+    values = {k: SAMPLE_VALUES[k] for k in ("namespaces", "window", "resolution")}
+    rendered = render(DEFAULT_QUERIES["arrival_rate"], **values)
+    completions = render(DEFAULT_QUERIES["completion_rate"], **{k: values[k] for k in ("namespaces", "window")})
+    present = {
+        gauge: "count by (namespace, deployment) (label_replace("
+        f'vllm:num_requests_{gauge}{{namespace=~"serving"}}, "deployment", "$1", "pod", "{POD_TO_DEPLOYMENT_REGEX}"))'
+        for gauge in ("waiting", "running")
+    }
+    # clamp_min(full or on (namespace, deployment) fallback or on (...) ..., 0): each later branch answers only
+    # the Deployments no earlier one answered, at each evaluation time; one query for the whole fleet.
+    assert rendered.startswith("clamp_min(")
+    assert rendered.endswith(", 0)")
+    branches = [BRANCH.fullmatch(b) for b in rendered[10:-4].split(" or on (namespace, deployment) ")]
+    assert all(branches), branches
+    assert [b.group(2) for b in branches if b] == [SOURCE_FULL, *DEGRADED_SOURCES.values()]
+    full, neither, no_running, no_waiting, not_over_window = (b.group(1) for b in branches if b)
+    assert full == (
+        f"{completions} + sum by (namespace, deployment) (label_replace(deriv((sum by (namespace, pod) "
+        '(vllm:num_requests_waiting{namespace=~"serving"}) + sum by (namespace, pod) '
+        '(vllm:num_requests_running{namespace=~"serving"}))[60s:60s]), '
+        f'"deployment", "$1", "pod", "{POD_TO_DEPLOYMENT_REGEX}"))'
+    )
+    unless = f"{completions} unless on (namespace, deployment) "
+    assert neither == f"{unless}({present['waiting']} or {present['running']})"
+    assert no_running == unless + present["running"]
+    assert no_waiting == unless + present["waiting"]
+    assert not_over_window == completions
+    assert DEGRADED_SOURCES["running"] == "completions only: vllm:num_requests_running absent"
+    assert all(v.startswith("completions only: ") for v in DEGRADED_SOURCES.values())
+
+
+def test_arrival_rate_fallback_keeps_the_namespace_restriction_and_escaping() -> None:
+    hostile = namespace_regex(['team"a', "b.c"])
+    rendered = render(DEFAULT_QUERIES["arrival_rate"], namespaces=hostile, window="60s", resolution="30s")
+    selectors = re.findall(r"vllm:[a-z_]+\{([^}]*)\}", outside_strings(rendered))
+    assert len(selectors) == 11  # full: 3; fallbacks: 1 + 2, 1 + 1, 1 + 1, 1
+    for match in re.finditer(r"vllm:[a-z_]+\{", outside_strings(rendered)):
+        assert rendered[match.end():].startswith('namespace=~"b\\\\.c|team\\"a"}')
+    # Every per-pod term is mapped to its Deployment (full: 2, fallbacks: 3, 2, 2, 1).
+    assert rendered.count(f'"pod", "{POD_TO_DEPLOYMENT_REGEX}")') == 10

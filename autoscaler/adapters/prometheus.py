@@ -17,6 +17,14 @@ Policies (each has a test):
   Summing was rejected: when the extra label is a second scrape job of the same pods, a sum doubles
   the demand and silently doubles the GPU bill. A template that means to merge series must say so
   by aggregating ``by (namespace, deployment)`` itself.
+* **Where each bin's value came from** (``demand_source``, :data:`autoscaler.promql.SOURCE_LABEL`): a
+  fleet template may label its series with it, ``full`` for its complete formula and any other value
+  (a sentence, shown to people) for a fallback, such as the built-in ``arrival_rate``'s completion
+  rate alone where a Deployment lacks the queue gauges. In a range answer, series of one Deployment
+  that differ only in that label are *one* series: merged bin by bin, the label of each bin kept in
+  ``FleetHistory.sources``. Two of them with a value in the same bin are ambiguous (the template's
+  branches must exclude each other, ``A or on (namespace, deployment) B``): the Deployment is dropped,
+  as above.
 * Series without a ``deployment`` (pods not named ``<deployment>-<hash>-<suffix>``) or outside the
   allowed namespaces are dropped with a warning (the namespace check is defence in depth: the
   query is already restricted by :mod:`autoscaler.promql`).
@@ -113,6 +121,8 @@ class FleetHistory(dict[DeploymentKey, TrafficSeries]):
 
     ``dropped`` maps Deployments that had series but were left out (ambiguous answer) to the
     reason; ``warnings`` holds Prometheus's warnings and our own notes about dropped series.
+    ``sources`` holds, for Deployments whose series carry the ``demand_source`` label, that label
+    per bin (None for a bin without a sample): ``full``, or why a fallback formula gave the value.
     """
 
     def __init__(
@@ -121,17 +131,34 @@ class FleetHistory(dict[DeploymentKey, TrafficSeries]):
         *,
         dropped: Mapping[DeploymentKey, str] | None = None,
         warnings: Sequence[str] = (),
+        sources: Mapping[DeploymentKey, tuple[str | None, ...]] | None = None,
     ) -> None:
         super().__init__(items or {})
         self.dropped: dict[DeploymentKey, str] = dict(dropped or {})
         self.warnings: tuple[str, ...] = tuple(warnings)
+        self.sources: dict[DeploymentKey, tuple[str | None, ...]] = dict(sources or {})
+
+    def latest_source(self, key: DeploymentKey) -> tuple[bool, str | None]:
+        """``(found, source)`` of ``key``'s newest bin with a finite value.
+
+        ``found`` is False when there is no such bin (nothing to say about the source); ``source`` is
+        None when the query does not label its series with ``demand_source``.
+        """
+        series = self.get(key)
+        if series is None:
+            return False, None
+        finite = np.flatnonzero(np.isfinite(series.values))
+        if not len(finite):
+            return False, None
+        sources = self.sources.get(key)
+        return True, None if sources is None else sources[int(finite[-1])]
 
 
 @dataclass
 class _Grouped:
     """Series of a fleet answer grouped by Deployment, after the drop policies."""
 
-    kept: dict[DeploymentKey, int] = field(default_factory=dict)
+    kept: dict[DeploymentKey, list[int]] = field(default_factory=dict)  # one series, or one per source
     dropped: dict[DeploymentKey, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -163,6 +190,15 @@ def _pairs(raw: object) -> list[tuple[float, float]]:
             raise PrometheusQueryError(f"Prometheus sent a malformed sample {pair!r:.120}")
         out.append((float(pair[0]), _finite_or_nan(pair[1])))
     return out
+
+
+def _differ_only_in_source(labels: Sequence[Mapping[str, str]]) -> bool:
+    """Every label set has a distinct ``demand_source`` and they are equal without it."""
+    label = promql.SOURCE_LABEL
+    if not all(label in ls for ls in labels) or len({ls[label] for ls in labels}) != len(labels):
+        return False
+    rest = [{k: v for k, v in ls.items() if k != label} for ls in labels]
+    return all(r == rest[0] for r in rest)
 
 
 class PrometheusSource:
@@ -377,7 +413,11 @@ class PrometheusSource:
         return promql.render(template, namespaces=promql.namespace_regex(namespaces), **used)
 
     @staticmethod
-    def _group(labels_list: Sequence[Mapping[str, str]], allowed: frozenset[str]) -> _Grouped:
+    def _group(
+        labels_list: Sequence[Mapping[str, str]], allowed: frozenset[str], *, by_source: bool = False
+    ) -> _Grouped:
+        """Series indices per Deployment. ``by_source``: several series that differ only in their
+        ``demand_source`` label are kept together (a range answer, merged bin by bin by the caller)."""
         grouped = _Grouped()
         seen: dict[DeploymentKey, list[int]] = {}
         for i, labels in enumerate(labels_list):
@@ -393,8 +433,8 @@ class PrometheusSource:
                 continue
             seen.setdefault((ns, dep), []).append(i)
         for key, idx in seen.items():
-            if len(idx) == 1:
-                grouped.kept[key] = idx[0]
+            if len(idx) == 1 or (by_source and _differ_only_in_source([labels_list[i] for i in idx])):
+                grouped.kept[key] = idx
             else:
                 reason = (
                     f"{len(idx)} series for {key[0]}/{key[1]} where one was expected "
@@ -443,15 +483,37 @@ class PrometheusSource:
         n_bins = (end - start) // step_seconds
         series = self.query_range(text, start + step_seconds, end, step_seconds)
         prometheus_warnings = list(self.last_warnings)
-        grouped = self._group([s.labels for s in series], allowed)
+        grouped = self._group([s.labels for s in series], allowed, by_source=True)
         result: dict[DeploymentKey, TrafficSeries] = {}
-        for key, i in grouped.kept.items():
+        sources: dict[DeploymentKey, tuple[str | None, ...]] = {}
+        for key, idx in grouped.kept.items():
             values = np.full(n_bins, np.nan)
-            bins = np.rint((series[i].timestamps - start) / step_seconds).astype(np.int64) - 1
-            inside = (bins >= 0) & (bins < n_bins)
-            values[bins[inside]] = series[i].values[inside]
-            result[key] = TrafficSeries(values, step_seconds, start)
-        history = FleetHistory(result, dropped=grouped.dropped, warnings=prometheus_warnings + grouped.warnings)
+            filled = np.zeros(n_bins, dtype=bool)
+            labelled = np.full(n_bins, None, dtype=object)
+            for i in idx:
+                bins = np.rint((series[i].timestamps - start) / step_seconds).astype(np.int64) - 1
+                inside = (bins >= 0) & (bins < n_bins)
+                bins = bins[inside]
+                if filled[bins].any():
+                    clash = sorted({str(series[j].labels.get(promql.SOURCE_LABEL)) for j in idx})
+                    reason = (
+                        f"{len(idx)} series for {key[0]}/{key[1]} have a value in the same bin (demand_source "
+                        f"{clash}); a template's fallback branches must exclude each other "
+                        "(A or on (namespace, deployment) B); treated as missing"
+                    )
+                    grouped.dropped[key] = reason
+                    grouped.warnings.append(reason)
+                    break
+                values[bins] = series[i].values[inside]
+                filled[bins] = True
+                labelled[bins] = series[i].labels.get(promql.SOURCE_LABEL)
+            else:
+                result[key] = TrafficSeries(values, step_seconds, start)
+                if any(promql.SOURCE_LABEL in series[i].labels for i in idx):
+                    sources[key] = tuple(labelled.tolist())
+        history = FleetHistory(
+            result, dropped=grouped.dropped, warnings=prometheus_warnings + grouped.warnings, sources=sources
+        )
         self.last_warnings = history.warnings
         return history
 
@@ -468,4 +530,4 @@ class PrometheusSource:
         samples = self.instant(text, at)
         grouped = self._group([s.labels for s in samples], allowed)
         self.last_warnings = self.last_warnings + tuple(grouped.warnings)
-        return {key: samples[i].value for key, i in grouped.kept.items()}
+        return {key: samples[i].value for key, (i,) in grouped.kept.items()}

@@ -24,6 +24,9 @@ Failure policy (nothing is lost, nothing scales down blindly):
   the planner turns into "hold" (never down); a Warning Event on each workload when the outage
   starts, ``metrics_source_up`` = 0 until a fetch succeeds again;
 - Pods Pending unschedulable (no GPU to be had): no further scale-up piles on, a Warning Event;
+- a Deployment whose pods lack vLLM's queue gauges: the arrival query answers its completion rate alone
+  (labelled ``demand_source``), so it is planned, not held; its status says so (``demandSource``),
+  ``demand_degraded`` is 1, and a ``DemandDegraded``/``DemandRestored`` Event marks each transition;
 - a failed write (scale, status, Event): retried by the adapter on conflicts, then counted, logged
   and returned in the tick report (``run --once`` exits non-zero); the next tick re-plans and
   retries by construction. An Event counts as told only once it landed (per workload and
@@ -42,8 +45,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from autoscaler import promql
 from autoscaler.adapters.kube import KubeError
-from autoscaler.adapters.prometheus import PrometheusError, PrometheusUnavailable
+from autoscaler.adapters.prometheus import FleetHistory, PrometheusError, PrometheusUnavailable
 from autoscaler.config import Config, ForecastProfile
 from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
 from autoscaler.domain.coldstart import ColdStartProfile
@@ -99,6 +103,11 @@ class _Memory:
     status_written_at: float = -math.inf
     track: list[dict[str, Any]] = field(default_factory=list)
     exported_bands: frozenset[str] = frozenset()  # forecast bands on /metrics for this Deployment
+    # The query's demand_source label of the newest bin with a value (None: the query does not say): "full",
+    # or why a fallback (completions alone) gave it. Kept over bins without a value.
+    demand_source: str | None = None
+    degraded_logged: bool = False  # the current fallback was logged (a line per transition, not per tick)
+    degraded_reported: bool = False  # a DemandDegraded Event landed for the current fallback
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,7 @@ class WorkloadOutcome:
     forecast: dict[str, Any] | None = None
     problems: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
+    demand_source: str | None = None  # see _Memory.demand_source
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +133,7 @@ class WorkloadOutcome:
             "current_replicas": self.current_replicas,
             "ready_replicas": self.ready_replicas,
             "desired_replicas": None if self.decision is None else self.decision.desired_replicas,
+            "demand_source": self.demand_source,
             "forecast": self.forecast,
             "decision": None if self.decision is None else self.decision.to_dict(),
             "problems": list(self.problems),
@@ -155,6 +166,11 @@ class TickReport:
             "workloads": [w.to_dict() for w in self.workloads],
             "cost": None if self.money is None else self.money.to_dict(),
         }
+
+
+def _degraded(source: str | None) -> bool:
+    """The demand came from a fallback formula (the query labelled it so), not the full one."""
+    return source is not None and source != promql.SOURCE_FULL
 
 
 def _finite(x: float) -> float | None:
@@ -318,6 +334,7 @@ class Controller:
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         self._report_outage(valid, metrics_ok, now, write, errors)
+        self._report_demand_source(valid, now, write, errors)
         budget = self.fit_budget_seconds
         self._fit_deadline = time.perf_counter() + (
             max(cfg.loop.interval_seconds * FIT_BUDGET_SHARE, MIN_FIT_BUDGET_SECONDS) if budget is None else budget
@@ -425,10 +442,17 @@ class Controller:
                 answer = self.source.fleet_history(query, namespaces, start, end, step)
                 grid = TrafficSeries(np.full((end - start) // step, np.nan), step, start)
                 for view, profile in group:
-                    memory = self._memory[(view.namespace, view.name)]
-                    got = answer.get((view.namespace, view.name), grid)
+                    key = (view.namespace, view.name)
+                    memory = self._memory[key]
+                    got = answer.get(key, grid)
                     keep = max(profile.history_seconds, cfg.loop.history_seconds)
                     memory.history = _splice(memory.history, got, keep)
+                    found, source = (
+                        answer.latest_source(key) if isinstance(answer, FleetHistory)
+                        else (bool(np.isfinite(got.values).any()), None)
+                    )
+                    if found:
+                        memory.demand_source = source
         except PrometheusError as exc:
             kind = "metrics_unavailable" if isinstance(exc, PrometheusUnavailable) else "metrics_query"
             self.metrics.errors.labels(kind).inc()
@@ -465,6 +489,42 @@ class Controller:
             elif ok and memory.outage_reported:
                 memory.outage_reported = not self._event(
                     view, "Normal", "MetricsRecovered", "metrics are back; forecasting and scaling resume", now,
+                    errors,
+                )
+
+    def _report_demand_source(
+        self, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: float, write: bool,
+        errors: list[str],
+    ) -> None:
+        """A log line and an Event when a Deployment's demand falls back to completions alone, and when it is back.
+
+        Once per transition, not per tick: the built-in arrival query answers completions alone for a Deployment
+        whose vLLM queue gauges are absent (``demand_source`` says which), instead of nothing, so the Deployment
+        is still forecast and scaled, on a demand that reads low when requests queue.
+        """
+        for view, _, _ in valid:
+            memory = self._memory[(view.namespace, view.name)]
+            degraded = _degraded(memory.demand_source)
+            if degraded != memory.degraded_logged:
+                if degraded:
+                    log.warning("%s/%s: demand is the completion rate alone (%s)", view.namespace, view.name,
+                                memory.demand_source)
+                else:
+                    log.info("%s/%s: demand is the full formula again", view.namespace, view.name)
+                memory.degraded_logged = degraded
+            if not write or degraded == memory.degraded_reported:
+                continue
+            if degraded:
+                memory.degraded_reported = self._event(
+                    view, "Warning", "DemandDegraded",
+                    f"demand is read from the completion rate alone ({memory.demand_source}): requests still queued "
+                    "are not counted, so it reads low when the server saturates; the full formula (completions + "
+                    "growth of waiting + running) resumes by itself once the gauges are scraped", now, errors,
+                )
+            else:
+                memory.degraded_reported = not self._event(
+                    view, "Normal", "DemandRestored",
+                    "demand is read from the full formula again (completions + growth of waiting + running)", now,
                     errors,
                 )
 
@@ -587,7 +647,7 @@ class Controller:
         self._export((view.namespace, view.name), view, decision, plan.summary, plan.demand, spec)
         return WorkloadOutcome(
             view.namespace, view.name, view.replicas, view.ready_replicas, str(spec.mode), decision, plan.summary,
-            actions=tuple(actions),
+            actions=tuple(actions), demand_source=self._memory[(view.namespace, view.name)].demand_source,
         )
 
     @staticmethod
@@ -675,6 +735,9 @@ class Controller:
             "leadSeconds": _finite(decision.lead_seconds),
             "warmPool": {"replicas": decision.warm_pool_replicas, "as": decision.warm_pool_as},
             "forecast": summary,
+            # Where the current demand came from: "full", or the fallback and why (null: the query does not say).
+            "demandSource": memory.demand_source,
+            "demandDegraded": _degraded(memory.demand_source),
             "steps": [s.to_dict() for s in decision.steps],
             "track": memory.track,
         }
@@ -682,7 +745,8 @@ class Controller:
         # otherwise every
         # STATUS_REFRESH_SECONDS: the forecast's numbers move every bin, and a PATCH per Deployment per
         # tick would be a thousand writes every 30 s on a large fleet for nothing anyone acts on.
-        decided = {k: status[k] for k in ("mode", "desiredReplicas", "currentReplicas", "readyReplicas", "warmPool")}
+        decided = {k: status[k] for k in ("mode", "desiredReplicas", "currentReplicas", "readyReplicas", "warmPool",
+                                          "demandSource")}
         decided["trail"] = [(step.name, step.replicas) for step in decision.steps]
         if decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
             try:
@@ -710,9 +774,11 @@ class Controller:
         # metric: a scan per Deployment per tick is quadratic in the fleet (18 s a tick at 1,000).
         if demand is not None:
             m.demand.labels(*key).set(demand)
+            m.demand_degraded.labels(*key).set(1 if _degraded(self._memory[key].demand_source) else 0)
         else:
-            with contextlib.suppress(KeyError):
-                m.demand.remove(*key)
+            for gauge in (m.demand, m.demand_degraded):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
         values: dict[str, float] = {}
         if summary is not None:
             if summary["mean"] is not None:

@@ -34,6 +34,14 @@ class ControllerMetrics:
             WORKLOAD,
             registry=r,
         )
+        self.demand_degraded = Gauge(
+            "predictive_autoscaler_demand_degraded",
+            "1 when the latest demand is the completion rate alone (the Deployment's vLLM queue gauges "
+            "vllm:num_requests_waiting/running are absent, so queued requests are not counted), 0 for the full "
+            "formula; why is in the status annotation's demandSource. Absent while there is no current demand.",
+            WORKLOAD,
+            registry=r,
+        )
         self.desired = Gauge(
             "predictive_autoscaler_desired_replicas", "Replicas the planner wants.", WORKLOAD, registry=r
         )
@@ -126,14 +134,14 @@ class ControllerMetrics:
         )
         # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
         self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
-            self.forecast, self.demand, self.desired, self.current, self.ready, self.lead, self.warm_pool,
-            self.decisions, self.fallbacks, self.gpus_unavailable,
+            self.forecast, self.demand, self.demand_degraded, self.desired, self.current, self.ready, self.lead,
+            self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
             id(self.decisions): (*WORKLOAD, "outcome"),
-            **{id(m): WORKLOAD for m in (self.demand, self.desired, self.current, self.ready, self.lead,
-                                         self.warm_pool, self.fallbacks, self.gpus_unavailable)},
+            **{id(m): WORKLOAD for m in (self.demand, self.demand_degraded, self.desired, self.current, self.ready,
+                                         self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable)},
         }
 
     def forget_series(self, metric: Gauge | Counter, namespace: str, deployment: str) -> None:

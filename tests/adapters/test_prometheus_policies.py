@@ -25,7 +25,7 @@ from autoscaler.adapters.prometheus import (
     PrometheusSource,
     PrometheusUnavailable,
 )
-from autoscaler.promql import TemplateError
+from autoscaler.promql import SOURCE_FULL, SOURCE_LABEL, TemplateError
 
 URL = "http://prometheus.test:9090"
 Answer = Callable[[dict[str, str]], httpx.Response]
@@ -300,6 +300,41 @@ def test_fleet_duplicate_series_drop_the_deployment_and_say_why() -> None:
     assert list(history) == [("serving", "code")]
     assert "2 series for serving/chat" in history.dropped["serving", "chat"]
     assert any("serving/chat" in w for w in history.warnings)
+
+
+def test_fleet_series_that_differ_only_in_demand_source_are_merged_bin_by_bin() -> None:
+    # The built-in arrival query answers completions alone until a Deployment's gauges appear, then the full
+    # formula: two series for one Deployment over a range, never both in one bin.
+    chat = {"namespace": "serving", "deployment": "chat"}
+    fallback, full = {**chat, SOURCE_LABEL: "completions only: x absent"}, {**chat, SOURCE_LABEL: SOURCE_FULL}
+    unlabelled = {"namespace": "serving", "deployment": "code"}
+    fake = FakePrometheus(fleet_answer((fallback, {60: "1", 120: "2"}), (full, {240: "4"}),
+                                       (unlabelled, {60: "5"})))
+    history = source(fake).fleet_history("arrival_rate", ["serving"], 0, 240, 60)
+    assert history.dropped == {}
+    np.testing.assert_array_equal(history["serving", "chat"].values, [1.0, 2.0, np.nan, 4.0])
+    assert history.sources["serving", "chat"] == ("completions only: x absent",) * 2 + (None, SOURCE_FULL)
+    assert history.latest_source(("serving", "chat")) == (True, SOURCE_FULL)
+    # A query without the label: no sources, and nothing to say for a Deployment without a value.
+    assert ("serving", "code") not in history.sources
+    assert history.latest_source(("serving", "code")) == (True, None)
+    assert history.latest_source(("serving", "nobody")) == (False, None)
+
+
+def test_fleet_demand_sources_in_the_same_bin_drop_the_deployment_and_say_why() -> None:
+    chat = {"namespace": "serving", "deployment": "chat"}
+    both = [({**chat, SOURCE_LABEL: s}, {60: "1", 120: "2"}) for s in (SOURCE_FULL, "completions only")]
+    fine = ({"namespace": "serving", "deployment": "code", SOURCE_LABEL: SOURCE_FULL}, {60: "1"})
+    history = source(FakePrometheus(fleet_answer(*both, fine))).fleet_history(
+        "arrival_rate", ["serving"], 0, 120, 60
+    )
+    assert list(history) == [("serving", "code")]
+    assert "or on (namespace, deployment)" in history.dropped["serving", "chat"]
+    assert any("serving/chat" in w for w in history.warnings)
+    # Another label besides demand_source: still two series where one was expected.
+    other = [({**chat, SOURCE_LABEL: s, "job": s}, {60: "1"}) for s in (SOURCE_FULL, "completions only")]
+    history = source(FakePrometheus(fleet_answer(*other))).fleet_history("arrival_rate", ["serving"], 0, 60, 60)
+    assert "2 series for serving/chat where one was expected" in history.dropped["serving", "chat"]
 
 
 def test_fleet_drops_series_outside_allowed_namespaces_or_without_deployment() -> None:
