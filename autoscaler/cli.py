@@ -6,7 +6,9 @@ needs them, and so commands are tested one by one.
 
 Errors the user can act on (bad trace, unknown model, malformed config) are raised as
 ``UserError`` (or ``TraceError``/``ValueError`` from parsing) and printed as one line on stderr
-with exit status 2; anything else is a bug and keeps its traceback.
+with exit status 2; anything else is a bug and keeps its traceback. argparse's own errors (an unknown
+flag, ``--peak-replicas abc``) are one line too, without the usage block, and a negative value after a
+flag (``--horizon -15m``) reaches the flag's own check instead of being taken for an option.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
+import typing
 from collections.abc import Sequence
+from pathlib import Path
 
 from autoscaler import __version__
+from autoscaler.plot_files import check_plot_path
 from autoscaler.traces import TraceError, parse_duration
 
 COMMANDS = ("backtest", "simulate", "run", "explain")
@@ -27,16 +33,76 @@ class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit status 2."""
 
 
+# A value that starts with a dash but is not an option: -15m, -1e3, -.5 (argparse only lets -5 and -0.5 through).
+_NEGATIVE_VALUE = re.compile(r"^-[0-9.]")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr (no usage block), exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def duration_flag(flag: str, text: str) -> int:
     """A command-line duration (``15m``, ``90s``, ``1d``) in seconds, or a ``UserError`` naming the flag."""
     try:
         return parse_duration(text)
+    except ValueError:
+        pass
+    s = text.strip().lower()
+    try:
+        number = float(s[:-1] if s and s[-1] in "smhdw" else s)
+    except ValueError:
+        raise UserError(f"{flag}: invalid duration {text!r} (use e.g. 90s, 15m, 2h, 1d)") from None
+    raise UserError(f"{flag}: must be positive, got {text.strip()}" if number <= 0 or number != number
+                    else f"{flag}: invalid duration {text!r} (use e.g. 90s, 15m, 2h, 1d)")
+
+
+def plot_flag(path: str | Path, flag: str = "--plot") -> str:
+    """The image format ``--plot PATH`` will be written in, checked before a long run; else a ``UserError``."""
+    try:
+        return check_plot_path(path)
     except ValueError as exc:
         raise UserError(f"{flag}: {exc}") from None
 
 
+def _value_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of ``parser`` and its subcommands that takes one value."""
+    flags: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= _value_flags(sub)
+        elif action.option_strings and action.nargs is None:
+            flags.update(action.option_strings)
+    return flags
+
+
+def join_negative_values(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``['--horizon', '-15m']`` -> ``['--horizon=-15m']`` for flags that take a value, so that a negative
+    value gets the flag's own one-line message ("must be positive") instead of argparse's
+    "expected one argument"."""
+    flags = _value_flags(parser)
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        if arg in flags and i + 1 < len(args) and _NEGATIVE_VALUE.match(args[i + 1]):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="predictive-autoscaler",
         description="Forecast inference demand and pre-scale GPU Deployments before it lands.",
     )
@@ -53,11 +119,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of subcommand ``command`` (``parser`` itself when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            sub: argparse.ArgumentParser = action.choices[command]
+            return sub
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(join_negative_values(parser, sys.argv[1:] if argv is None else argv))
+    if extra:  # reported by the subcommand's parser, so the line names the command and its --help
+        _command_parser(parser, getattr(args, "command", None)).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
-        parser.print_help()
+        print(f"{parser.prog}: error: no command given; choose one of {', '.join(COMMANDS)} (see {parser.prog} "
+              "--help)", file=sys.stderr)
         return 2
     try:
         code: int = args.handler(args)

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
+from autoscaler.plot_files import image_format
 from models.evaluation import ModelResult
 from models.types import FloatArray
 
@@ -53,13 +54,14 @@ def plot_backtest(
     window_seconds: int = 2 * 86_400,
     unit: str = "requests/s",
 ) -> None:
-    """Write a PNG of a backtest to ``path``.
+    """Write a picture of a backtest to ``path``, in the format its suffix names (``plot_files.PLOT_FORMATS``).
 
     ``show`` names the models drawn as time panels (at most four; default: ``default`` and
     ``persistence`` when present, else the first two); every model gets a WAPE and a coverage bar.
     The panels show the last ``window_seconds`` (two days), cut to at most 1,440 forecasts (one
     day of 1-minute bins) so the lines stay readable.
     """
+    fmt = image_format(path)
     if not results:
         raise ValueError("nothing to plot: no model results")
     names = list(results)
@@ -138,7 +140,7 @@ def plot_backtest(
     )
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    fig.savefig(path, format=fmt)
 
 
 def _window(timestamps: NDArray[np.int64], seconds: int, max_points: int) -> NDArray[np.bool_]:

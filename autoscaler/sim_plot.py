@@ -26,6 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from autoscaler.plot_files import image_format
 from autoscaler.simulation.engine import PolicyResult, SimulationResult
 from models.types import FloatArray
 
@@ -94,7 +95,8 @@ def _format_time_axis(ax: Axes, absolute: bool, label: bool) -> None:
 
 
 def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0) -> None:
-    """Write the overview + two-day zoom PNG for ``result`` to ``path``."""
+    """Write the overview + two-day zoom for ``result`` to ``path``, in the format its suffix names."""
+    fmt = image_format(path)
     if not result.policies:
         raise ValueError("nothing to plot: no policy was simulated")
     runs = _chosen(result)
@@ -105,8 +107,8 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
     ax_cap = fig.add_subplot(gs[1])
     ax_rep = fig.add_subplot(gs[2], sharex=ax_cap)
 
-    # 1. overview
-    per_hour = max(1, 3600 // result.tick_seconds)
+    # 1. overview (hourly blocks; shorter blocks on a trace of less than a couple of hours)
+    per_hour = max(1, min(3600 // result.tick_seconds, int(result.demand.shape[0]) // 2))
     mean, peak = _hourly(result.demand, per_hour)
     n_hours = mean.shape[0]
     hx, absolute = _step_x(result, 0, n_hours * per_hour)
@@ -155,4 +157,4 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
     FigureCanvasAgg(fig)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, format=fmt)

@@ -6,20 +6,26 @@ a trace is user input. Every way a file can be wrong gets one clear sentence in 
 silently misaligned series.
 
 Defined behaviour for messy files:
-- missing required column, non-numeric or negative value, unsorted or duplicate timestamps,
+- missing required column, non-numeric, negative or infinite value, unsorted or duplicate timestamps,
   irregular steps that are not multiples of the base step, fewer than two rows: ``TraceError``;
+- a directory, a binary file, a zip archive (an ``.xlsx``), text that is not UTF-8: ``TraceError``;
 - absent rows (gaps on the regular grid): filled with ``NaN`` (missing, not zero);
-- empty cells: ``NaN``.
+- empty cells (and ``nan``): ``NaN``.
+Accepted as they are: gzip-compressed files (``.csv.gz``; recognised by their magic bytes, whatever the
+name), a UTF-8 byte-order mark (spreadsheet exports), UTF-16 with a byte-order mark.
 The bin size is the smallest difference between consecutive timestamps.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import math
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -65,44 +71,104 @@ def _parse_float(raw: str, column: str, line: int, path: str) -> float:
         raise TraceError(f"{path}:{line}: column '{column}' has non-numeric value {raw!r}") from None
     if value < 0:
         raise TraceError(f"{path}:{line}: column '{column}' has negative value {raw!r}")
+    if math.isinf(value):
+        raise TraceError(f"{path}:{line}: column '{column}' has infinite value {raw!r}")
     return value
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _open_text(p: Path) -> IO[str]:
+    """The trace as text: gzip by its magic bytes, the encoding by its byte-order mark (default UTF-8).
+
+    ``TraceError`` for what is not a text CSV: a zip archive (``.xlsx`` too), bytes that are not text.
+    """
+    if p.is_dir():
+        raise TraceError(f"{p}: is a directory, not a trace file")
+    if not p.exists():
+        raise TraceError(f"{p}: no such trace file")
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(4)
+        compressed = head[:2] == GZIP_MAGIC
+        if compressed:
+            with gzip.open(p, "rb") as gz:
+                head = gz.read(4)
+    except OSError as exc:  # unreadable, or a truncated/corrupt gzip stream
+        reason = "not a valid gzip file" if compressed else f"cannot read: {exc.strerror or exc}"
+        raise TraceError(f"{p}: {reason}") from None
+    except EOFError:
+        raise TraceError(f"{p}: gzip file is truncated") from None
+    if head.startswith(ZIP_MAGIC):
+        raise TraceError(f"{p}: is a zip archive (a spreadsheet?), not a text CSV; export it as CSV")
+    encoding = "utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    # Returned open: the caller closes it (``with _open_text(p) as fh``).
+    if compressed:
+        return gzip.open(p, "rt", encoding=encoding, newline="")
+    return p.open(encoding=encoding, newline="")
+
+
+def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]]]:
+    reader = csv.reader(fh)
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise TraceError(f"{p}: file is empty (expected header {','.join(REQUIRED)})") from None
+    if any("\x00" in h for h in header):
+        raise TraceError(f"{p}: not a text CSV (it contains NUL bytes)")
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        hint = ""
+        if len(header) == 1:
+            for sep in (";", "\t", "|"):
+                if sep in header[0]:
+                    hint = f" (fields are separated by {sep!r}; use commas)"
+                    break
+        shown = ",".join(header)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise TraceError(
+            f"{p}: missing column(s) {', '.join(missing)}; header is {shown!r}{hint}, "
+            f"expected timestamp,requests[,input_tokens,output_tokens]"
+        )
+    cols = {c: header.index(c) for c in (*REQUIRED, *TOKEN_COLUMNS) if c in header}
+    ts: list[int] = []
+    data: dict[str, list[float]] = {c: [] for c in cols if c != "timestamp"}
+    for lineno, row in enumerate(reader, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):
+            raise TraceError(f"{p}:{lineno}: expected {len(header)} fields, got {len(row)}")
+        raw_ts = row[cols["timestamp"]].strip()
+        try:
+            t = float(raw_ts)
+        except ValueError:
+            shown_ts = raw_ts if len(raw_ts) <= 40 else raw_ts[:37] + "..."
+            raise TraceError(f"{p}:{lineno}: timestamp {shown_ts!r} is not a number of seconds") from None
+        if not math.isfinite(t) or t != int(t):
+            raise TraceError(f"{p}:{lineno}: timestamp {raw_ts!r} is not an integer number of seconds")
+        ts.append(int(t))
+        for c in data:
+            data[c].append(_parse_float(row[cols[c]], c, lineno, str(p)))
+    return ts, data
 
 
 def load_trace(path: str | Path) -> Trace:
     """Load and validate a trace CSV. Raises ``TraceError`` with one clear line on bad input."""
     p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"{p}: no such trace file")
-    with p.open(newline="") as fh:
-        reader = csv.reader(fh)
+    with _open_text(p) as fh:
         try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise TraceError(f"{p}: file is empty (expected header {','.join(REQUIRED)})") from None
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
+            ts, data = _read_rows(fh, p)
+        except UnicodeDecodeError as exc:
+            kind = "UTF-16" if "16" in exc.encoding else "UTF-8"
             raise TraceError(
-                f"{p}: missing column(s) {', '.join(missing)}; header is {','.join(header)!r}, "
-                f"expected timestamp,requests[,input_tokens,output_tokens]"
-            )
-        cols = {c: header.index(c) for c in (*REQUIRED, *TOKEN_COLUMNS) if c in header}
-        ts: list[int] = []
-        data: dict[str, list[float]] = {c: [] for c in cols if c != "timestamp"}
-        for lineno, row in enumerate(reader, start=2):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) < len(header):
-                raise TraceError(f"{p}:{lineno}: expected {len(header)} fields, got {len(row)}")
-            raw_ts = row[cols["timestamp"]].strip()
-            try:
-                t = float(raw_ts)
-            except ValueError:
-                raise TraceError(f"{p}:{lineno}: timestamp {raw_ts!r} is not a number of seconds") from None
-            if not math.isfinite(t) or t != int(t):
-                raise TraceError(f"{p}:{lineno}: timestamp {raw_ts!r} is not an integer number of seconds")
-            ts.append(int(t))
-            for c in data:
-                data[c].append(_parse_float(row[cols[c]], c, lineno, str(p)))
+                f"{p}: not a text CSV (binary, or not {kind} text: byte 0x{exc.object[exc.start]:02x})"
+            ) from None
+        except (OSError, EOFError, zlib.error):
+            raise TraceError(f"{p}: not a valid gzip file (corrupt or truncated)") from None
+        except csv.Error as exc:
+            raise TraceError(f"{p}: not a text CSV ({exc})") from None
     if len(ts) < 2:
         raise TraceError(f"{p}: needs at least two rows of data, found {len(ts)}")
     t_arr = np.asarray(ts, dtype=np.int64)

@@ -7,6 +7,7 @@ console script in a subprocess. Traces are small synthetic CSVs (a daily cycle w
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
@@ -318,3 +319,51 @@ def test_default_origin_cadence_is_every_bin(capsys: pytest.CaptureFixture[str],
     assert main(["backtest", "--trace", str(path), "--models", "persistence", "--origin-every", "5m"]) == 0
     out, _ = capsys.readouterr()
     assert out.splitlines()[1].startswith("575 origins per model, every 5m")
+
+
+# -- bad input as a new user meets it (issue 9) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("suffix", "magic"),
+    [("jpg", b"\xff\xd8\xff"), ("pdf", b"%PDF-"), ("svg", b"<?xml"), ("PNG", b"\x89PNG\r\n\x1a\n")],
+)
+def test_plot_is_written_in_the_format_its_suffix_names(
+    capsys: pytest.CaptureFixture[str], trace: Path, tmp_path: Path, suffix: str, magic: bytes
+) -> None:
+    out = tmp_path / f"bt.{suffix}"
+    assert main(["backtest", "--trace", str(trace), "--models", "persistence", "--origin-every", "1h",
+                 "--plot", str(out)]) == 0
+    assert f"plot written to {out}" in capsys.readouterr().out
+    assert out.read_bytes().startswith(magic)
+
+
+def test_an_unsupported_plot_suffix_is_refused_before_the_backtest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # the bundled two-week trace and every model would take minutes: the error must come first
+    code = main(["backtest", "--plot", str(tmp_path / "bt.gif")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err == (f"predictive-autoscaler backtest: error: --plot: {tmp_path / 'bt.gif'}: cannot write .gif images; "
+                   "use one of .png, .svg, .pdf, .jpg, .jpeg, .webp\n")
+    assert not (tmp_path / "bt.gif").exists()
+
+
+def test_a_gzipped_trace_with_a_byte_order_mark(capsys: pytest.CaptureFixture[str], trace: Path,
+                                                 tmp_path: Path) -> None:
+    packed = tmp_path / "export.csv.gz"
+    packed.write_bytes(gzip.compress(b"\xef\xbb\xbf" + trace.read_bytes()))
+    plain = run_json(capsys, "--trace", str(trace), "--models", "persistence", "--origin-every", "1h")
+    again = run_json(capsys, "--trace", str(packed), "--models", "persistence", "--origin-every", "1h")
+    assert again["models"]["persistence"]["wape"] == plain["models"]["persistence"]["wape"]  # type: ignore[index]
+
+
+def test_a_binary_trace_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "trace.parquet"
+    path.write_bytes(b"PAR1" + bytes(range(256)) * 4)
+    assert main(["backtest", "--trace", str(path), "--models", "persistence"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"predictive-autoscaler backtest: error: {path}: not a text CSV")
+    assert err.count("\n") == 1

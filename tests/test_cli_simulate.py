@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -308,3 +309,139 @@ def test_a_closed_pipe_is_not_a_traceback(trace: Path) -> None:
         assert proc.wait(timeout=120) == 128 + 13, err
     assert "Traceback" not in err
     assert "BrokenPipeError" not in err
+
+
+# -- bad input as a new user meets it (issue 9) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "line"),
+    [
+        ("gpus=16,at=48,hours=4,window=24h", "at: 48 has no unit; write at=48h (or 48m, 48s)"),
+        ("gpus=16,at=48h,hours=4,window=24", "window: 24 has no unit; write window=24h (or 24m, 24s)"),
+        ("gpus=16,at=48h,duration=90", "duration: 90 has no unit; write duration=90h (or 90m, 90s)"),
+        ("gpus=16,at=48h,hours=4,duration=4h", "hours and duration both give the run's length; keep one"),
+        ("gpus=16,at=48h,hours=90m",
+         "hours: expected a number of hours > 0, got '90m' (for another unit, give duration=90m instead)"),
+    ],
+)
+def test_gang_durations_need_their_unit(trace: Path, capsys: pytest.CaptureFixture[str], spec: str,
+                                        line: str) -> None:
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--gang", spec]) == 2
+    err = capsys.readouterr().err
+    assert err == f"predictive-autoscaler simulate: error: --gang {spec!r}: {line}\n"
+
+
+def test_gang_units_are_read_as_written(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # bare 0 is zero; hours=N is hours; duration= takes any unit
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--gang", "gpus=2,at=0,hours=1,name=a",
+                 "--gang", "gpus=2,at=90m,duration=30m,window=2h,name=b"]) == 0
+    out = capsys.readouterr().out
+    assert "Gang a: 2 GPUs at +0h for 1h, window 0h." in out
+    assert "Gang b: 2 GPUs at +1.5h for 0.5h, window 2h." in out
+
+
+def test_a_scenario_gang_without_units_names_the_fix(trace: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("gangs:\n  - {gpus: 4, at: 48, hours: 1}\n")
+    assert main(["simulate", "--trace", str(trace), "--scenario", str(scenario)]) == 2
+    assert "gangs[0]: at: 48 has no unit; write at=48h" in capsys.readouterr().err
+
+
+def test_a_binary_scenario_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_bytes(bytes(range(128, 256)))
+    assert main(["simulate", "--scenario", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "not a YAML text file" in err
+
+
+MAGIC = {
+    "jpg": lambda b: b[:3] == b"\xff\xd8\xff",
+    "JPEG": lambda b: b[:3] == b"\xff\xd8\xff",
+    "svg": lambda b: b"<svg" in b[:1000],
+    "pdf": lambda b: b[:5] == b"%PDF-",
+    "webp": lambda b: b[:4] == b"RIFF" and b[8:12] == b"WEBP",
+    "png": lambda b: b[:8] == b"\x89PNG\r\n\x1a\n",
+}
+
+
+@pytest.mark.parametrize("suffix", sorted(MAGIC))
+def test_plot_is_written_in_the_format_its_suffix_names(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    out = tmp_path / f"sim.{suffix}"
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--json", "--plot", str(out)]) == 0
+    assert MAGIC[suffix](out.read_bytes())
+
+
+@pytest.mark.parametrize(
+    ("target", "needle"),
+    [
+        ("sim.bmp", "cannot write .bmp images; use one of .png, .svg, .pdf, .jpg, .jpeg, .webp"),
+        ("sim", "has no file suffix"),
+        (".", "is a directory; give a file name such as"),
+        ("a-file/sim.png", "a-file is not a directory"),
+    ],
+)
+def test_a_plot_that_cannot_be_written_is_refused_before_the_run(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str, needle: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    import autoscaler.simulation.engine as engine
+
+    def no_run(*_: object, **__: object) -> None:
+        raise AssertionError("simulated before checking --plot")
+
+    monkeypatch.setattr(engine, "simulate", no_run)
+    assert main(["simulate", "--trace", str(trace), "--plot", str(tmp_path / target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("predictive-autoscaler simulate: error: --plot: ")
+    assert needle in err
+
+
+def test_plot_of_a_trace_shorter_than_an_hour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    short = _write_trace(tmp_path / "short.csv", np.array([60, 120, 90, 30]))
+    png = tmp_path / "short.png"
+    assert main(["simulate", "--trace", str(short), "--policies", "oracle", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "is a directory, not a trace file"),
+        (b"", "file is empty"),
+        (b"timestamp,requests\n", "needs at least two rows of data, found 0"),
+        (b"timestamp,requests\n0,1\n60,lots\n", "column 'requests' has non-numeric value 'lots'"),
+        (bytes(range(256)), "not a text CSV"),
+    ],
+)
+def test_bad_trace_files_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, needle: str
+) -> None:
+    path = tmp_path / "trace.csv"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    assert main(["simulate", "--trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert str(path) in err
+    assert needle in err
+
+
+def test_a_gzipped_trace_simulates_like_the_plain_one(trace: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    packed = tmp_path / "hump.csv.gz"
+    packed.write_bytes(gzip.compress(trace.read_bytes()))
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)["policies"]
+    assert main(["simulate", "--trace", str(packed), "--policies", "oracle", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policies"] == plain

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import gzip
+import io
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +63,64 @@ def test_parse_duration() -> None:
         parse_duration("soon")
     with pytest.raises(ValueError, match="positive"):
         parse_duration("0m")
+
+
+# -- files as a new user has them (issue 9) -----------------------------------------------------------------
+
+CSV = "timestamp,requests\n0,6\n60,12\n120,18\n"
+LONG_CSV = "timestamp,requests\n" + "".join(f"{60 * i},{i * 7919 % 1000}\n" for i in range(2000))
+
+
+@pytest.mark.parametrize("name", ["t.csv.gz", "t.csv"])  # gzip is recognised by its magic bytes, not its name
+def test_gzipped_traces_are_read(tmp_path: Path, name: str) -> None:
+    p = tmp_path / name
+    p.write_bytes(gzip.compress(CSV.encode()))
+    assert load_trace(p).requests.values.tolist() == [0.1, 0.2, 0.3]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xef\xbb\xbf" + CSV.encode(), CSV.encode("utf-16"), gzip.compress(b"\xef\xbb\xbf" + CSV.encode())],
+    ids=["utf8-bom", "utf16-bom", "gzip-utf8-bom"],
+)
+def test_spreadsheet_exports_with_a_byte_order_mark_are_read(tmp_path: Path, data: bytes) -> None:
+    p = tmp_path / "export.csv"
+    p.write_bytes(data)
+    assert load_trace(p).requests.values.tolist() == [0.1, 0.2, 0.3]
+
+
+def _zip() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("xl/workbook.xml", "<workbook/>")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (bytes(range(256)) * 8, "not a text CSV"),
+        (b"\x89PNG\r\n\x1a\n" + bytes(200), "not a text CSV"),
+        ("timestamp,requests\n0,1\n60,2\n# café\n".encode("latin-1"), "not a text CSV"),
+        (_zip(), "zip archive"),
+        (gzip.compress(LONG_CSV.encode())[:300], "not a valid gzip file"),
+        (gzip.compress(CSV.encode())[:12], "truncated"),
+        (b"timestamp;requests\n0;1\n60;2\n", "separated by ';'"),
+        (b"timestamp,requests\n0,1\n60,inf\n", "infinite value 'inf'"),
+    ],
+    ids=["binary", "png", "latin1", "xlsx", "corrupt-gzip", "truncated-gzip", "semicolons", "infinite"],
+)
+def test_files_that_are_not_trace_csvs_are_one_line(tmp_path: Path, data: bytes, needle: str) -> None:
+    p = tmp_path / "upload.csv"
+    p.write_bytes(data)
+    with pytest.raises(TraceError) as info:
+        load_trace(p)
+    message = str(info.value)
+    assert needle in message
+    assert str(p) in message
+    assert "\n" not in message
+
+
+def test_a_directory_is_not_a_trace(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="is a directory"):
+        load_trace(tmp_path)

@@ -66,12 +66,38 @@ class KubeConfigError(KubeError):
     """No usable kubeconfig or in-cluster service account."""
 
 
+def _check_config_exists(kubeconfig: str | Path | None) -> None:
+    """A one-line ``KubeConfigError`` when the config to load is not there (the client would say "Invalid
+    kube-config file" about a file that does not exist)."""
+    if kubeconfig is not None:
+        path = Path(kubeconfig).expanduser()
+        if path.is_dir():
+            raise KubeConfigError(f"kubeconfig {kubeconfig} is a directory, not a file")
+        if not path.exists():
+            raise KubeConfigError(f"kubeconfig {kubeconfig} does not exist")
+        return
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return  # in a pod: the service account is used
+    env = os.environ.get("KUBECONFIG", "")
+    files = [f for f in env.split(os.pathsep) if f.strip()]
+    if files:
+        if not any(Path(f).expanduser().is_file() for f in files):
+            which = "which does not exist" if len(files) == 1 else "none of which exists"
+            raise KubeConfigError(f"$KUBECONFIG is {env}, {which}; fix it or pass --kubeconfig PATH")
+    elif not Path("~/.kube/config").expanduser().is_file():
+        raise KubeConfigError(
+            "no Kubernetes config: not running in a cluster, $KUBECONFIG is not set and ~/.kube/config does not "
+            "exist; pass --kubeconfig PATH"
+        )
+
+
 def api_client_from_config(kubeconfig: str | Path | None = None, context: str | None = None) -> client.ApiClient:
     """An ApiClient from a kubeconfig path, or in-cluster config when running in a pod and no path is given.
 
     Without a path and outside a pod, ``$KUBECONFIG`` / ``~/.kube/config`` are used. Token refreshes are not
     written back into the file (``persist_config=False``): the controller never edits a user's kubeconfig.
     """
+    _check_config_exists(kubeconfig)
     cfg = client.Configuration()
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):

@@ -27,7 +27,7 @@ from typing import TextIO
 
 import numpy as np
 
-from autoscaler.cli import UserError, duration_flag
+from autoscaler.cli import UserError, duration_flag, plot_flag
 from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace
 from models.base import Forecaster, InsufficientHistoryError
 from models.evaluation import BacktestConfig, ModelResult, backtest
@@ -70,7 +70,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also score bins that look like metrics outages (zero amid traffic); by default they are not scored",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--plot", type=Path, default=None, metavar="OUT.png", help="also write a PNG")
+    parser.add_argument(
+        "--plot", type=Path, default=None, metavar="OUT.png",
+        help="also draw the forecasts against the actuals; the suffix picks the format (.png, .svg, .pdf, .jpg, .webp)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -181,9 +184,16 @@ def _table(results: dict[str, ModelResult], level: int) -> str:
 def run(args: argparse.Namespace) -> int:
     level = _level(args.levels)
     horizon_s = duration_flag("--horizon", args.horizon)
-    for flag, value in (("--refit-every", args.refit_every), ("--origin-every", args.origin_every)):
+    for flag, value in (
+        ("--refit-every", args.refit_every),
+        ("--origin-every", args.origin_every),
+        ("--window", args.window),
+        ("--min-train", args.min_train),
+    ):
         if value is not None:
-            duration_flag(flag, value)
+            duration_flag(flag, value)  # every duration checked before the trace and the models load
+    if args.plot is not None:
+        plot_flag(args.plot)
     factories = _factories(args.models)
     trace_path = args.trace if args.trace is not None else bundled_trace_path()
     trace = load_trace(trace_path)

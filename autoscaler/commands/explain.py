@@ -32,10 +32,18 @@ from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_e
 MATCH_SECONDS = 150
 
 
+# For --help: plain text for the user (the module docstring is for developers).
+DESCRIPTION = (
+    "Show why a Deployment has the replicas it has: each rule the controller's last decision went through, with "
+    "its numbers, and the forecast against what actually arrived over the last hours. It reads the status the "
+    "controller published on that one Deployment, so read access to its namespace is enough."
+)
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("explain", help="show why a Deployment has its replicas", description=__doc__)
-    p.add_argument("target", metavar="NAMESPACE/DEPLOYMENT")
-    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    p = sub.add_parser("explain", help="show why a Deployment has its replicas", description=DESCRIPTION)
+    p.add_argument("target", metavar="NAMESPACE/DEPLOYMENT", help="the Deployment, e.g. inference/llama-70b")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--json", action="store_true", help="print the published status as JSON")
     p.set_defaults(handler=run)
 

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from autoscaler.cli import UserError, duration_flag
+from autoscaler.cli import UserError, duration_flag, plot_flag
 from autoscaler.config import Config, ConfigError, ForecastProfile, load_config, parse_config
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
@@ -146,7 +146,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE.yaml",
-        help="the controller's operator config (the same file or ConfigMap directory `run --config` reads): the "
+        help="the controller's operator config (the same file or ConfigMap directory that 'run --config' reads): the "
         "predictive policy runs with its forecast profile and loop interval (default: the built-in defaults)",
     )
     parser.add_argument(
@@ -173,8 +173,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--gang", action="append", default=None, metavar="SPEC",
-        help="a training gang, repeatable: gpus=16,at=48h,hours=4,window=24h[,priority=batch][,name=x]; reserved "
-        "whole or not at all within [at, at+window]; the predictive policy places it in its forecast's trough",
+        help="a training gang, repeatable: gpus=16,at=48h,hours=4,window=24h[,priority=batch][,name=x]; at and "
+        "window need a unit (s, m, h, d; 0 alone is zero), hours is a number of hours (or give duration=90m "
+        "instead); reserved whole or not at all within [at, at+window]; the predictive policy places it in its "
+        "forecast's trough",
     )
     parser.add_argument(
         "--inference-priority", default=None,
@@ -182,7 +184,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "production: it outranks every gang)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--plot", type=Path, default=None, metavar="OUT.png", help="also write a PNG")
+    parser.add_argument(
+        "--plot", type=Path, default=None, metavar="OUT.png",
+        help="also draw demand against each policy's capacity; the suffix picks the format "
+        "(.png, .svg, .pdf, .jpg, .webp)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -273,6 +279,9 @@ def apply_scenario(args: argparse.Namespace) -> argparse.Namespace:
             raw = yaml.safe_load(Path(args.scenario).read_text())
         except OSError as exc:
             raise UserError(f"{where}: cannot read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            byte = exc.object[exc.start]
+            raise UserError(f"{where}: not a YAML text file (byte 0x{byte:02x} is not UTF-8)") from None
         except yaml.YAMLError as exc:
             raise UserError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
         if raw is None:
@@ -575,6 +584,14 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.simulation.predictive import factory
 
     args = apply_scenario(args)
+    # Every flag that can be checked without the trace is checked before it loads (a long run must not end
+    # in a bad-flag error).
+    for flag, value in (("--pod-startup", args.pod_startup), ("--node-startup", args.node_startup),
+                        ("--decision-interval", args.decision_interval)):
+        if value is not None:
+            duration_flag(flag, str(value))
+    if args.plot is not None:
+        plot_flag(args.plot)
     path = args.trace if args.trace is not None else bundled_trace_path()
     trace = load_trace(path)
     if not args.keep_outages:
@@ -608,7 +625,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from autoscaler.sim_plot import plot_simulation
 
-        plot_simulation(result, args.plot)
+        try:
+            plot_simulation(result, args.plot)
+        except OSError as exc:
+            raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(result.to_json()))
     else:

@@ -71,7 +71,7 @@ SIM_NAMESPACE = "simulated"
 INFERENCE_KEY = f"{SIM_NAMESPACE}/inference"
 DEFAULT_GANG_PRIORITY = PRIORITY_TIERS["standard"]
 DEFAULT_INFERENCE_PRIORITY = PRIORITY_TIERS["production"]
-GANG_KEYS = ("gpus", "at", "hours", "window", "priority", "name")
+GANG_KEYS = ("gpus", "at", "hours", "duration", "window", "priority", "name")
 _MICRO = 1_000_000
 
 
@@ -91,6 +91,23 @@ def parse_priority(value: Any, what: str) -> int:
     if not 0 <= number <= MAX_PRIORITY:
         raise ValueError(f"{what}: expected 0..{MAX_PRIORITY} or one of {', '.join(PRIORITY_TIERS)}, got {value!r}")
     return number
+
+
+def gang_duration(value: Any, what: str) -> int:
+    """A gang's ``at``/``window``/``duration``: a duration *with its unit* (``48h``, ``90m``, ``3600s``) or zero.
+
+    A bare non-zero number is refused: ``hours=4`` means hours, so ``at=48`` read as seconds (as plain
+    durations elsewhere) would silently put the gang 48 seconds in.
+    """
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            number = None
+        if number is not None and number != 0:
+            raise ValueError(f"{what}: {text} has no unit; write {what}={text}h (or {text}m, {text}s)")
+    return duration_or_zero(value, what)
 
 
 def duration_or_zero(value: Any, what: str) -> int:
@@ -136,13 +153,20 @@ class GangSpec:
 
     @classmethod
     def from_mapping(cls, fields: Mapping[str, Any], default_name: str) -> GangSpec:
-        """From ``{gpus, at, hours, window?, priority?, name?}``; ``ValueError`` naming the bad key."""
+        """From ``{gpus, at, hours | duration, window?, priority?, name?}``; ``ValueError`` naming the bad key.
+
+        ``at``, ``window`` and ``duration`` need a unit (``48h``, ``90m``, ``30s``; a bare ``0`` is zero);
+        ``hours`` is a number of hours, as its name says."""
         unknown = [k for k in fields if k not in GANG_KEYS]
         if unknown:
             raise ValueError(f"unknown key {unknown[0]!r} (use {', '.join(GANG_KEYS)})")
-        for key in ("gpus", "at", "hours"):
+        for key in ("gpus", "at"):
             if key not in fields:
                 raise ValueError(f"{key}: missing (e.g. gpus=16,at=48h,hours=4,window=24h)")
+        if "hours" not in fields and "duration" not in fields:
+            raise ValueError("hours: missing, the run's length (e.g. gpus=16,at=48h,hours=4,window=24h)")
+        if "hours" in fields and "duration" in fields:
+            raise ValueError("hours and duration both give the run's length; keep one")
         raw_gpus = fields["gpus"]
         try:
             gpus = int(str(raw_gpus).strip()) if not isinstance(raw_gpus, bool | float) else -1
@@ -150,21 +174,29 @@ class GangSpec:
             gpus = -1
         if gpus < 1:
             raise ValueError(f"gpus: expected an integer >= 1, got {raw_gpus!r}")
-        raw_hours = fields["hours"]
-        try:
-            hours = float(str(raw_hours).strip().removesuffix("h")) if not isinstance(raw_hours, bool) else -1.0
-        except ValueError:
-            hours = -1.0
-        if not (math.isfinite(hours) and hours > 0):
-            raise ValueError(f"hours: expected a number of hours > 0, got {raw_hours!r}")
+        if "duration" in fields:
+            run_seconds = gang_duration(fields["duration"], "duration")
+            if run_seconds <= 0:
+                raise ValueError(f"duration: must be > 0, got {fields['duration']!r}")
+        else:
+            raw_hours = fields["hours"]
+            try:
+                hours = float(str(raw_hours).strip().removesuffix("h")) if not isinstance(raw_hours, bool) else -1.0
+            except ValueError:
+                hours = -1.0
+            if not (math.isfinite(hours) and hours > 0):
+                example = str(raw_hours).strip() if str(raw_hours).strip()[-1:] in ("s", "m", "d") else "90m"
+                raise ValueError(f"hours: expected a number of hours > 0, got {raw_hours!r} (for another unit, "
+                                 f"give duration={example} instead)")
+            run_seconds = max(1, round(hours * 3600))
         name = str(fields.get("name", default_name)).strip()
         if not name or any(c in name for c in ", /="):
             raise ValueError(f"name: expected a plain name, got {name!r}")
         return cls(
             gpus=gpus,
-            at_seconds=duration_or_zero(fields["at"], "at"),
-            run_seconds=max(1, round(hours * 3600)),
-            window_seconds=duration_or_zero(fields.get("window", 0), "window"),
+            at_seconds=gang_duration(fields["at"], "at"),
+            run_seconds=run_seconds,
+            window_seconds=gang_duration(fields.get("window", 0), "window"),
             priority=parse_priority(fields.get("priority", DEFAULT_GANG_PRIORITY), "priority"),
             name=name,
         )
