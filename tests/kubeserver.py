@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,15 +97,25 @@ class KubeServer:
         return api_client_from_config(path)
 
 
-def start_kube_server(state: Path) -> KubeServer:
-    """Start a server in ``state`` (about 5 s). Skips without ``../shared/kube`` on a user's machine; fails in CI."""
+def start_kube_server(state: Path, extra_args: Sequence[str] = ()) -> KubeServer:
+    """Start a server in ``state`` (about 5 s). Skips without ``../shared/kube`` on a user's machine; fails in CI.
+
+    ``extra_args`` are appended to kube-apiserver's flags (``start`` reads them from ``EXTRA_APISERVER_ARGS``,
+    split on whitespace: no argument may contain a space), e.g. ``--audit-policy-file=...``.
+    """
     start = KUBE / "start"
     if not start.is_file():
         message = f"no real API server: {start} is missing (the workspace's shared/kube)"
         if _in_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    r = subprocess.run(["bash", str(start), str(state)], capture_output=True, text=True, timeout=300, check=False)
+    spaced = [a for a in extra_args if not a or any(c.isspace() for c in a)]
+    if spaced:
+        raise ValueError(f"kube-apiserver arguments cannot hold whitespace (EXTRA_APISERVER_ARGS is split): {spaced}")
+    inherited = os.environ.get("EXTRA_APISERVER_ARGS", "").split()  # a developer's own flags (e.g. -v=5) still apply
+    env = {**os.environ, "EXTRA_APISERVER_ARGS": " ".join([*inherited, *extra_args])}
+    r = subprocess.run(["bash", str(start), str(state)], capture_output=True, text=True, timeout=300, check=False,
+                       env=env)
     if r.returncode != 0:
         pytest.fail(f"kube start failed (exit {r.returncode}):\n{r.stderr[-4000:]}", pytrace=False)
     return KubeServer(state=state, kubeconfig=Path(r.stdout.strip().splitlines()[-1]))
@@ -115,9 +125,9 @@ def stop_kube_server(server: KubeServer) -> None:
     subprocess.run(["bash", str(KUBE / "stop"), str(server.state)], capture_output=True, timeout=120, check=False)
 
 
-def running_kube_server(state: Path) -> Iterator[KubeServer]:
+def running_kube_server(state: Path, extra_args: Sequence[str] = ()) -> Iterator[KubeServer]:
     """Generator body of a server fixture: start, yield, always stop."""
-    server = start_kube_server(state)
+    server = start_kube_server(state, extra_args)
     try:
         yield server
     finally:

@@ -2,8 +2,11 @@
 
 ``--once`` runs one tick and exits 0 when it succeeded (metrics fetched, every write landed), 1
 otherwise; ``--dry-run`` prints the plan as JSON and writes nothing (no scale, no status, no
-Event, no Lease). Without ``--once`` it loops every ``loop.interval`` until SIGTERM/SIGINT, which
-lets the current tick finish and then releases the Lease so a standby takes over at once.
+Event, no Lease). A ``--once`` that cannot act because it does not get the Lease (another instance
+holds it, or taking it failed: the namespace does not exist, RBAC refuses, the API server is unreachable)
+runs no tick, says why in one line on stderr (naming the holder, or the API server's answer) and exits 1:
+it did nothing, so it must not look like success. Without ``--once`` it loops every ``loop.interval`` until
+SIGTERM/SIGINT, which lets the current tick finish and then releases the Lease so a standby takes over at once.
 
 Besides the Deployments, the controller reads Karpenter NodePools (``karpenter``: their GPU limits and
 headroom) and Kueue/Volcano training gangs, and pushes alerts to Alertmanager when ``alerts.alertmanager_url``
@@ -58,11 +61,22 @@ log = logging.getLogger("predictive_autoscaler")
 FLEET_POINTS_PER_REQUEST = 720
 
 
+# For --help: plain text for the operator (the module docstring is for developers).
+DESCRIPTION = (
+    "Run the controller: every loop interval it reads request rates from Prometheus, forecasts the demand of "
+    "each opted-in Deployment and scales it ahead of the forecast. Only the holder of the leader Lease acts; "
+    "the others keep their forecasts warm so a takeover starts from warm models. --once runs one tick and exits "
+    "0 when it succeeded, 1 otherwise; --dry-run prints the plan as JSON and changes nothing in the cluster. "
+    "Serves /metrics, /healthz and /readyz on --listen. SIGTERM or Ctrl-C lets the current tick finish and "
+    "releases the Lease."
+)
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("run", help="run the controller against a cluster", description=__doc__)
+    p = sub.add_parser("run", help="run the controller against a cluster", description=DESCRIPTION)
     p.add_argument("--once", action="store_true", help="run one tick and exit (0 = it succeeded)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as JSON; write nothing")
-    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--prometheus-url", help="override prometheus.url from the config")
     p.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="config file or ConfigMap directory")
     p.add_argument("--listen", default="0.0.0.0:8080", help="address for /metrics, /healthz, /readyz")
@@ -151,6 +165,17 @@ def _rewire(money: MoneyStage, api: client.ApiClient, old: Config, new: Config) 
         money.training = _training(api, new)
 
 
+def _not_acting(leader: LeaderElector) -> str:
+    """Why a ``--once`` run did not get the Lease, in one line."""
+    lease = f"Lease {leader.namespace}/{leader.name}"
+    if leader.last_error is not None:
+        return f"--once did nothing: could not take the {lease} ({leader.last_error})"
+    if leader.holder is not None:
+        return (f"--once did nothing: the {lease} is held by {leader.holder!r}, the acting controller "
+                "(it stays the leader while it renews the Lease)")
+    return f"--once did nothing: another instance took the {lease} at the same moment"
+
+
 def _print(report: TickReport) -> None:
     print(json.dumps(report.to_dict(), indent=2, sort_keys=False))
 
@@ -176,19 +201,26 @@ def run(args: argparse.Namespace) -> int:
     leader = None
     if not (args.dry_run or args.no_leader_election):
         le = cfg.leader_election
+        # --once reports the Lease's outcome itself, in one line (_not_acting), rather than through the log.
         leader = LeaderElector(api, le.lease_namespace, le.lease_name, args.identity, le.lease_duration_seconds,
-                               clock=lambda: utc(clock.now()))
+                               clock=lambda: utc(clock.now()), quiet=args.once)
 
     def acting() -> bool:
         return True if leader is None else leader.try_acquire_or_renew()
 
     if args.once:
-        report = controller.tick(clock.now() if args.at is None else args.at, acting=acting())
-        if leader is not None and leader.is_leader:
-            leader.release()
-        source.close()
-        if isinstance(money.alerts, AlertmanagerSink):
-            money.alerts.close()
+        try:
+            if leader is not None and not leader.try_acquire_or_renew():
+                print(f"predictive-autoscaler run: error: {_not_acting(leader)}", file=sys.stderr)
+                return 1
+            report = controller.tick(clock.now() if args.at is None else args.at, acting=True)
+            if leader is not None and leader.is_leader and not leader.release():
+                print(f"predictive-autoscaler run: warning: {leader.last_error or 'the Lease changed hands'}; "
+                      f"it expires by itself after {leader.lease_duration_seconds}s", file=sys.stderr)
+        finally:
+            source.close()
+            if isinstance(money.alerts, AlertmanagerSink):
+                money.alerts.close()
         if args.dry_run:
             _print(report)
         for e in report.errors:

@@ -19,8 +19,10 @@ clock, as the design asks, rather than from the local time we last saw the recor
 clocks synchronised to well within ``leaseDurationSeconds`` (NTP gives milliseconds; the default is 15 s).
 There is no separate renew deadline: ``try_acquire_or_renew`` returns True only when this call's write
 succeeded, and the loop acts only on True, so a replica that cannot renew stops acting at once.
-API errors other than 409 are logged and kept in ``last_error`` and answer False (not leading), never
-raised: an unreachable API server must not crash the standby.
+API errors other than 409 are logged and kept in ``last_error`` (with the API server's message, e.g. ``namespaces
+"x" not found``) and answer False (not leading), never raised: an unreachable API server must not crash the
+standby. ``quiet=True`` keeps them in ``last_error`` without logging, for a caller that reports the outcome itself
+(``run --once`` says in one line why it did not act).
 
 Lease times are ``MicroTime``: the API server accepts exactly six fractional digits, and the client
 serialises ``datetime.isoformat()``, which drops them at whole seconds; ``_MicroTime`` fixes the format.
@@ -39,6 +41,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from autoscaler.adapters.kube import api_message
 from autoscaler.runtime.clock import SystemClock, utc
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,7 @@ class LeaderElector:
         lease_duration_seconds: int = 15,
         clock: Callable[[], datetime] = system_utc_clock,
         request_timeout_seconds: float = 10.0,
+        quiet: bool = False,
     ) -> None:
         if lease_duration_seconds < 1:
             raise ValueError(f"lease_duration_seconds must be >= 1, got {lease_duration_seconds}")
@@ -83,6 +87,7 @@ class LeaderElector:
         self.lease_duration_seconds = lease_duration_seconds
         self._clock = clock
         self._timeout = request_timeout_seconds
+        self._quiet = quiet
         self.is_leader = False
         self.holder: str | None = None
         self.last_error: str | None = None
@@ -111,11 +116,12 @@ class LeaderElector:
 
     def _failed(self, what: str, exc: Exception) -> bool:
         if isinstance(exc, ApiException):
-            detail = f"HTTP {exc.status} {exc.reason or ''}".strip()
+            detail = api_message(exc)
         else:
             detail = f"cannot reach the API server ({type(exc).__name__})"
         self.last_error = f"{what} lease {self.namespace}/{self.name}: {detail}"
-        log.warning("%s", self.last_error)
+        if not self._quiet:
+            log.warning("%s", self.last_error)
         self.is_leader = False
         return False
 
