@@ -135,6 +135,8 @@ class NodePoolView:
     ``status.resources["nvidia.com/gpu"]`` (None: Karpenter has not reported it). ``gpus_per_node`` is read from
     a GPU-count requirement with a single value (see ``autoscaler.adapters.karpenter.GPU_COUNT_LABELS``), None
     when the pool allows several counts. Pods land on the pool with ``node_selector`` and ``tolerations``.
+    ``static``: ``spec.replicas`` is set (Karpenter's static NodePools): a fixed node count, where the CRD allows
+    no limit but ``limits.nodes``.
     """
 
     name: str
@@ -149,6 +151,7 @@ class NodePoolView:
     instance_types: tuple[str, ...]  # node.kubernetes.io/instance-type In values (empty: any)
     gpus_per_node: int | None
     weight: int | None = None
+    static: bool = False
 
     @property
     def node_selector(self) -> dict[str, str]:

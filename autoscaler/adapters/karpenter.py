@@ -21,7 +21,9 @@ Headroom, two ways (DESIGN.md: "headroom as a CapacityBuffer ... or as low-prior
   ``strategy: Recreate``: a rolling update would surge extra whole-node pods.
 
 Which one applies is found by API discovery (``GET /apis/autoscaling.x-k8s.io/v1beta1``), cached for a few
-minutes so a CRD installed later is picked up. The choice can also be forced.
+minutes so a CRD installed later is picked up. The choice can also be forced. A CRD removed meanwhile shows as a
+``404`` on the buffer list: the cache is corrected at once (placeholders from the next tick, one warning logged)
+rather than failing every tick until it expires.
 
 Writes follow ``autoscaler.adapters.kube``: read, compare, write only on a difference (steady state writes
 nothing); ``application/merge-patch+json``; ``fieldValidation=Strict`` so a misspelt field is an error
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -68,6 +71,8 @@ from autoscaler.ports import (
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 GPU = "nvidia.com/gpu"
 KARPENTER = ("karpenter.sh", "v1", "nodepools")
@@ -186,6 +191,7 @@ def node_pool_view(obj: Mapping[str, Any]) -> NodePoolView:
         instance_types=instance_types,
         gpus_per_node=_gpus_per_node(requirements, labels),
         weight=spec.get("weight"),
+        static=spec.get("replicas") is not None,
     )
 
 
@@ -327,8 +333,17 @@ class KarpenterCapacity:
             served = False
         except urllib3.exceptions.HTTPError as exc:
             raise KubeReadError(f"discover {group}/{version}: cannot reach the API server") from exc
-        self._served = (now, served)
+        self._set_served(now, served)
         return served
+
+    def _set_served(self, now: float, served: bool) -> None:
+        """Cache a discovery answer; a change of answer is logged once (the headroom kind changes with it)."""
+        if self._served is not None and self._served[1] != served:
+            group, version, plural = BUFFERS
+            log.warning("%s/%s %s %s: headroom is held as %s from now on", group, version, plural,
+                        "are served now" if served else "are no longer served",
+                        "CapacityBuffers" if served else "placeholder pods")
+        self._served = (now, served)
 
     def headroom_mode(self) -> HeadroomMode:
         if self._mode != "auto":
@@ -615,12 +630,19 @@ class KarpenterCapacity:
         if self.capacity_buffers_served():
             group, version, plural = BUFFERS
             what = f"list {group}/{version} {plural}"
-            buffers = _as_dict(self._read(
-                what,
-                lambda: self._custom.list_custom_object_for_all_namespaces(
-                    group, version, plural, label_selector=selector, _request_timeout=self._timeout
-                ),
-            ), what)
+            try:
+                buffers = _as_dict(self._read(
+                    what,
+                    lambda: self._custom.list_custom_object_for_all_namespaces(
+                        group, version, plural, label_selector=selector, _request_timeout=self._timeout
+                    ),
+                ), what)
+            except KubeReadError as exc:
+                if getattr(exc.__cause__, "status", None) != 404:
+                    raise
+                # A list of a resource 404s only when it is not served: its CRD was removed since discovery.
+                self._set_served(self._monotonic(), False)
+                buffers = {}
             for b in buffers.get("items") or []:
                 meta = b.get("metadata") or {}
                 views.append(HeadroomView(

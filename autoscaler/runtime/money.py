@@ -298,11 +298,15 @@ def placement_capacity(pool: str | None, ceilings: Ceilings, prices: GpuPrices) 
 def pool_limits(
     report: CostReport, shapes: Mapping[str, PoolShape], views: Sequence[NodePoolView]
 ) -> dict[str, tuple[int, str]]:
-    """``pool -> (GPU limit, why)`` for every pool with a shape, when there is a cluster ceiling."""
+    """``pool -> (GPU limit, why)`` for every pool with a shape, when there is a cluster ceiling.
+
+    A static NodePool (``spec.replicas``) gets none: it keeps a fixed node count, does not provision on demand,
+    and its CRD refuses any limit but ``limits.nodes`` (a GPU limit would be a 422 on every tick).
+    """
     out: dict[str, tuple[int, str]] = {}
     for v in views:
         shape = shapes.get(v.name)
-        if shape is None:
+        if shape is None or v.static:
             continue
         allowed = ceiling_gpus(report, shape)
         if allowed is None:
