@@ -1,4 +1,4 @@
-"""Read traffic traces (``timestamp,requests[,input_tokens,output_tokens]``) into rate series.
+"""Read traffic traces (``timestamp,requests[,input_tokens,output_tokens]``) into rate series, and write them.
 
 Why it exists: the backtest and the simulator replay operators' own history from CSV files, and
 a trace is user input. Every way a file can be wrong gets one clear sentence in a
@@ -14,6 +14,14 @@ Defined behaviour for messy files:
 Accepted as they are: gzip-compressed files (``.csv.gz``; recognised by their magic bytes, whatever the
 name), a UTF-8 byte-order mark (spreadsheet exports), UTF-16 with a byte-order mark.
 The bin size is the smallest difference between consecutive timestamps.
+
+Writing (``export``): :func:`write_trace` writes one row per bin, ``timestamp`` the bin's start, each column the
+*count* in the bin (rate x step, the format's unit), a missing bin an empty cell (so a gap stays a gap, and the
+grid is explicit). Counts are written with Python's shortest exact float spelling, so the file reads back to the
+same counts; but ``(rate x step) / step`` is not always ``rate`` in floating point (one rate in a dozen differs
+in its last bit at 60 s bins). So a trace made from rates is built by :func:`trace_from_rates`, which does that
+arithmetic once: ``export`` writes its counts and ``backtest``/``simulate`` replay its rates, and a trace
+exported then loaded is bit for bit the trace replayed straight from the source.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import IO
+from typing import IO, TextIO
 
 import numpy as np
 
@@ -198,6 +206,52 @@ def load_trace(path: str | Path) -> Trace:
         requests=grid("requests"),
         tokens={c: grid(c) for c in TOKEN_COLUMNS if c in data},
     )
+
+
+def trace_from_rates(name: str, requests: TrafficSeries, tokens: dict[str, TrafficSeries] | None = None) -> Trace:
+    """The trace that a CSV of these rates (written by :func:`write_trace`) loads as, bit for bit.
+
+    Each rate becomes a count per bin (rate x step) and back (count / step): the loader's own arithmetic.
+    Every series must be on ``requests``' grid; ``tokens`` keys are ``input_tokens``/``output_tokens``.
+    """
+    tokens = dict(tokens or {})
+    unknown = sorted(set(tokens) - set(TOKEN_COLUMNS))
+    if unknown:
+        raise ValueError(f"unknown token column(s) {', '.join(unknown)}; expected {', '.join(TOKEN_COLUMNS)}")
+    grid = (requests.start, requests.step_seconds, len(requests))
+
+    def through_counts(series: TrafficSeries) -> TrafficSeries:
+        if (series.start, series.step_seconds, len(series)) != grid:
+            raise ValueError("every series of a trace must be on the same grid (start, step, length)")
+        step = series.step_seconds
+        return TrafficSeries((series.values * step) / step, step, series.start)
+
+    return Trace(name, through_counts(requests), {c: through_counts(tokens[c]) for c in TOKEN_COLUMNS if c in tokens})
+
+
+def _count_text(count: float) -> str:
+    """Shortest text that reads back as exactly ``count``; ``''`` for a missing bin; ``12`` rather than ``12.0``."""
+    if not math.isfinite(count):
+        return ""
+    text = repr(float(count))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def write_trace(trace: Trace, out: TextIO) -> int:
+    """Write ``trace`` as CSV (``timestamp,requests[,input_tokens,output_tokens]``, counts per bin) to ``out``.
+
+    One row per bin of the grid, a missing value an empty cell; :func:`load_trace` reads it back as ``trace``
+    when ``trace`` came from :func:`trace_from_rates` (or from :func:`load_trace`). Returns the rows written.
+    """
+    step = trace.step_seconds
+    columns = [trace.requests, *(trace.tokens[c] for c in TOKEN_COLUMNS if c in trace.tokens)]
+    header = ["timestamp", "requests", *(c for c in TOKEN_COLUMNS if c in trace.tokens)]
+    counts = [(s.values * step).tolist() for s in columns]
+    out.write(",".join(header) + "\n")
+    start = trace.requests.start
+    for i in range(len(trace.requests)):
+        out.write(",".join([str(start + i * step), *(_count_text(c[i]) for c in counts)]) + "\n")
+    return len(trace.requests)
 
 
 def parse_duration(text: str) -> int:

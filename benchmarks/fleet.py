@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler.commands.run import FLEET_POINTS_PER_REQUEST
 from autoscaler.config import Config, load_config
+from autoscaler.history import FLEET_POINTS_PER_REQUEST
 from autoscaler.runtime.loop import Controller, TickReport
 from benchmarks.fleet_fakes import STEP, RecordingCluster, SyntheticFleet, SyntheticSource
 from benchmarks.report import machine, update_section

@@ -12,8 +12,9 @@ from tests.runtime import conftest as runtime
 
 # Every duration-valued option of every command (run and explain have none).
 DURATION_FLAGS = {
-    "backtest": ("--horizon", "--refit-every", "--origin-every", "--window", "--min-train"),
-    "simulate": ("--pod-startup", "--node-startup", "--decision-interval"),
+    "backtest": ("--horizon", "--refit-every", "--origin-every", "--window", "--min-train", "--since", "--step"),
+    "simulate": ("--pod-startup", "--node-startup", "--decision-interval", "--since", "--step"),
+    "export": ("--since", "--step"),
 }
 
 
@@ -73,7 +74,7 @@ def test_only_values_after_value_flags_are_joined() -> None:
         (["explain"], "the following arguments are required: NAMESPACE/DEPLOYMENT"),
         (["run", "--once", "--at", "yesterday"], "argument --at: not Unix seconds or an ISO 8601 time"),
         (["teleport"], "invalid choice: 'teleport'"),
-        ([], "no command given; choose one of backtest, simulate, run, explain"),
+        ([], "no command given; choose one of backtest, simulate, export, run, explain"),
     ],
 )
 def test_argparse_errors_are_one_line_without_the_usage_block(

@@ -4,7 +4,9 @@ Why it exists: before letting a forecast pre-scale GPUs, an operator needs to kn
 it is right on *their* traffic, how often the upper band holds, and whether it beats simply
 repeating the last value. This command replays a trace with ``models.evaluation`` (rolling
 origins, no look-ahead) through each model's fallback chain from ``models.registry`` (so the
-number of forecasts that fell back is reported), and prints a table, JSON, or a plot.
+number of forecasts that fell back is reported), and prints a table, JSON, or a plot. With
+``--deployment NS/NAME`` the history is read from Prometheus through ``autoscaler.history``: the
+series the controller forecasts for that Deployment.
 
 Defaults: a forecast at every bin, refit daily on the last 14 days, updated in between. Measured
 on the 4-week 1-minute NASA trace (39,693 bins, 36,799 forecasts per model), all five models:
@@ -20,14 +22,14 @@ import json
 import logging
 import math
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
 from autoscaler.cli import UserError, duration_flag, plot_flag
+from autoscaler.history import add_arguments, check_source_flags, parse_args, trace_from_args, wants_prometheus
+from autoscaler.progress import ProgressBar
 from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace
 from models.base import Forecaster, InsufficientHistoryError
 from models.evaluation import BacktestConfig, ModelResult, backtest
@@ -47,7 +49,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "(WAPE, pinball loss and coverage of the upper band, bias, time per fit and per forecast)."
         ),
     )
-    parser.add_argument("--trace", type=Path, default=None, help="CSV timestamp,requests[,input_tokens,output_tokens]")
+    parser.add_argument(
+        "--trace", type=Path, default=None,
+        help="CSV timestamp,requests[,input_tokens,output_tokens] (default: the bundled trace, or Prometheus with "
+        "--deployment)",
+    )
     parser.add_argument(
         "--series", default="requests", help=f"which column to forecast: {'|'.join(SERIES)} (default requests)"
     )
@@ -74,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--plot", type=Path, default=None, metavar="OUT.png",
         help="also draw the forecasts against the actuals; the suffix picks the format (.png, .svg, .pdf, .jpg, .webp)",
     )
+    add_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -123,33 +130,6 @@ def _series(trace_series: dict[str, TrafficSeries], which: str, trace_name: str)
     return trace_series[which]
 
 
-class _ProgressBar:
-    """A one-line progress bar on a terminal (stderr); redrawn at most ten times a second."""
-
-    def __init__(self, total: int, labels: list[str], stream: TextIO) -> None:
-        self.total = max(1, total)
-        self.labels = labels
-        self.stream = stream
-        self.started = time.perf_counter()
-        self.drawn = 0.0
-
-    def __call__(self, done: int) -> None:
-        now = time.perf_counter()
-        if now - self.drawn < 0.1 and done < self.total:
-            return
-        self.drawn = now
-        per_model = self.total // max(1, len(self.labels))
-        label = self.labels[min(len(self.labels) - 1, (done - 1) // max(1, per_model))]
-        frac = done / self.total
-        bar = "#" * int(30 * frac)
-        self.stream.write(f"\rbacktest [{bar:<30}] {frac:4.0%} {label:<16} {now - self.started:5.0f}s")
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.write("\r" + " " * 70 + "\r")
-        self.stream.flush()
-
-
 def _nan_to_none(value: float) -> float | None:
     return None if math.isnan(value) else value
 
@@ -194,9 +174,22 @@ def run(args: argparse.Namespace) -> int:
             duration_flag(flag, value)  # every duration checked before the trace and the models load
     if args.plot is not None:
         plot_flag(args.plot)
+    check_source_flags(args, args.trace)
+    from_prometheus = wants_prometheus(args)
+    if from_prometheus:
+        parse_args(args, now=0)  # every Prometheus flag checked before the models load
+    elif args.config is not None:
+        raise UserError("--config is read for --prometheus-url/--deployment only (queries, auth, TLS); with a trace "
+                        "it has no effect")
+    if args.series not in SERIES:
+        raise UserError(f"--series: {args.series!r} is not one of {', '.join(SERIES)}")
     factories = _factories(args.models)
-    trace_path = args.trace if args.trace is not None else bundled_trace_path()
-    trace = load_trace(trace_path)
+    if from_prometheus:
+        trace, url = trace_from_args(args, tokens=args.series in TOKEN_COLUMNS, title="fetch")
+        source = f"{trace.name} from Prometheus at {url}"
+    else:
+        trace_path = args.trace if args.trace is not None else bundled_trace_path()
+        trace, source = load_trace(trace_path), str(trace_path)
     series = _series({"requests": trace.requests, **trace.tokens}, args.series, trace.name)
     step = series.step_seconds
     config = BacktestConfig(
@@ -214,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         resolved = config.resolved(series, [make() for make in factories.values()])
     except InsufficientHistoryError as exc:
-        raise UserError(f"{trace.name}: {exc}") from None
+        found = f" (read from Prometheus at {url}, first to last bin with a value)" if from_prometheus else ""
+        raise UserError(f"{trace.name}: {exc}{found}") from None
     n_origins = len(resolved.origins(len(series)))
     if args.score_outages:
         actuals, n_outage = series, 0
@@ -224,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         actuals = prepare(series)
         n_outage = int(np.sum(np.isnan(actuals.values) & ~np.isnan(series.values)))
 
-    bar = _ProgressBar(n_origins * len(factories), list(factories), sys.stderr) if sys.stderr.isatty() else None
+    bar = ProgressBar(n_origins * len(factories), list(factories), sys.stderr) if sys.stderr.isatty() else None
     try:
         results = backtest(series, factories, resolved, bar, actuals=actuals)
     finally:
@@ -250,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         payload = {
-            "trace": str(trace_path),
+            "trace": source,
             "horizon_seconds": scored_horizon,
             "level": level,
             "models": {

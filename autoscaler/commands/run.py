@@ -35,7 +35,6 @@ from kubernetes import client
 from autoscaler.adapters.alertmanager import DEFAULT_TIMEOUT_SECONDS, AlertmanagerSink
 from autoscaler.adapters.karpenter import KarpenterCapacity
 from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
-from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.adapters.training import TrainingReader
 from autoscaler.cli import UserError
 from autoscaler.config import (
@@ -45,8 +44,8 @@ from autoscaler.config import (
     ConfigError,
     ConfigStore,
     KarpenterConfig,
-    PrometheusConfig,
 )
+from autoscaler.history import prometheus_source
 from autoscaler.runtime.clock import SystemClock, utc
 from autoscaler.runtime.http import HealthState, serve
 from autoscaler.runtime.leader import LeaderElector
@@ -54,11 +53,6 @@ from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.money import MoneyStage
 
 log = logging.getLogger("predictive_autoscaler")
-
-# Evaluation times per range request. A fleet answer holds one series per Deployment, and parsing it peaks at
-# ~220 bytes a point: a first 14-day fetch of 1,000 Deployments in Prometheus's maximal 11,000-point requests
-# would peak near 4 GiB; at 720 points (12 hours of 1-minute bins) a request peaks near 160 MiB.
-FLEET_POINTS_PER_REQUEST = 720
 
 
 # For --help: plain text for the operator (the module docstring is for developers).
@@ -110,21 +104,6 @@ def _listen(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise UserError(f"--listen: expected HOST:PORT (e.g. 0.0.0.0:8080), got {text!r}")
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _source(cfg: PrometheusConfig, url: str | None) -> PrometheusSource:
-    try:
-        return PrometheusSource(
-            url or cfg.url,
-            bearer_token_file=cfg.bearer_token_file,
-            ca_file=cfg.ca_file,
-            timeout_seconds=cfg.timeout_seconds,
-            retries=cfg.retries,
-            queries=cfg.queries,
-            max_points_per_request=FLEET_POINTS_PER_REQUEST,
-        )
-    except ValueError as exc:
-        raise UserError(f"prometheus: {exc}") from None
 
 
 def _sink(cfg: AlertsConfig) -> AlertmanagerSink | None:
@@ -193,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     except KubeError as exc:
         raise UserError(str(exc)) from None
     cfg: Config = store.current()
-    source = _source(cfg.prometheus, args.prometheus_url)
+    source = prometheus_source(cfg.prometheus, args.prometheus_url)
     money = MoneyStage(capacity=_capacity(api, cfg.karpenter), training=_training(api, cfg), alerts=_sink(cfg.alerts))
     controller = Controller(KubeCluster(api, instance=args.identity), source, store.current, dry_run=args.dry_run,
                             money=money)
@@ -246,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
                 new = store.current()
                 if new.prometheus != cfg.prometheus:
                     source.close()
-                    source = _source(new.prometheus, args.prometheus_url)
+                    source = prometheus_source(new.prometheus, args.prometheus_url)
                     controller.source = source
                 try:
                     _rewire(money, api, cfg, new)

@@ -52,6 +52,7 @@ import yaml
 
 from autoscaler.cli import UserError, duration_flag, plot_flag
 from autoscaler.config import Config, ConfigError, ForecastProfile, load_config, parse_config
+from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
     DEFAULT_REACTIVE_TARGETS,
@@ -112,7 +113,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--scenario", type=Path, default=None, metavar="FILE.yaml",
         help="YAML file holding any of these options (ceiling, gangs, ...); flags override it",
     )
-    parser.add_argument("--trace", type=Path, default=None, help="CSV timestamp,requests[,...] (default: bundled)")
+    parser.add_argument(
+        "--trace", type=Path, default=None,
+        help="CSV timestamp,requests[,...] (default: the bundled trace, or Prometheus with --deployment)",
+    )
     parser.add_argument(
         "--keep-outages",
         action="store_true",
@@ -147,7 +151,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE.yaml",
         help="the controller's operator config (the same file or ConfigMap directory that 'run --config' reads): the "
-        "predictive policy runs with its forecast profile and loop interval (default: the built-in defaults)",
+        "predictive policy runs with its forecast profile and loop interval, and --deployment reads Prometheus with "
+        "its URL, queries, auth and TLS (default: the built-in defaults)",
     )
     parser.add_argument(
         "--profile", default=None, help="which forecast profile of the config to run (default: default)"
@@ -189,6 +194,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also draw demand against each policy's capacity; the suffix picks the format "
         "(.png, .svg, .pdf, .jpg, .webp)",
     )
+    add_arguments(parser, config=False)  # --config above also gives the Prometheus queries, auth and TLS
     parser.set_defaults(handler=run)
 
 
@@ -583,7 +589,12 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.simulation.engine import simulate
     from autoscaler.simulation.predictive import factory
 
+    check_source_flags(args, args.trace)
     args = apply_scenario(args)
+    from_prometheus = wants_prometheus(args)
+    if from_prometheus and args.trace is not None:
+        raise UserError(f"--scenario {args.scenario}: its trace and --prometheus-url/--deployment are mutually "
+                        "exclusive: read the history from a file or from Prometheus, not both")
     # Every flag that can be checked without the trace is checked before it loads (a long run must not end
     # in a bad-flag error).
     for flag, value in (("--pod-startup", args.pod_startup), ("--node-startup", args.node_startup),
@@ -592,8 +603,10 @@ def run(args: argparse.Namespace) -> int:
             duration_flag(flag, str(value))
     if args.plot is not None:
         plot_flag(args.plot)
-    path = args.trace if args.trace is not None else bundled_trace_path()
-    trace = load_trace(path)
+    if from_prometheus:
+        trace, _ = trace_from_args(args, tokens=False, title="fetch")
+    else:
+        trace = load_trace(args.trace if args.trace is not None else bundled_trace_path())
     if not args.keep_outages:
         from models.clean import prepare  # deferred: pandas, paid only when the command runs
 

@@ -54,6 +54,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from autoscaler.history import fetch_fleet, history_window, series_of
 from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
@@ -420,7 +421,7 @@ class Controller:
             self.metrics.metrics_up.set(1)
             return True
         step = cfg.loop.step_seconds
-        end = (now // step) * step
+        end = history_window(now, step, 0)[1]
         query = cfg.prometheus.arrival_rate_query
         fresh: list[tuple[WorkloadView, ForecastProfile]] = []
         known: list[tuple[WorkloadView, ForecastProfile]] = []
@@ -430,7 +431,7 @@ class Controller:
         plans: list[tuple[list[tuple[WorkloadView, ForecastProfile]], int]] = []
         if fresh:
             window = max(max(p.history_seconds for _, p in fresh), cfg.loop.history_seconds)
-            plans.append((fresh, end - (window // step) * step))
+            plans.append((fresh, history_window(now, step, window)[0]))
         if known:
             oldest = min(self._history_end(v) for v, _ in known)
             plans.append((known, max(oldest - REFETCH_BINS * step, end - (cfg.loop.history_seconds // step) * step)))
@@ -439,12 +440,12 @@ class Controller:
                 if start >= end:
                     continue
                 namespaces = sorted({v.namespace for v, _ in group})
-                answer = self.source.fleet_history(query, namespaces, start, end, step)
-                grid = TrafficSeries(np.full((end - start) // step, np.nan), step, start)
+                # The read `export`/`backtest --deployment` make too (autoscaler.history): the same series.
+                answer = fetch_fleet(self.source, query, namespaces, start, end, step)
                 for view, profile in group:
                     key = (view.namespace, view.name)
                     memory = self._memory[key]
-                    got = answer.get(key, grid)
+                    got = series_of(answer, key, start, end, step)
                     keep = max(profile.history_seconds, cfg.loop.history_seconds)
                     memory.history = _splice(memory.history, got, keep)
                     found, source = (
