@@ -304,7 +304,7 @@ def test_api_client_from_kubeconfig(tmp_path: Path, fake_api: FakeKubeAPI) -> No
     fake_api.add("deployments", deployment("ml", "llama"))
     with api_client_from_config(kubeconfig) as api:
         assert [v.name for v in KubeCluster(api).list_workloads()] == ["llama"]
-    with pytest.raises(KubeConfigError, match=r"cannot load Kubernetes config from .*missing"):
+    with pytest.raises(KubeConfigError, match=r"kubeconfig .*missing does not exist"):
         api_client_from_config(tmp_path / "missing")
 
 

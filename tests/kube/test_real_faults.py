@@ -459,6 +459,8 @@ def test_only_the_lease_holder_writes_and_sigkill_hands_over_within_the_lease(
     assert holder(admin) == "ctl-a"
     assert replicas_of(admin, ns, "chat") == 2
     wait_for(lambda: reporters(admin, ns, "InvalidAnnotation") == ["ctl-a"], "ctl-a to warn about bad", 30, a)
+    # The status annotation is written after the scale and the Events of the same tick: wait for it too.
+    wait_for(lambda: status_of(admin, ns, "chat") is not None, "ctl-a to write chat's status", 30, a)
     status = status_of(admin, ns, "chat")
     assert status is not None
     assert status["desiredReplicas"] == 2
