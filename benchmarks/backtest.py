@@ -8,7 +8,16 @@ This command measures exactly that with the same engine and defaults as
 
 Run: ``python -m benchmarks.backtest`` (from the repository root; about 15-25 minutes on two
 cores). ``--traces NAME[,NAME]`` restricts to some trace files (for a quick look; the page is only
-rewritten by a full run unless ``--write`` is given).
+rewritten by a full run unless ``--write`` is given); ``--models`` picks the registry models and
+``--peers`` the statsforecast peers (``--peers ''`` for none).
+
+statsforecast peers (issue 13): MSTL, AutoETS and DynamicOptimizedTheta behind the Forecaster API
+(``StatsForecastPeer``, benchmark only), run when ``statsforecast`` is importable and reported as
+"not installed" otherwise. It is not a project dependency (statsforecast 2.1.1 requires pandas < 3,
+the lock has pandas 3.1.1); run them from a separate environment::
+
+    python3 -m venv /tmp/sfvenv && /tmp/sfvenv/bin/pip install statsforecast .
+    PYTHONPATH=. /tmp/sfvenv/bin/python -m benchmarks.backtest
 
 Every figure is a ratio against anchors measured in the same run (persistence, Holt-Winters,
 Prophet), so the verdicts do not depend on the machine.
@@ -17,25 +26,29 @@ Prophet), so the verdicts do not depend on the machine.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
 
 from autoscaler.commands.backtest import DEFAULT_ORIGIN_EVERY_STEPS
 from autoscaler.traces import Trace, load_trace
 from benchmarks.report import machine, update_section
 from models import registry
-from models.base import Forecaster
-from models.clean import prepare
+from models.base import DEFAULT_LEVELS, Forecaster
+from models.clean import continuation, prepare
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.prophet_model import ProphetForecaster
-from models.types import SECONDS_PER_DAY
+from models.types import SECONDS_PER_DAY, FloatArray, Forecast, TrafficSeries
 
 TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
 HORIZON_SECONDS = 900
@@ -49,9 +62,13 @@ COMMAND = "python -m benchmarks.backtest"
 
 # Targets for the default model (from the project brief).
 NASA = "nasa_http_1995_jul_1min.csv"
-NASA_MARGIN = 0.85  # default WAPE at least 15% below persistence on NASA
+# Targets for the default model (issue 13): never worse than persistence; at least 15% better on the traces with a
+# daily cycle (SOURCES.md: NASA 4x day/night, ServeGen m_small 2.2x); within 0.97x of the best statsforecast peer.
+DAILY_CYCLE = (NASA, "servegen_m_small_10min.csv")
+NASA_MARGIN = 0.85
+PEER_MARGIN = 0.97
 COVERAGE_RANGE = (0.85, 0.95)
-SPEEDUP = 20.0
+SPEEDUP = 50.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,7 @@ class TraceRun:
     # seconds for one fit plus one forecast of each bare model on the same cleaned 14-day series (best of
     # FIT_PREDICT_REPEATS): the brief's "fit + predict" speed target, without the fallback chain's shared costs
     fit_predict_seconds: dict[str, float]
+    peers: PeerRun | None = None
 
 
 FIT_PREDICT_REPEATS = 5  # best of 5: one run on a busy machine must not decide a verdict
@@ -103,7 +121,7 @@ def _steps(seconds: int, step: int) -> int:
     return max(1, math.ceil(seconds / step))
 
 
-def run_trace(trace: Trace, models: tuple[str, ...]) -> TraceRun:
+def run_trace(trace: Trace, models: tuple[str, ...], peers: tuple[str, ...] = ()) -> TraceRun:
     step = trace.step_seconds
     origin_every = DEFAULT_ORIGIN_EVERY_STEPS
     config = BacktestConfig(
@@ -137,6 +155,7 @@ def run_trace(trace: Trace, models: tuple[str, ...]) -> TraceRun:
             file=sys.stderr,
             flush=True,
         )
+    peer_run = run_peers(trace, results.get("default"), peers) if peers else None
     wall = time.perf_counter() - started
     return TraceRun(
         trace,
@@ -145,7 +164,199 @@ def run_trace(trace: Trace, models: tuple[str, ...]) -> TraceRun:
         origin_every * step,
         wall,
         fit_predict_seconds(trace, models, config.horizon_steps),
+        peer_run,
     )
+
+
+# --- statsforecast peers -----------------------------------------------------------------------------------------
+# Nixtla statsforecast (MSTL, AutoETS, DynamicOptimizedTheta) as peers of the default model. Not a project dependency
+# (statsforecast 2.1.1 requires pandas < 3; the lock has pandas 3.1.1): they run when the package is importable (a
+# separate benchmark environment, see docs/BENCHMARKS.md) and are reported as "not installed" otherwise.
+PEERS: tuple[str, ...] = ("sf_mstl", "sf_autoets", "sf_theta")
+# A peer fit costs seconds to minutes on 14 days of 1-minute bins (measured in docs/BENCHMARKS.md), so peers are
+# refitted weekly on 1-minute traces (daily on coarser ones) and forecast at every h-th bin; between fits they are
+# filtered forward over the new bins (``forward``), which is what a live controller could afford. The default model
+# is compared with them on exactly the bins they were scored on.
+PEER_REFIT_SECONDS = {60: 7 * SECONDS_PER_DAY}
+# DynamicOptimizedTheta's fit takes about a minute at 14 days of 1-minute bins: measured, not backtested there.
+PEER_SKIP = {("sf_theta", 60)}
+
+
+STATSFORECAST_DECISION = (
+    "**statsforecast: not adopted** (issue 13; the reasoning is also in `models/default.py`). Accuracy: the default "
+    "model is ahead of the best peer on every trace, on the peers' own targets (table above). Cost, measured "
+    "separately in one process on the last 14 days of 1-minute NASA (ratios to the default's fit + predict, 48 ms, and "
+    "one-bin update + predict, 39 us): AutoETS fit 18x, update (`forward`, which re-filters the whole history) 38x; "
+    "MSTL fit 790x, and its own `forward` re-runs the decomposition (53 s per update: the peer above uses the "
+    "cheapest exact alternative, deseasonalise with the fitted components and filter the trend model forward, 49x); "
+    "DynamicOptimizedTheta fit 3,400x, update 29,000x (so it is not backtested on the 1-minute traces). Seasonal "
+    "ETS/Theta cannot take a 1,440-bin season; only MSTL carries the day at 1 minute. A daily refit of 1,000 "
+    "Deployments would cost ~15 CPU-minutes with AutoETS and ~10 CPU-hours with MSTL (the default: under a minute). "
+    "Dependency: statsforecast 2.1.1 requires pandas < 3, the lock has pandas 3.1.1, so adopting it would hold the "
+    "whole project on pandas 2. Recommendation: no runtime dependency and no registry model; keep it as a benchmark "
+    "peer in a separate environment (not a `peers` extra of the project: an extra that cannot be installed next to "
+    "the lock would only fail `pip install .[peers]`)."
+)
+
+
+def _environment() -> str:
+    """Which pandas and statsforecast the run used (the peers need a separate environment, see below)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        sf = f"statsforecast {version('statsforecast')}"
+    except PackageNotFoundError:
+        sf = "statsforecast not installed"
+    return f"pandas {version('pandas')}, {sf}"
+
+
+def statsforecast_available() -> bool:
+    return importlib.util.find_spec("statsforecast") is not None
+
+
+def _fill(values: FloatArray, last: float) -> FloatArray:
+    """Forward-filled values (statsforecast takes no NaN); ``last`` before the first observed one."""
+    idx = np.maximum.accumulate(np.where(np.isfinite(values), np.arange(values.shape[0]), -1))
+    out = np.where(idx >= 0, values[np.maximum(idx, 0)], last)
+    return np.asarray(np.where(np.isfinite(out), out, 0.0), dtype=np.float64)
+
+
+class StatsForecastPeer:
+    """A statsforecast model behind the project's Forecaster API (benchmark only).
+
+    ``fit`` cleans like the chain does (``prepare``) and fits on the forward-filled series; ``update`` appends the new
+    bins; ``predict`` filters the fitted model forward over everything seen (``forward``: no re-estimation) and
+    forecasts ``h`` bins with its own intervals (the ``p``% upper band is the upper end of the ``2p - 100``% interval).
+    MSTL's ``forward`` would re-run the decomposition (~30 s at 20,000 bins), so its update is done the way its
+    ``predict`` works: the fitted seasonal components continue by period, the new bins are deseasonalised with them,
+    and the trend model (AutoETS) is filtered forward over the seasonally adjusted series.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.alias = kind
+        self.kind = kind
+        self._y = np.zeros(0)
+        self._step = 0
+        self._end = 0
+        self._model: object = None
+        self._period = 1
+        self._sa = np.zeros(0)  # MSTL: seasonally adjusted series seen so far
+        self._cycle = np.zeros(0)  # MSTL: the last period of the fitted seasonal components
+        self._n_fit = 0
+
+    def min_history(self, step_seconds: int) -> int:
+        return 2 * max(1, SECONDS_PER_DAY // step_seconds)
+
+    def fit(self, series: TrafficSeries) -> Self:
+        from statsforecast.models import MSTL, AutoETS, DynamicOptimizedTheta  # type: ignore[import-not-found]
+
+        step = series.step_seconds
+        self._period = period = max(1, SECONDS_PER_DAY // step)
+        y = _fill(prepare(series).values, math.nan)
+        # seasonal ETS/Theta only where the season is short enough for them (statsforecast's ETS caps it at 24)
+        season = period if period <= 24 else 1
+        if self.kind == "sf_mstl":
+            model = MSTL(season_length=[period]).fit(y)
+            comp = model.model_
+            seas = comp[[c for c in comp.columns if str(c).startswith("seasonal")]].sum(axis=1).to_numpy()
+            self._cycle = np.asarray(seas[-period:], dtype=np.float64)
+            self._sa = np.asarray(y - seas, dtype=np.float64)
+            self._n_fit = y.shape[0]
+        elif self.kind == "sf_autoets":
+            model = AutoETS(season_length=season).fit(y)
+        elif self.kind == "sf_theta":
+            model = DynamicOptimizedTheta(season_length=season).fit(y)
+        else:
+            raise ValueError(f"unknown statsforecast peer {self.kind!r}")
+        self._model, self._y, self._step, self._end = model, y, step, series.end
+        return self
+
+    def update(self, new: TrafficSeries) -> Self:
+        values = _fill(continuation(self._end, self._step, new), float(self._y[-1]))
+        if self.kind == "sf_mstl" and values.size:
+            i = self._y.shape[0] - self._n_fit + np.arange(values.shape[0])
+            self._sa = np.concatenate((self._sa, values - self._cycle[i % self._period]))
+        self._y = np.concatenate((self._y, values))
+        self._end = new.end
+        return self
+
+    def predict(self, h: int, levels: Sequence[int] = DEFAULT_LEVELS) -> Forecast:
+        widths = sorted({abs(2 * int(p) - 100) for p in levels if int(p) != 50})
+        model: Any = self._model
+        if self.kind == "sf_mstl":
+            out = model.trend_forecaster.forward(y=self._sa, h=h, level=widths or None)
+            i = self._y.shape[0] - self._n_fit + np.arange(h)
+            seas = self._cycle[i % self._period]
+        else:
+            out = model.forward(y=self._y, h=h, level=widths or None)
+            seas = np.zeros(h)
+        mean = np.asarray(out["mean"], dtype=np.float64) + seas
+        bands: dict[int, FloatArray] = {}
+        for p in levels:
+            p = int(p)
+            key = "hi" if p > 50 else "lo"
+            band = mean if p == 50 else np.asarray(out[f"{key}-{abs(2 * p - 100)}"], dtype=np.float64) + seas
+            bands[p] = np.maximum(band, 0.0)
+        return Forecast(self._end, self._step, np.maximum(mean, 0.0), bands, self.alias)
+
+    def to_state(self) -> dict[str, Any]:
+        raise NotImplementedError("benchmark-only peer: no persisted state")
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        raise NotImplementedError("benchmark-only peer: no persisted state")
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """Peers scored on a subset of origins, and the default model's WAPE on exactly those targets."""
+
+    results: dict[str, ModelResult]
+    default_wape: dict[str, float]
+    notes: dict[str, str]
+
+
+def run_peers(trace: Trace, default: ModelResult | None, peers: tuple[str, ...]) -> PeerRun:
+    step = trace.step_seconds
+    h = _steps(HORIZON_SECONDS, step)
+    config = BacktestConfig(
+        horizon_steps=h,
+        level=LEVEL,
+        refit_every_steps=_steps(PEER_REFIT_SECONDS.get(step, REFIT_SECONDS), step),
+        origin_every_steps=h,
+        history_window_steps=_steps(WINDOW_SECONDS, step),
+        min_train_steps=_steps(FIRST_ORIGIN_SECONDS, step),
+    )
+    actuals = prepare(trace.requests)
+    results: dict[str, ModelResult] = {}
+    default_wape: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    for name in peers:
+        if not statsforecast_available():
+            notes[name] = "not installed"
+            continue
+        if (name, step) in PEER_SKIP:
+            notes[name] = "fit too slow to backtest at this bin size (see costs)"
+            continue
+        t0 = time.perf_counter()
+        try:
+            make: Callable[[], Forecaster] = partial(StatsForecastPeer, name)
+            r = backtest(trace.requests, {name: make}, config, actuals=actuals)[name]
+        except Exception as exc:  # a peer that cannot run on a trace is reported, not fatal
+            notes[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            continue
+        results[name] = r
+        if default is not None:
+            keep = np.isin(default.target_timestamps, r.target_timestamps)
+            a, pt = default.actual[keep], default.point[keep]
+            default_wape[name] = _ratio(float(np.sum(np.abs(a - pt))), float(np.sum(a)))
+        print(
+            f"  {trace.name:<42} {name:<15} wape {r.wape:.3f} cover {r.coverage:.3f} "
+            f"{time.perf_counter() - t0:6.1f}s ({r.n_forecasts} forecasts, {r.n_fits} fits)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return PeerRun(results, default_wape, notes)
 
 
 def _f(value: float, fmt: str = ".3f") -> str:
@@ -172,7 +383,8 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
     lines = [
         "## Forecast accuracy (backtest)",
         "",
-        f"Command: `{COMMAND}` · date: {today} · machine: {machine()} · total wall time {total_seconds / 60:.1f} min.",
+        f"Command: `{COMMAND}` · date: {today} · machine: {machine()} · total wall time {total_seconds / 60:.1f} min "
+        f"· {_environment()}.",
         "",
         f"Rolling origin on the request rate of every trace in `shared/traces/` longer than one day: a forecast at "
         f"every bin (the CLI's default), scored at step h = ceil(15 min / bin), p{LEVEL} "
@@ -208,6 +420,33 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     checks: list[tuple[str, bool]] = []
+    peer_lines: list[str] = []
+    for run in runs:
+        pr = run.peers
+        if pr is None:
+            continue
+        for name, note in pr.notes.items():
+            peer_lines.append(f"| {run.trace.name} | {name} | {note} | | | | | | |")
+        d = run.results.get("default")
+        for name, r in pr.results.items():
+            dw = pr.default_wape.get(name, math.nan)
+            fit_x = _ratio(r.fit_seconds, d.fit_seconds) if d else math.nan
+            tick_x = _ratio(r.predict_seconds, d.predict_seconds) if d else math.nan
+            peer_lines.append(
+                f"| {run.trace.name} | {name} | {r.n_forecasts} | {_f(r.wape)} | {_f(dw)} | {_f(_ratio(dw, r.wape))} | "
+                f"{_f(r.coverage)} | {_f(r.fit_seconds, '.2f')} ({_f(fit_x, '.0f')}x) | "
+                f"{_f(r.predict_seconds * 1e3, '.1f')} ({_f(tick_x, '.0f')}x) |"
+            )
+        if pr.results:
+            best = min(pr.results, key=lambda k: pr.results[k].wape)
+            ratio = _ratio(pr.default_wape.get(best, math.nan), pr.results[best].wape)
+            checks.append(
+                (
+                    f"{run.trace.name}: default WAPE <= {PEER_MARGIN}x the best statsforecast peer ({best}, "
+                    f"ratio {_f(ratio)} on its targets)",
+                    ratio <= PEER_MARGIN,
+                )
+            )
     for run in runs:
         res = run.results
         if "default" not in res:
@@ -234,11 +473,18 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
                 checks.append(
                     (f"{name}: default WAPE below {ref} ({_f(d.wape)} vs {_f(res[ref].wape)})", ratios[ref] < 1)
                 )
-        if name == NASA and "persistence" in res:
+        if "persistence" in res:
             checks.append(
                 (
-                    f"{name}: default WAPE at least 15% below persistence (ratio {_f(ratios['persistence'])} "
-                    f"<= {NASA_MARGIN})",
+                    f"{name}: default WAPE <= 1.00x persistence (ratio {_f(ratios['persistence'])})",
+                    ratios["persistence"] <= 1.0,
+                )
+            )
+        if name in DAILY_CYCLE and "persistence" in res:
+            checks.append(
+                (
+                    f"{name} (daily cycle): default WAPE at least 15% below persistence (ratio "
+                    f"{_f(ratios['persistence'])} <= {NASA_MARGIN})",
                     ratios["persistence"] <= NASA_MARGIN,
                 )
             )
@@ -261,6 +507,29 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         "(`models/prophet_model.py`: fitted on 10-minute means, its curve cached so a forecast is a slice), so they "
         "understate the models' own difference; the fit + predict column isolates it.",
     ]
+    if peer_lines:
+        lines += [
+            "",
+            "**statsforecast peers** (Nixtla statsforecast 2.1.1: MSTL with a daily season and an AutoETS trend, "
+            "AutoETS, DynamicOptimizedTheta; seasonal only where the season is at most 24 bins, so not at 1 or 10 "
+            "minutes, where MSTL carries the daily season). statsforecast requires pandas < 3 and the lock has "
+            "pandas 3.1.1, so it is not a project dependency: the peers run when it is importable (a separate "
+            "benchmark environment: `python3 -m venv /tmp/sfvenv && /tmp/sfvenv/bin/pip install statsforecast .` "
+            f"then `PYTHONPATH=. /tmp/sfvenv/bin/{COMMAND}`) and are reported as not installed otherwise. Their "
+            "fits cost seconds to minutes at 14 days of 1-minute bins, so they forecast at every h-th origin and "
+            "are refitted weekly on 1-minute traces (daily on 10-minute ones), filtered forward over the new bins "
+            "in between (no re-estimation); *default on same* is the default model's WAPE on exactly the targets "
+            "the peer was scored on. Fit s = mean seconds per peer fit, in brackets / the default chain's mean "
+            "fit in the same run (both on up to 14 days); ms per forecast includes the forward filtering of the "
+            "bins since the previous forecast, in brackets / the default's per-forecast time (which includes "
+            "its one-bin updates):",
+            "",
+            "| trace | peer | forecasts | WAPE | default on same | default / peer | p90 coverage | fit s (vs default) "
+            "| ms per forecast (vs default) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            *peer_lines,
+        ]
+    lines += ["", STATSFORECAST_DECISION]
     passed = sum(ok for _, ok in checks)
     lines += ["", f"Targets: {passed} of {len(checks)} pass.", "", "| check | result |", "|---|---|"]
     lines += [f"| {text} | {_verdict(ok)} |" for text, ok in checks]
@@ -272,10 +541,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default=None, help="comma-separated trace file names (default: all > 1 day)")
     parser.add_argument("--models", default=",".join(registry.MODEL_NAMES))
     parser.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md even for a partial run")
+    parser.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="statsforecast peers to run when statsforecast is importable (empty: none)",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)  # "Importing plotly failed": we never use it
     wanted = None if args.traces is None else {t.strip() for t in args.traces.split(",")}
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    for p in peers:
+        if p not in PEERS:
+            parser.error(f"unknown peer {p!r}; valid: {', '.join(PEERS)}")
     for m in models:
         registry.make_chain(m)  # unknown names fail before any work
     started = time.perf_counter()
@@ -287,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         if trace.duration_seconds <= SECONDS_PER_DAY:
             print(f"skip {path.name}: spans {trace.duration_seconds / 3600:.1f}h (needs > 1 day)", file=sys.stderr)
             continue
-        runs.append(run_trace(trace, models))
+        runs.append(run_trace(trace, models, peers))
     total = time.perf_counter() - started
     text = render(runs, total)
     print(text)

@@ -49,3 +49,47 @@ def same_forecast(a: Forecast, b: Forecast) -> bool:
         and sorted(a.quantiles) == sorted(b.quantiles)
         and all(np.array_equal(a.quantiles[k], b.quantiles[k]) for k in a.quantiles)
     )
+
+
+def wandering(
+    days: float = 22,
+    step: int = 60,
+    *,
+    mean: float = 1000.0,
+    daily_amp: float = 0.1,
+    drift_15min: float = 0.05,
+    revert_days: float = 2.0,
+    start_offset: int = 13 * 3600 + 37 * 60,
+    gap_at: int = 3 * 3600 + 10 * 60,
+    gap_seconds: int = 1800,
+    seed: int = 0,
+) -> TrafficSeries:
+    """The shape of issue 13's failing trace: Poisson counts per bin around a level that wanders over
+    days (a log random walk, reverting over ``revert_days``), a weak daily cycle (``daily_amp``), a
+    collection gap of ``gap_seconds`` at the same time every day (rows absent: NaN), and a first
+    timestamp that is not a midnight (``start_offset`` after one)."""
+    rng = np.random.default_rng(seed)
+    n = int(days * SECONDS_PER_DAY // step)
+    start = DAY0 + start_offset
+    t = start + step * np.arange(n)
+    steps = rng.normal(0.0, drift_15min * np.sqrt(step / 900.0), n)
+    keep = np.exp(-step / (revert_days * SECONDS_PER_DAY))
+    level = np.empty(n)
+    level[0] = 0.0
+    for i in range(1, n):
+        level[i] = keep * level[i - 1] + steps[i]
+    tod = (t % SECONDS_PER_DAY) / SECONDS_PER_DAY
+    rate = mean * np.exp(level) * (1.0 + daily_amp * np.sin(2 * np.pi * (tod - 0.3)))
+    counts = rng.poisson(rate * step / 60.0).astype(np.float64)
+    sec = t % SECONDS_PER_DAY
+    counts[(sec >= gap_at) & (sec < gap_at + gap_seconds)] = np.nan
+    return TrafficSeries(counts / step, step, int(start))
+
+
+def lag_day_autocorrelation(series: TrafficSeries) -> float:
+    """Correlation of each observed bin with the bin one day earlier."""
+    x = series.values
+    p = SECONDS_PER_DAY // series.step_seconds
+    a, b = x[:-p], x[p:]
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(np.corrcoef(a[ok], b[ok])[0, 1])

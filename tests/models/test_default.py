@@ -236,9 +236,11 @@ def test_update_continues_the_fitted_filter_without_refitting() -> None:
     rng = np.random.default_rng(11)
     values = rng.poisson(25.0, 400).astype(np.float64) / MIN
     model = DefaultForecaster().fit(TrafficSeries(values[:300], MIN, START))
-    chosen = dict(model.params)
+    fitted = ("half_life_bins", "profile_weight", "profile_smooth_seconds", "long_weight", "band_power")
+    chosen = {k: model.params[k] for k in fitted}
     model.update(TrafficSeries(values[300:], MIN, START + 300 * MIN))
-    assert model.params == chosen  # no re-selection
+    assert {k: model.params[k] for k in fitted} == chosen  # no re-selection (only the self-check's errors move)
+    assert model.params["persistence_weight"] == 0.0
     hl, beta = chosen["half_life_bins"], chosen["long_weight"]
     a = 0.0 if hl == 0 else 2.0 ** (-1.0 / hl)
     a_long = 2.0 ** (-MIN / LONG_HALF_LIFE_SECONDS)
@@ -339,8 +341,10 @@ def test_from_state_rejects_foreign_or_broken_state() -> None:
         DefaultForecaster.from_state({**state, "alias": "prophet"})
     with pytest.raises(ValueError, match="malformed state"):
         DefaultForecaster.from_state({k: v for k, v in state.items() if k != "level"})
-    with pytest.raises(ValueError, match="qtable"):
-        DefaultForecaster.from_state({**state, "qtable": [[0.0]]})
+    with pytest.raises(ValueError, match="band_quantiles"):
+        DefaultForecaster.from_state({**state, "band_quantiles": [[[0.0]]]})
+    with pytest.raises(ValueError, match="tracked_errors"):
+        DefaultForecaster.from_state({**state, "tracked_errors": [0.0]})
 
 
 def test_is_deterministic_and_predict_is_pure() -> None:
