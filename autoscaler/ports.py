@@ -58,11 +58,36 @@ class NotReadyPod:
 
 
 @dataclass(frozen=True)
+class PodView:
+    """One pod matching a workload's selector, as ``autoscaler.domain.scaledown`` needs it (plain values).
+
+    ``owner_replicaset``: the name of the ReplicaSet that controls it (None: no controlling ReplicaSet);
+    ``template_hash``: its ``pod-template-hash`` label. Times are Unix seconds; ``ready_since`` is the Ready
+    condition's last transition when Ready, else None. ``annotations`` are the pod's own.
+    """
+
+    name: str
+    created: float
+    ready_since: float | None
+    phase: str
+    terminating: bool
+    owner_replicaset: str | None = None
+    template_hash: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_since is not None
+
+
+@dataclass(frozen=True)
 class PodStartups:
-    """Observed start-up durations (creation -> Ready, seconds) and the pods still starting."""
+    """Observed start-up durations (creation -> Ready, seconds), the pods still starting, and every pod listed
+    (``pods``: for choosing which pods a scale-down removes, and clearing those marks afterwards)."""
 
     durations: tuple[float, ...] = ()
     not_ready: tuple[NotReadyPod, ...] = ()
+    pods: tuple[PodView, ...] = ()
 
     @property
     def pending_unschedulable(self) -> int:
@@ -82,6 +107,12 @@ class Cluster(Protocol):
 
     def scale(self, namespace: str, name: str, replicas: int) -> bool:
         """Set spec.replicas through the scale subresource; False when it already had that value."""
+        ...
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch annotations of one pod (None removes one): the ``pod-deletion-cost`` marks of a scale-down
+        and the controller's record of them (``autoscaler.domain.scaledown``). No read first: ``patch`` on pods is
+        all the controller's RBAC grants beyond ``list``; the caller decides from the pods it listed."""
         ...
 
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
@@ -277,6 +308,18 @@ class TrainingGangs(Protocol):
     def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """JSON merge-patch one ``Workload`` or ``PodGroup`` (``kind``): the planned-start annotation, and
         ``spec.active: true`` on a held Kueue Workload at its planned start. Raises on failure."""
+        ...
+
+    def list_kueue_queues(self) -> tuple[CustomObjects, CustomObjects]:
+        """Kueue's ``LocalQueues`` and ``ClusterQueues`` (whether a pending Workload can be admitted:
+        ``autoscaler.domain.kueue``); ``installed`` False when not served. Raises on any other failure."""
+        ...
+
+    def post_gang_event(
+        self, kind: str, namespace: str, name: str, uid: str, type: EventType, reason: str, message: str,
+        now: datetime,
+    ) -> None:
+        """A core/v1 Event on one ``Workload`` or ``PodGroup`` (``kubectl describe workload``). Raises on failure."""
         ...
 
 

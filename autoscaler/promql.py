@@ -57,6 +57,7 @@ __all__ = [
     "DURATION_PLACEHOLDERS",
     "FLEET_PLACEHOLDER",
     "NAMESPACE_PLACEHOLDER",
+    "PER_POD_QUERIES",
     "POD_TO_DEPLOYMENT_REGEX",
     "SOURCE_FULL",
     "SOURCE_LABEL",
@@ -323,6 +324,9 @@ DEFAULT_QUERIES: Mapping[str, str] = MappingProxyType(
         # Current values (instant queries): requests waiting, and waiting + running.
         "queue_depth": _by_deployment(f"vllm:num_requests_waiting{{{_FLEET}}}"),
         "in_flight": _by_deployment(f"({_IN_SYSTEM})"),
+        # Per pod (not per Deployment): requests waiting + running now, by (namespace, pod). A scale-down marks the
+        # idlest pods with it (autoscaler.domain.scaledown); a pod lacking either gauge is absent (unknown load).
+        "pod_in_flight": f"({_IN_SYSTEM})",
         # One Deployment: requests waiting + running now ({pods} from deployment_pods_regex).
         "deployment_in_flight": (
             'sum(vllm:num_requests_waiting{namespace="{namespace}", pod=~"{pods}"})'
@@ -330,3 +334,6 @@ DEFAULT_QUERIES: Mapping[str, str] = MappingProxyType(
         ),
     }
 )
+
+# Default queries answered per (namespace, pod) rather than per (namespace, deployment).
+PER_POD_QUERIES = frozenset({"pod_in_flight"})

@@ -7,10 +7,12 @@ Two weeks of 15-second ticks are unreadable as lines, so the figure has:
 1. an overview of the whole trace: demand (hourly max and mean) with the zoom window shaded;
 2. a two-day zoom around the busiest bin (after the first days, when the forecaster has history):
    demand and each policy's Ready capacity (Ready replicas x requests/s per replica);
-3. the same two days: replicas held (Ready or starting) per policy, sharing the time axis with 2.
+3. the same two days: replicas held (Ready or starting) per policy, sharing the time axis with 2;
+4. the same two days: requests waiting in each policy's queue (what users feel as delay).
 
-Policies drawn: predictive, oracle, and one reactive target (the one whose GPU-hours are closest to
-the predictive policy's, i.e. the fair comparison), so the three lines stay distinguishable.
+Policies drawn: predictive, oracle, one reactive target (the one whose GPU-hours are closest to
+the predictive policy's, i.e. the fair comparison) and the queue-driven HPA when it ran, so the
+lines stay distinguishable.
 Drawing uses ``matplotlib.figure.Figure`` with the Agg canvas (no ``pyplot``): headless, no global state.
 """
 
@@ -36,6 +38,7 @@ _STYLE = {
     "predictive": {"color": "#1f77b4", "lw": 1.6, "ls": "-"},
     "oracle": {"color": "#2ca02c", "lw": 0.9, "ls": "-"},
 }
+_QUEUE_HPA_STYLE = {"color": "#9467bd", "lw": 0.7, "ls": "-", "alpha": 0.45}
 _REACTIVE_COLORS = ("#d62728", "#ff7f0e")
 # Matplotlib date numbers are days since its epoch (1970-01-01 unless rcParams say otherwise).
 _UNIX_EPOCH_IN_MPL_DAYS = float(mdates.date2num(np.datetime64(0, "s")))  # type: ignore[no-untyped-call]
@@ -52,7 +55,10 @@ def _chosen(result: SimulationResult) -> list[PolicyResult]:
         for r in picks:
             if all(r.name != have.name for have in runs):
                 runs.append(r)
-    return runs[:4]
+    queue_hpa = [r for name, r in result.policies.items() if name.startswith("hpa-queue@")]
+    if queue_hpa:
+        runs.append(queue_hpa[0])
+    return runs[:5]
 
 
 def zoom_window(result: SimulationResult, days: float = 2.0) -> tuple[int, int]:
@@ -101,11 +107,12 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
         raise ValueError("nothing to plot: no policy was simulated")
     runs = _chosen(result)
     cap = result.capacity_per_replica
-    fig = Figure(figsize=(13, 10), dpi=110, layout="constrained")
-    gs = fig.add_gridspec(3, 1, height_ratios=(1.0, 1.6, 1.2))
+    fig = Figure(figsize=(13, 12.5), dpi=110, layout="constrained")
+    gs = fig.add_gridspec(4, 1, height_ratios=(1.0, 1.6, 1.2, 1.0))
     ax_all = fig.add_subplot(gs[0])
     ax_cap = fig.add_subplot(gs[1])
     ax_rep = fig.add_subplot(gs[2], sharex=ax_cap)
+    ax_wait = fig.add_subplot(gs[3], sharex=ax_cap)
 
     # 1. overview (hourly blocks; shorter blocks on a trace of less than a couple of hours)
     per_hour = max(1, min(3600 // result.tick_seconds, int(result.demand.shape[0]) // 2))
@@ -130,14 +137,30 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
     reactive_i = 0
     for run in runs:
         style = _STYLE.get(run.name)
+        if style is None and run.name.startswith("hpa-queue@"):
+            style = _QUEUE_HPA_STYLE
         if style is None:
             style = {"color": _REACTIVE_COLORS[reactive_i % 2], "lw": 1.0, "ls": "-"}
             reactive_i += 1
         label = (
-            f"{run.name}: {run.gpu_hours:,.0f} GPU-h, unserved {100 * run.unserved_fraction:.3f}%"
+            f"{run.name}: {run.gpu_hours:,.0f} GPU-h, SLO attained {100 * run.slo_attainment:.2f}%, "
+            f"unserved {100 * run.unserved_fraction:.3f}%"
         )
         ax_cap.plot(zx, run.ready[lo:hi] * cap, drawstyle="steps-post", label=label, **style)  # type: ignore[arg-type]
         ax_rep.plot(zx, run.requested[lo:hi], drawstyle="steps-post", label=run.name, **style)  # type: ignore[arg-type]
+        if run.waiting is not None:
+            ax_wait.plot(zx, run.waiting[lo:hi], label=f"{run.name}: wait p99 {run.wait_p99_seconds:.1f}s",
+                         **style)  # type: ignore[arg-type]
+    # the queue-driven HPA can swing between min and max replicas: keep the scale on demand and the others
+    steady = [r for r in runs if not r.name.startswith("hpa-queue@")] or runs
+    top_cap = max(float(demand.max()) if demand.size else 0.0,
+                  max(float(r.ready[lo:hi].max()) * cap for r in steady if r.ready[lo:hi].size))
+    if top_cap > 0:
+        ax_cap.set_ylim(0, 1.25 * top_cap)
+    top_rep = max(int(r.requested[lo:hi].max()) for r in steady if r.requested[lo:hi].size)
+    ax_rep.set_ylim(0, 1.25 * top_rep + 1)
+    ax_wait.set_yscale("symlog", linthresh=1.0)
+    ax_wait.set_ylim(bottom=0)
     ax_cap.set_ylabel("requests/s")
     ax_cap.set_title(
         f"{zoom_days:g}-day zoom around the busiest bin: Ready capacity (Ready replicas x {cap:.3g} req/s) "
@@ -150,9 +173,16 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
     ax_rep.set_ylabel("replicas held (Ready + starting)")
     ax_rep.set_title("replicas held per policy (GPU-hours are the area under these lines)", loc="left", fontsize=11)
     ax_rep.legend(loc="upper left", fontsize=8)
-    _format_time_axis(ax_rep, absolute, label=True)
-    ax_rep.set_xlim(zx[0], zx[-1])
+    _format_time_axis(ax_rep, absolute, label=False)
     ax_rep.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_wait.set_ylabel("requests waiting (symlog)")
+    ax_wait.set_title(
+        f"requests waiting in the queue (dropped after {result.queue.timeout_seconds:g}s; the SLO is a start within "
+        f"{result.queue.slo_wait_seconds:g}s)", loc="left", fontsize=11,
+    )
+    ax_wait.legend(loc="upper left", fontsize=8)
+    _format_time_axis(ax_wait, absolute, label=True)
+    ax_wait.set_xlim(zx[0], zx[-1])
 
     FigureCanvasAgg(fig)
     path = Path(path)

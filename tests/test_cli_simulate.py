@@ -14,7 +14,8 @@ import pytest
 from autoscaler.cli import main
 
 KEYS = [
-    "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas",
+    "gpu_hours", "cost_usd", "slo_attainment", "wait_p99_seconds", "dropped_fraction", "unserved_fraction",
+    "cold_start_requests", "scale_events", "max_replicas",
     "ceiling_breaches", "gangs_split", "gang_wait_hours", "ceiling_unserved_fraction", "gangs_missed",
     "gangs_preempted",
 ]
@@ -39,12 +40,18 @@ def test_json_has_exactly_the_documented_keys(trace: Path, capsys: pytest.Captur
     code = main(["simulate", "--trace", str(trace), "--json", "--reactive-targets", "0.6,0.8"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"trace", "policies"}
+    assert set(out) == {"trace", "queue", "policies"}
     assert out["trace"] == "hump.csv"
-    assert set(out["policies"]) == {"predictive", "oracle", "reactive@0.6", "reactive@0.8"}
+    assert out["queue"] == {"slo_wait_seconds": 2.0, "timeout_seconds": 60.0, "bin_shape": "flat"}
+    assert set(out["policies"]) == {"predictive", "predictive-persistence", "oracle", "reactive@0.6", "reactive@0.8",
+                                    "hpa-queue@10"}
     for name, scores in out["policies"].items():
         assert list(scores) == KEYS, name
+        assert 0.0 <= scores["slo_attainment"] <= 1.0, name
+        assert 0.0 <= scores["wait_p99_seconds"] <= 60.0, name
+        assert 0.0 <= scores["dropped_fraction"] <= scores["unserved_fraction"] + 1e-12, name
     assert out["policies"]["oracle"]["unserved_fraction"] == 0.0
+    assert out["policies"]["oracle"]["slo_attainment"] == 1.0
     # a lower target holds more replicas
     assert out["policies"]["reactive@0.6"]["gpu_hours"] > out["policies"]["reactive@0.8"]["gpu_hours"]
 
@@ -88,6 +95,12 @@ def test_table_and_plot(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--capacity-per-replica", "-1"], "--capacity-per-replica"),
         (["--gpus-per-node", "1", "--gpus-per-replica", "2"], "--gpus-per-node"),
         (["--model", "crystal_ball"], "--model"),
+        (["--slo-wait", "soon"], "--slo-wait"),
+        (["--slo-wait", "-1s"], "--slo-wait"),
+        (["--timeout", "0"], "--timeout"),
+        (["--queue-targets", "0"], "--queue-targets"),
+        (["--queue-targets", "ten"], "--queue-targets"),
+        (["--bin-shape", "wavy"], "--bin-shape"),
     ],
 )
 def test_bad_flags_are_one_line_errors(
@@ -127,7 +140,7 @@ def test_ceiling_and_gang_flags_reach_every_policy(trace: Path, capsys: pytest.C
             "--gang", "gpus=4,at=1h,hours=1,window=5h"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"trace", "policies"}
+    assert set(out) == {"trace", "queue", "policies"}
     for name, scores in out["policies"].items():
         assert list(scores) == KEYS, name
         assert scores["max_replicas"] <= 7, name
@@ -244,8 +257,8 @@ def test_sweep_runs_one_scored_predictive_row_per_value(trace: Path, capsys: pyt
             "warm_pool_quantile=90,99"]
     assert main(args) == 0
     policies = json.loads(capsys.readouterr().out)["policies"]
-    assert set(policies) == {"predictive", "oracle", "reactive@0.7", "predictive@warm_pool_quantile=90",
-                             "predictive@warm_pool_quantile=99"}
+    assert set(policies) == {"predictive", "predictive-persistence", "oracle", "reactive@0.7", "hpa-queue@10",
+                             "predictive@warm_pool_quantile=90", "predictive@warm_pool_quantile=99"}
     for name, scores in policies.items():
         assert list(scores) == KEYS, name
     # the default profile's warm pool covers p95: a row at that value is the same run as the base policy
@@ -445,3 +458,83 @@ def test_a_gzipped_trace_simulates_like_the_plain_one(trace: Path, tmp_path: Pat
     plain = json.loads(capsys.readouterr().out)["policies"]
     assert main(["simulate", "--trace", str(packed), "--policies", "oracle", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["policies"] == plain
+
+
+# -- the queue --------------------------------------------------------------------------------------------------
+
+
+QUEUE_FAST = ["--json", "--policies", "oracle,reactive,hpa-queue", "--reactive-targets", "0.9", "--peak-replicas", "10"]
+
+
+def test_queue_flags_reach_the_scores(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(*extra: str) -> dict[str, dict[str, float]]:
+        assert main(["simulate", "--trace", str(trace), *QUEUE_FAST, *extra]) == 0
+        out = json.loads(capsys.readouterr().out)
+        policies: dict[str, dict[str, float]] = out["policies"]
+        return policies
+
+    base = run()
+    assert set(base) == {"oracle", "reactive@0.9", "hpa-queue@10"}
+    # the HPA at 0.9 runs short during the hump's rise: requests wait, some past the SLO
+    assert base["reactive@0.9"]["slo_attainment"] < 1.0
+    loose = run("--slo-wait", "30s")
+    tight = run("--slo-wait", "500ms")
+    for name in base:
+        assert tight[name]["slo_attainment"] <= base[name]["slo_attainment"] <= loose[name]["slo_attainment"], name
+        # the objective changes the score, not the run
+        assert loose[name]["gpu_hours"] == base[name]["gpu_hours"], name
+    assert run("--timeout", "5s")["reactive@0.9"]["dropped_fraction"] >= base["reactive@0.9"]["dropped_fraction"]
+    two = run("--queue-targets", "5,20")
+    assert {"hpa-queue@5", "hpa-queue@20"} <= set(two)
+    assert two["hpa-queue@5"]["gpu_hours"] >= two["hpa-queue@20"]["gpu_hours"]
+
+
+def test_coarse_bins_are_spread_linearly_unless_asked_flat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hours = np.arange(48 * 6)
+    counts = 6000 + 5000 * np.sin(2 * np.pi * hours / (24 * 6))
+    path = _write_trace(tmp_path / "ten.csv", np.round(counts), step=600)
+    args = ["simulate", "--trace", str(path), "--json", "--policies", "oracle,reactive", "--reactive-targets", "0.8"]
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert main([*args, "--bin-shape", "flat"]) == 0
+    flat = json.loads(capsys.readouterr().out)
+    assert auto["queue"]["bin_shape"] == "linear"
+    assert flat["queue"]["bin_shape"] == "flat"
+    # a smooth daily curve: flat replay jumps at every 10-minute edge and the HPA waits more for it
+    assert auto["policies"]["reactive@0.8"]["slo_attainment"] >= flat["policies"]["reactive@0.8"]["slo_attainment"]
+
+
+def test_the_table_shows_the_queue_columns(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle,reactive,hpa-queue",
+                 "--reactive-targets", "0.9", "--slo-wait", "1.5s"]) == 0
+    text = capsys.readouterr().out
+    for needle in ("SLO attained", "wait p99 s", "dropped", "hpa-queue@10", "start within 1.5s", "timeout 60s"):
+        assert needle in text
+
+
+def test_queue_options_in_a_scenario_file_equal_the_flags(trace: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "queue.yaml"
+    scenario.write_text("slo_wait: 1.5\ntimeout: 20s\nqueue_targets: [5]\nbin_shape: flat\n")
+    assert main(["simulate", "--trace", str(trace), *QUEUE_FAST, "--scenario", str(scenario)]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "--trace", str(trace), *QUEUE_FAST, "--slo-wait", "1500ms", "--timeout", "20",
+                 "--queue-targets", "5", "--bin-shape", "flat"]) == 0
+    from_flags = json.loads(capsys.readouterr().out)
+    assert from_file == from_flags
+    assert from_file["queue"] == {"slo_wait_seconds": 1.5, "timeout_seconds": 20.0, "bin_shape": "flat"}
+    assert "hpa-queue@5" in from_file["policies"]
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--timeout", "-15m", "must be positive, got -15m"),
+    ("--timeout", "0s", "must be positive, got 0s"),
+    ("--slo-wait", "-1.5s", "must be >= 0, got -1.5s"),
+    ("--slo-wait", "2 seconds", "invalid duration '2 seconds' (use e.g. 2s, 500ms, 1m)"),
+])
+def test_queue_durations_are_checked_before_the_trace_loads(capsys: pytest.CaptureFixture[str], flag: str,
+                                                            value: str, message: str) -> None:
+    assert main(["simulate", flag, value]) == 2  # no --trace: the bundled trace would take a minute
+    err = capsys.readouterr().err.strip()
+    assert err == f"predictive-autoscaler simulate: error: {flag}: {message}"
+    assert len(err.splitlines()) == 1

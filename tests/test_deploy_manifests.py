@@ -200,6 +200,7 @@ ALLOWED_CLUSTER_GRANTS = {
     ("apps", "deployments/scale", "get"),
     ("apps", "deployments/scale", "patch"),
     ("", "pods", "list"),
+    ("", "pods", "patch"),  # pod-deletion-cost marks of a scale-down (set, then cleared)
     ("", "events", "create"),
     # GPU nodes and cost ceiling (autoscaler/adapters/karpenter.py, training.py)
     ("karpenter.sh", "nodepools", "get"),
@@ -212,6 +213,8 @@ ALLOWED_CLUSTER_GRANTS = {
     ("autoscaling.x-k8s.io", "capacitybuffers", "delete"),
     ("kueue.x-k8s.io", "workloads", "list"),
     ("kueue.x-k8s.io", "workloads", "patch"),  # planned-start annotation; activating a held Workload
+    ("kueue.x-k8s.io", "localqueues", "list"),  # no nodes held for a gang Kueue cannot admit
+    ("kueue.x-k8s.io", "clusterqueues", "list"),
     ("scheduling.volcano.sh", "podgroups", "list"),
     ("scheduling.volcano.sh", "podgroups", "patch"),  # planned-start annotation
     ("scheduling.k8s.io", "priorityclasses", "get"),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from autoscaler.promql import (
     DEFAULT_QUERIES,
     DEGRADED_SOURCES,
+    PER_POD_QUERIES,
     POD_TO_DEPLOYMENT_REGEX,
     SOURCE_FULL,
     SOURCE_LABEL,
@@ -193,11 +194,20 @@ def test_default_query_selects_every_metric_within_the_namespace(name: str) -> N
     assert len(re.findall(r'vllm:[a-z_]+\{namespace=~?"serving"', rendered)) == len(uses)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, t in DEFAULT_QUERIES.items() if "{namespaces}" in t))
+@pytest.mark.parametrize("name", sorted(n for n, t in DEFAULT_QUERIES.items()
+                                         if "{namespaces}" in t and n not in PER_POD_QUERIES))
 def test_fleet_queries_aggregate_by_namespace_and_deployment(name: str) -> None:
     template = DEFAULT_QUERIES[name]
     assert template.count("sum by (namespace, deployment)") >= 1
     assert "label_replace(" in template
+
+
+@pytest.mark.parametrize("name", sorted(PER_POD_QUERIES))
+def test_per_pod_queries_aggregate_by_namespace_and_pod(name: str) -> None:
+    template = DEFAULT_QUERIES[name]
+    assert "{namespaces}" in template
+    assert template.count("sum by (namespace, pod)") == len(re.findall(r"vllm:[a-z_]+", template))
+    assert "deployment" not in template
 
 
 def test_default_queries_are_read_only() -> None:

@@ -328,11 +328,13 @@ def test_json_has_the_scores_per_policy_and_zero_money_keys_without_a_ceiling() 
     result = simulate(_step_trace(), _config(("reactive", "oracle"), targets=(0.6, 0.8)))
     out = result.to_json()
     assert isinstance(result, SimulationResult)
-    assert set(out) == {"trace", "policies"}
+    assert set(out) == {"trace", "queue", "policies"}
+    assert out["queue"] == {"slo_wait_seconds": 2.0, "timeout_seconds": 60.0, "bin_shape": "flat"}
     assert list(out["policies"]) == ["oracle", "reactive@0.6", "reactive@0.8"]
     for scores in out["policies"].values():
         assert list(scores) == [
-            "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas",
+            "gpu_hours", "cost_usd", "slo_attainment", "wait_p99_seconds", "dropped_fraction", "unserved_fraction",
+            "cold_start_requests", "scale_events", "max_replicas",
             "ceiling_breaches", "gangs_split", "gang_wait_hours", "ceiling_unserved_fraction", "gangs_missed",
             "gangs_preempted",
         ]

@@ -6,6 +6,8 @@ start-up 120 s (8 ticks), node start-up 180 s (12 ticks), $3 per GPU-hour, 1 GPU
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -44,6 +46,12 @@ def _config(policies: tuple[str, ...], money: MoneyConfig, targets: tuple[float,
     )
 
 
+def per_gpu(**kw: Any) -> MoneyConfig:
+    """The scenarios below count GPUs (one-GPU replicas under a ceiling of N GPUs): billed per GPU. Whole-node
+    billing (the controller's rule, the benchmark's) is tested at the end."""
+    return MoneyConfig(whole_nodes=False, **kw)
+
+
 def _held_dollars(run: PolicyResult) -> np.ndarray:
     assert run.gang_gpus is not None
     return (run.requested + run.gang_gpus) * PRICE
@@ -58,7 +66,7 @@ def _step_trace() -> TrafficSeries:
 
 
 def test_a_ceiling_of_three_replicas_never_holds_four_and_the_cut_is_attributed_to_it() -> None:
-    money = MoneyConfig(ceiling_usd_per_hour=3 * PRICE)  # exactly 3 one-GPU replicas
+    money = per_gpu(ceiling_usd_per_hour=3 * PRICE)  # exactly 3 one-GPU replicas
     result = simulate(_step_trace(), _config(("oracle", "reactive"), money))
     total = (0.5 + 3.5) * 120 * STEP  # requests in the trace
     for run in result.policies.values():
@@ -81,8 +89,8 @@ def test_a_ceiling_of_three_replicas_never_holds_four_and_the_cut_is_attributed_
 
 
 def test_without_a_ceiling_nothing_is_attributed_to_it_and_results_are_unchanged() -> None:
-    plain = simulate(_step_trace(), _config(("oracle", "reactive"), MoneyConfig()))
-    generous = simulate(_step_trace(), _config(("oracle", "reactive"), MoneyConfig(ceiling_usd_per_hour=1000.0)))
+    plain = simulate(_step_trace(), _config(("oracle", "reactive"), per_gpu()))
+    generous = simulate(_step_trace(), _config(("oracle", "reactive"), per_gpu(ceiling_usd_per_hour=1000.0)))
     for name, run in plain.policies.items():
         other = generous.policies[name]
         assert other.requested.tolist() == run.requested.tolist(), name
@@ -92,7 +100,7 @@ def test_without_a_ceiling_nothing_is_attributed_to_it_and_results_are_unchanged
 
 
 def test_min_replicas_above_the_ceiling_are_kept_and_every_tick_is_a_breach() -> None:
-    money = MoneyConfig(ceiling_usd_per_hour=PRICE)  # one replica's worth, but min replicas is 2
+    money = per_gpu(ceiling_usd_per_hour=PRICE)  # one replica's worth, but min replicas is 2
     result = simulate(_step_trace(), _config(("oracle",), money, min_replicas=2))
     oracle = result.policies["oracle"]
     assert oracle.requested.min() == 2
@@ -112,7 +120,7 @@ def _daily_step(days: int = 3) -> TrafficSeries:
 
 # 10 GPUs of budget: an 8-GPU gang fits next to 1-2 replicas, never next to the 7 of the busy hours.
 # Submitted on day 3 at 08:00, 2 hours of run, may be reserved until 14:00.
-TROUGH = MoneyConfig(
+TROUGH = per_gpu(
     ceiling_usd_per_hour=10 * PRICE,
     gangs=(GangSpec(gpus=8, at_seconds=(2 * 24 + 8) * 3600, run_seconds=2 * 3600, window_seconds=6 * 3600,
                     name="train"),),
@@ -158,7 +166,7 @@ def test_predictive_places_a_gang_that_fits_only_in_the_trough_there() -> None:
 
 
 def test_a_gang_that_outranks_inference_is_kept_and_inference_is_cut_instead() -> None:
-    money = MoneyConfig(ceiling_usd_per_hour=TROUGH.ceiling_usd_per_hour, gangs=TROUGH.gangs,
+    money = per_gpu(ceiling_usd_per_hour=TROUGH.ceiling_usd_per_hour, gangs=TROUGH.gangs,
                         inference_priority=parse_priority("standard", "x"))
     result = simulate(_daily_step(), _config(("reactive",), money))
     hpa = result.policies["reactive@1"]
@@ -179,9 +187,9 @@ def test_a_gang_that_outranks_inference_is_kept_and_inference_is_cut_instead() -
 def test_a_gang_that_never_fits_waits_its_window_and_is_reported_missed() -> None:
     # 16 GPUs never fit under 10 GPUs of budget; asked at 1 h with a 2 h window
     gang = GangSpec.parse("gpus=16,at=1h,hours=1,window=2h", "big")
-    money = MoneyConfig(ceiling_usd_per_hour=10 * PRICE, gangs=(gang,))
+    money = per_gpu(ceiling_usd_per_hour=10 * PRICE, gangs=(gang,))
     result = simulate(_step_trace(), _config(("oracle", "reactive"), money))
-    without = simulate(_step_trace(), _config(("oracle", "reactive"), MoneyConfig(ceiling_usd_per_hour=10 * PRICE)))
+    without = simulate(_step_trace(), _config(("oracle", "reactive"), per_gpu(ceiling_usd_per_hour=10 * PRICE)))
     for name, run in result.policies.items():
         assert run.gangs_missed == 1, name
         assert run.gang_gpus is not None
@@ -192,10 +200,10 @@ def test_a_gang_that_never_fits_waits_its_window_and_is_reported_missed() -> Non
 
 
 def test_a_gang_without_a_ceiling_starts_at_once_under_first_fit_and_is_paid() -> None:
-    money = MoneyConfig(gangs=(GangSpec.parse("gpus=16,at=30m,hours=1"),))
+    money = per_gpu(gangs=(GangSpec.parse("gpus=16,at=30m,hours=1"),))
     result = simulate(_step_trace(), _config(("reactive",), money))
     hpa = result.policies["reactive@1"]
-    plain = simulate(_step_trace(), _config(("reactive",), MoneyConfig())).policies["reactive@1"]
+    plain = simulate(_step_trace(), _config(("reactive",), per_gpu())).policies["reactive@1"]
     assert hpa.gang_gpus is not None
     held = np.flatnonzero(hpa.gang_gpus)
     # reserved at 30 min, its two 8-GPU nodes start (180 s), then it runs an hour
@@ -227,7 +235,7 @@ def test_gangs_are_never_split_and_the_ceiling_holds_whenever_the_minimum_fits(
     values = np.repeat(np.asarray(levels, dtype=np.float64), 15)
     specs = tuple(GangSpec(gpus=g, at_seconds=at * 900, run_seconds=run * 900, window_seconds=w * 900, priority=p,
                            name=f"g{i}") for i, (g, at, run, w, p) in enumerate(gangs))
-    money = MoneyConfig(ceiling_usd_per_hour=ceiling_gpus * PRICE, gangs=specs,
+    money = per_gpu(ceiling_usd_per_hour=ceiling_gpus * PRICE, gangs=specs,
                         inference_priority=parse_priority(inference, "x"))
     result: SimulationResult = simulate(_series(values), _config(("oracle", "reactive"), money, targets=(0.7,),
                                                                  gpus_per_node=gpus_per_node))
@@ -273,3 +281,51 @@ def test_gang_spec_parses_the_documented_form() -> None:
 def test_bad_gang_specs_name_the_key(text: str, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         GangSpec.parse(text)
+
+
+# -- whole nodes (the controller's rule) ------------------------------------------------------------------------
+
+
+def _billed_dollars(run: PolicyResult, gpus_per_replica: int, gpus_per_node: int) -> np.ndarray:
+    """$/h of whole nodes per tick: the replicas' nodes, plus each gang on nodes of its own (16 GPUs = 2 nodes)."""
+    assert run.gang_gpus is not None
+    replica_nodes = -(-run.requested * gpus_per_replica // gpus_per_node)
+    gang_nodes = -(-run.gang_gpus // gpus_per_node)  # the gangs here are whole nodes each
+    return (replica_nodes + gang_nodes) * gpus_per_node * PRICE
+
+
+def test_whole_nodes_cost_replicas_a_per_gpu_ceiling_would_have_kept() -> None:
+    # $30/h buys 10 one-GPU replicas per GPU, but on 8-GPU nodes ($24 each) only one node: 8 replicas.
+    cfg = _config(("oracle",), MoneyConfig(ceiling_usd_per_hour=10 * PRICE, whole_nodes=True), gpus_per_node=8)
+    oracle = simulate(_series([9.5] * 240), cfg).policies["oracle"]
+    assert int(oracle.requested.max()) == 8
+    per_gpu_run = simulate(_series([9.5] * 240), _config(("oracle",), per_gpu(ceiling_usd_per_hour=10 * PRICE),
+                                                         gpus_per_node=8)).policies["oracle"]
+    assert int(per_gpu_run.requested.max()) == 10
+    assert oracle.ceiling_breaches == 0
+    assert np.all(_billed_dollars(oracle, 1, 8) <= 10 * PRICE)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    levels=st.lists(st.integers(0, 12), min_size=6, max_size=24),
+    ceiling_nodes=st.integers(1, 6),
+    gangs=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(1, 3), st.integers(0, 4)), max_size=2),
+    gpus_per_node=st.sampled_from([1, 2, 4, 8]),
+)
+def test_the_bill_in_whole_nodes_stays_under_the_ceiling_whenever_the_minimum_fits(
+    levels: list[int], ceiling_nodes: int, gangs: list[tuple[int, int, int, int]], gpus_per_node: int,
+) -> None:
+    values = np.repeat(np.asarray(levels, dtype=np.float64), 15)
+    specs = tuple(GangSpec(gpus=n * gpus_per_node, at_seconds=at * 900, run_seconds=run * 900, window_seconds=w * 900,
+                           name=f"g{i}") for i, (n, at, run, w) in enumerate(gangs))
+    ceiling = ceiling_nodes * gpus_per_node * PRICE + PRICE / 2  # half a GPU-hour more than whole nodes: unusable
+    money = MoneyConfig(ceiling_usd_per_hour=ceiling, gangs=specs, whole_nodes=True)
+    result = simulate(_series(values), _config(("oracle", "reactive"), money, targets=(0.7,),
+                                               gpus_per_node=gpus_per_node))
+    for run in result.policies.values():
+        assert run.gangs_split == 0
+        billed = _billed_dollars(run, 1, gpus_per_node)
+        assert run.ceiling_breaches == int(np.count_nonzero(billed > ceiling + 1e-9))
+        if gpus_per_node * PRICE <= ceiling:  # the minimum (one replica = one node) fits
+            assert run.ceiling_breaches == 0, run.name

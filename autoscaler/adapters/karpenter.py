@@ -425,7 +425,8 @@ class KarpenterCapacity:
         if not self.capacity_buffers_served():
             raise HeadroomError(
                 f"CapacityBuffer for deployment {target.namespace}/{target.deployment}: {group}/{version} "
-                f"{plural} is not served by this API server; use PoolHeadroom (placeholder pods) instead"
+                f"{plural} is not served by this API server; set karpenter.headroom to placeholder (or auto, which "
+                f"falls back to placeholder pods by itself)"
             )
         ns, name = target.namespace, buffer_name(target.deployment)
         desired = self.buffer_object(target, replicas)

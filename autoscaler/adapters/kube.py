@@ -1,5 +1,5 @@
 """``Cluster`` over the official ``kubernetes`` client: list opted-in Deployments, read pod start-ups, scale,
-publish status, post Events.
+publish status, post Events, annotate pods (the ``pod-deletion-cost`` marks of a scale-down).
 
 Why it exists: this is the one place that knows the Kubernetes wire format. Everything it returns is a
 plain view from ``autoscaler.ports``; every write either succeeds or raises ``KubeWriteError`` with one
@@ -17,6 +17,8 @@ Choices, and why:
   writes nothing (no resourceVersion churn for GitOps tools and watchers). The patch itself carries no
   resourceVersion precondition: the controller owns this one field, so "last writer wins" is right, and
   a precondition would only turn the deployment controller's frequent status updates into conflicts.
+  Pod annotations are the exception to "read first": the loop decides from the pods it has just listed, and a
+  ``get`` per pod would be one more verb on pods in the RBAC for nothing (``patch`` is the only one added).
 * ``409 Conflict`` (the API server gave up its internal retries, or an admission webhook reported a
   conflict) is retried a bounded number of times: re-read, compare, patch again. Anything else, and
   running out of retries, raises ``KubeWriteError``.
@@ -41,7 +43,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.domain.annotations import ENABLED_LABEL, EVENT_MESSAGE_LIMIT, STATUS_ANNOTATION
-from autoscaler.ports import EventType, NotReadyPod, PodStartups, WorkloadView
+from autoscaler.ports import EventType, NotReadyPod, PodStartups, PodView, WorkloadView
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "predictive-autoscaler"
@@ -264,16 +266,18 @@ class KubeCluster:
         )
         durations: list[float] = []
         not_ready: list[NotReadyPod] = []
+        views: list[PodView] = []
         for pod in pods.items or []:
             meta, status = pod.metadata, pod.status or client.V1PodStatus()
             created: datetime | None = meta.creation_timestamp if meta is not None else None
-            if meta is None or created is None or meta.deletion_timestamp is not None:
+            if meta is None or created is None:
                 continue
             phase = status.phase or "Pending"
-            if phase in ("Succeeded", "Failed"):
-                continue
             conditions = {c.type: c for c in (status.conditions or [])}
             ready = conditions.get("Ready")
+            views.append(self._pod_view(meta, created, phase, ready))
+            if meta.deletion_timestamp is not None or phase in ("Succeeded", "Failed"):
+                continue
             if ready is not None and ready.status == "True":
                 restarted = any((cs.restart_count or 0) > 0 for cs in (status.container_statuses or []))
                 if ready.last_transition_time is not None and not restarted:
@@ -293,7 +297,23 @@ class KubeCluster:
                     message=None if scheduled or scheduled_cond is None else scheduled_cond.message,
                 )
             )
-        return PodStartups(durations=tuple(durations), not_ready=tuple(not_ready))
+        return PodStartups(durations=tuple(durations), not_ready=tuple(not_ready), pods=tuple(views))
+
+    @staticmethod
+    def _pod_view(meta: client.V1ObjectMeta, created: datetime, phase: str, ready: Any) -> PodView:
+        owner = next((o.name for o in meta.owner_references or [] if o.controller and o.kind == "ReplicaSet"), None)
+        ready_at = ready.last_transition_time if ready is not None and ready.status == "True" else None
+        return PodView(
+            name=meta.name or "",
+            created=created.timestamp(),
+            # Ready without a transition time (never seen from a kubelet): Ready since it was created.
+            ready_since=None if ready is None or ready.status != "True" else (ready_at or created).timestamp(),
+            phase=phase,
+            terminating=meta.deletion_timestamp is not None,
+            owner_replicaset=owner,
+            template_hash=(meta.labels or {}).get("pod-template-hash"),
+            annotations=dict(meta.annotations or {}),
+        )
 
     # ---- writes ----------------------------------------------------------------------------------
 
@@ -322,6 +342,23 @@ class KubeCluster:
             return True
 
         return self._write(f"scale deployment {namespace}/{name} to {replicas}", once)
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        if not annotations:
+            return
+
+        def once() -> bool:
+            self._core.patch_namespaced_pod(
+                name,
+                namespace,
+                {"metadata": {"annotations": dict(annotations)}},
+                field_manager=COMPONENT,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self._timeout,
+            )
+            return True
+
+        self._write(f"annotate pod {namespace}/{name}", once)
 
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         text = json.dumps(status, sort_keys=True, separators=(",", ":"), allow_nan=False)

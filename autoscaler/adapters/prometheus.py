@@ -36,6 +36,9 @@ Policies (each has a test):
 * The response's ``warnings`` field is recorded: ``last_warnings`` after every call, and
   ``FleetHistory.warnings`` for fleet queries.
 
+Per-pod instant answers (:meth:`PrometheusSource.pod_instant`, the in-flight requests a scale-down ranks pods
+by) follow the same policies keyed by ``(namespace, pod)``: absent means unknown, never zero.
+
 Range queries are split into requests of at most ``max_points_per_request`` evaluation times
 (Prometheus refuses more than 11,000 points per series); chunks share no timestamp by
 construction, and the stitching also drops any duplicate a server might return at an edge.
@@ -531,3 +534,33 @@ class PrometheusSource:
         grouped = self._group([s.labels for s in samples], allowed)
         self.last_warnings = self.last_warnings + tuple(grouped.warnings)
         return {key: samples[i].value for key, (i,) in grouped.kept.items()}
+
+    def pod_instant(self, query: str, namespaces: Iterable[str], at: float) -> dict[tuple[str, str], float]:
+        """Current per-pod values at ``at``: ``(namespace, pod) -> value`` (the ``pod_in_flight`` query, say).
+
+        ``query`` is a name in ``self.queries`` or a fleet template taking ``{namespaces}`` that keeps the
+        ``pod`` label. Same policies as the fleet reads: a pod without a series is absent (unknown, never 0);
+        NaN/Inf values are absent; series outside the allowed namespaces or without a ``pod`` label are dropped,
+        and so are pods answered by more than one series (ambiguous), with the reason in ``last_warnings``.
+        """
+        allowed = frozenset(namespaces)
+        text = self._fleet_query(query, allowed, window=promql.duration(60), resolution=promql.duration(60))
+        samples = self.instant(text, at)
+        warnings = list(self.last_warnings)
+        seen: dict[tuple[str, str], list[float]] = {}
+        for sample in samples:
+            ns, pod = sample.labels.get("namespace", ""), sample.labels.get("pod", "")
+            if ns not in allowed or not pod:
+                warnings.append(f"dropped a per-pod series outside the allowed namespaces or without a pod label: "
+                                f"{dict(sample.labels)}")
+                continue
+            seen.setdefault((ns, pod), []).append(sample.value)
+        out: dict[tuple[str, str], float] = {}
+        for key, values in seen.items():
+            if len(values) > 1:
+                warnings.append(f"{len(values)} series for pod {key[0]}/{key[1]} where one was expected; "
+                                "treated as unknown")
+            elif math.isfinite(values[0]):
+                out[key] = values[0]
+        self.last_warnings = tuple(warnings)
+        return out

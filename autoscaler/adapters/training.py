@@ -24,6 +24,10 @@ through a race, the API server refuses a second one) resolve as Kubernetes' admi
 Any failure, ``403`` included, raises ``KubeReadError`` (the group is always served, so ``404`` is no "not
 installed"); how often to read and what to do on a failure is the money stage's policy (it caches the map).
 
+Kueue's queues (``list_kueue_queues``: ``localqueues`` in the namespaces the controller sees, ``clusterqueues``,
+cluster-scoped: the same /apis/GROUP/VERSION/PLURAL path) say whether a pending Workload can be admitted at all
+(``autoscaler.domain.kueue``); ``post_gang_event`` writes a core/v1 Event on a Workload or PodGroup.
+
 One write: ``patch_gang`` JSON-merge-patches a Workload or PodGroup (the ``planned-start`` annotation of a
 placed gang; ``spec.active: true`` when the controller starts a held Workload). A 409 is retried like the
 other writes; anything else raises ``KubeWriteError`` naming the object, and the money stage reports it and
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import urllib3
@@ -41,9 +46,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.adapters.kube import COMPONENT, MERGE_PATCH, KubeReadError, api_message, api_read, api_write
-from autoscaler.ports import CustomObjects, PriorityClasses
+from autoscaler.ports import CustomObjects, EventType, PriorityClasses
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
+LOCAL_QUEUES = ("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
+CLUSTER_QUEUES = ("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue")
+EVENT_MESSAGE_LIMIT = 1024
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 PRIORITY_CLASSES = "scheduling.k8s.io/v1 priorityclasses"
 
@@ -68,6 +76,7 @@ class TrainingReader:
         self._api = api_client
         self._custom = client.CustomObjectsApi(api_client)
         self._scheduling = client.SchedulingV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self._namespaces = None if namespaces is None else sorted(set(namespaces))
         self._kueue = (KUEUE[0], kueue_version, KUEUE[2], KUEUE[3])
         self._page = page_size
@@ -81,6 +90,42 @@ class TrainingReader:
 
     def list_volcano_podgroups(self) -> CustomObjects:
         return self._list(*VOLCANO, installs="Volcano")
+
+    def list_kueue_queues(self) -> tuple[CustomObjects, CustomObjects]:
+        """LocalQueues (in the namespaces the controller sees) and ClusterQueues (cluster-scoped)."""
+        local = self._list(self._kueue[0], self._kueue[1], *LOCAL_QUEUES[2:], installs="Kueue")
+        cluster = self._list(self._kueue[0], self._kueue[1], *CLUSTER_QUEUES[2:], installs="Kueue",
+                             cluster_scoped=True)
+        return local, cluster
+
+    def post_gang_event(
+        self, kind: str, namespace: str, name: str, uid: str, type: EventType, reason: str, message: str,
+        now: datetime,
+    ) -> None:
+        if kind == self._kueue[3]:
+            api_version = f"{self._kueue[0]}/{self._kueue[1]}"
+        elif kind == VOLCANO[3]:
+            api_version = f"{VOLCANO[0]}/{VOLCANO[1]}"
+        else:
+            raise ValueError(f"post_gang_event: unknown gang kind {kind!r} (Workload or PodGroup)")
+        encoded = message.encode()
+        if len(encoded) > EVENT_MESSAGE_LIMIT:
+            message = encoded[: EVENT_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(api_version=api_version, kind=kind, name=name,
+                                                     namespace=namespace, uid=uid or None),
+            type=type, reason=reason, message=message, source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT, reporting_instance=COMPONENT, first_timestamp=now, last_timestamp=now,
+            count=1,
+        )
+
+        def once() -> bool:
+            self._core.create_namespaced_event(namespace, event, _request_timeout=self._timeout)
+            return True
+
+        api_write(self._api.configuration.host, f"post {type} event {reason} on {kind} {namespace}/{name}", once,
+                  retries=self._retries, backoff_seconds=self._backoff, sleep=self._sleep)
 
     def priority_classes(self) -> PriorityClasses:
         values: dict[str, int] = {}
@@ -125,10 +170,11 @@ class TrainingReader:
         api_write(self._api.configuration.host, what, once, retries=self._retries, backoff_seconds=self._backoff,
                   sleep=self._sleep)
 
-    def _list(self, group: str, version: str, plural: str, kind: str, *, installs: str) -> CustomObjects:
+    def _list(self, group: str, version: str, plural: str, kind: str, *, installs: str,
+              cluster_scoped: bool = False) -> CustomObjects:
         api_version = f"{group}/{version}"
         items: list[Mapping[str, Any]] = []
-        scopes: list[str | None] = [None] if self._namespaces is None else list(self._namespaces)
+        scopes: list[str | None] = [None] if self._namespaces is None or cluster_scoped else list(self._namespaces)
         for namespace in scopes:
             where = "all namespaces" if namespace is None else f"namespace {namespace}"
             token: str | None = None

@@ -30,6 +30,15 @@ the HPA's at the same GPU-hours. Why a sweep and not one "best" setting: the sim
 unserved request costs the operator; the curve shows the trade, the operator picks the point. With the
 default automatic warm pool, ``warm_pool_quantile`` (not ``quantile``) is the knob that moves the point.
 
+The queue (``autoscaler/simulation/queue.py``): requests above Ready capacity wait first in first out and are
+dropped after ``--timeout`` (default 60 s); every policy reports ``slo_attainment`` (started within ``--slo-wait``,
+default 2 s), ``wait_p99_seconds`` and ``dropped_fraction`` next to ``unserved_fraction`` (the capacity shortfall,
+unchanged). The anchors run under the same queue: the HPA on utilisation (``reactive@T``), the HPA as the vLLM
+reference deploys it (``hpa-queue@N``: ``vllm:num_requests_waiting`` averaged over pods, ``--queue-targets``,
+default 10), our planner with a last-value forecast (``predictive-persistence``) and the oracle. ``--bin-shape``
+says how a bin's rate is spread over its 15 s ticks (``autoscaler/simulation/traffic.py``: ``auto`` spreads bins
+longer than a minute linearly, keeping each bin's count, and replays shorter ones flat).
+
 Departure from the brief: the predictive policy decides every ``--decision-interval`` (default
 30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync. Measured
 on the bundled NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
@@ -55,18 +64,23 @@ from autoscaler.config import Config, ConfigError, ForecastProfile, load_config,
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
+    DEFAULT_QUEUE_TARGETS,
     DEFAULT_REACTIVE_TARGETS,
+    POLICY_NAMES,
     PolicyResult,
     PredictiveFactory,
     SimulationConfig,
     SimulationResult,
     reactive_at,
+    reactive_metric_at,
 )
 from autoscaler.simulation.money import GangSpec, MoneyConfig, parse_priority
+from autoscaler.simulation.queue import QueueConfig
+from autoscaler.simulation.traffic import BIN_SHAPES
 from autoscaler.traces import Trace, bundled_trace_path, load_trace
 from models.base import Forecaster
 
-POLICIES = ("predictive", "reactive", "oracle")
+POLICIES = POLICY_NAMES
 DEFAULT_PEAK_REPLICAS = 20
 # Options a scenario file may set, with the defaults used when neither the file nor a flag sets them
 # (the flags default to None so that "given on the command line" can be told apart from "default").
@@ -81,6 +95,10 @@ DEFAULTS: dict[str, Any] = {
     "gpus_per_node": 8,
     "gpu_hour_price": 3.0,
     "reactive_targets": ",".join(f"{t:g}" for t in DEFAULT_REACTIVE_TARGETS),
+    "queue_targets": ",".join(f"{t:g}" for t in DEFAULT_QUEUE_TARGETS),
+    "slo_wait": "2s",
+    "timeout": "60s",
+    "bin_shape": "auto",
     "config": None,
     "profile": "default",
     "model": None,
@@ -99,9 +117,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="replay a trace through a simulated GPU cluster: predictive vs reactive HPA vs oracle",
         description=(
             "Replay a traffic trace through a simulated GPU cluster under our predictive policy, a Kubernetes HPA "
-            "at several utilisation targets, and an oracle with perfect foresight. A replica asked for at t is "
+            "at several utilisation targets, the HPA on vLLM's waiting-requests gauge as the vLLM reference deploys "
+            "it (hpa-queue), our planner with a last-value forecast (predictive-persistence), and an oracle with "
+            "perfect foresight. A replica asked for at t is "
             "Ready at t + pod start-up (+ node start-up when no node has a free GPU); a replica's GPUs are billed "
-            "from ask to release; empty nodes are removed 60 s after they empty. Reports GPU-hours, cost, the "
+            "from ask to release; empty nodes are removed 60 s after they empty. Requests above Ready capacity "
+            "wait in a FIFO queue and are dropped after --timeout. Reports GPU-hours, cost, SLO attainment (the "
+            "share of requests that started within --slo-wait), the p99 wait, the share dropped, the "
             "fraction of requests that found no Ready capacity, and how many of those were lost to start-up. "
             "With --ceiling-usd-per-hour every policy is held under a cost ceiling (replicas + gangs, never below "
             "min replicas); --gang adds training gangs reserved whole or not at all (the predictive policy places "
@@ -124,7 +146,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "are missing data, as in backtest (a collection gap is not a moment without users)",
     )
     parser.add_argument(
-        "--policies", default=None, help="comma-separated subset of predictive,reactive,oracle (default: all)"
+        "--policies", default=None, help=f"comma-separated subset of {','.join(POLICIES)} (default: all)"
     )
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
@@ -147,6 +169,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="HPA utilisation targets to run, comma-separated, each in (0, 1] (default "
         + ",".join(f"{t:g}" for t in DEFAULT_REACTIVE_TARGETS) + ")",
+    )
+    parser.add_argument(
+        "--queue-targets", default=None, metavar="N[,N...]",
+        help="hpa-queue: the HPA on the Pods metric vllm:num_requests_waiting, one run per averageValue target "
+        f"(waiting requests per pod; default {','.join(f'{t:g}' for t in DEFAULT_QUEUE_TARGETS)}, as the vLLM "
+        "reference deploys it)",
+    )
+    parser.add_argument(
+        "--slo-wait", default=None, metavar="DURATION",
+        help="the latency objective: a request meets it when it starts within this wait (default 2s; 500ms, 0 "
+        "and fractions are allowed); slo_attainment is the share that did",
+    )
+    parser.add_argument(
+        "--timeout", default=None, metavar="DURATION",
+        help="a request still waiting after this long is dropped, like a gateway's timeout (default 60s)",
+    )
+    parser.add_argument(
+        "--bin-shape", default=None, metavar="{" + ",".join(BIN_SHAPES) + "}",
+        help="how a bin's rate is spread over its ticks, the same for every policy: linear (interpolated "
+        "between bin centres, each bin keeping its count), flat, or auto (default: linear for bins longer "
+        "than a minute, flat otherwise)",
     )
     parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE.yaml",
@@ -225,6 +268,45 @@ def _targets(spec: str) -> tuple[float, ...]:
     return tuple(sorted(set(targets)))
 
 
+def _queue_targets(spec: str) -> tuple[float, ...]:
+    targets: list[float] = []
+    for raw in spec.split(","):
+        if not raw.strip():
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            raise UserError(f"--queue-targets: {raw.strip()!r} is not a number (e.g. 10 or 5,10,20)") from None
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"--queue-targets: {raw.strip()} is out of range; a waiting-requests target is > 0")
+        targets.append(value)
+    if not targets:
+        raise UserError("--queue-targets: no target given (e.g. 10)")
+    return tuple(sorted(set(targets)))
+
+
+def _bin_shape(value: str) -> str:
+    if value not in BIN_SHAPES:
+        raise UserError(f"--bin-shape: unknown shape {value!r}; choose from {', '.join(BIN_SHAPES)}")
+    return value
+
+
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds_flag(flag: str, text: str, allow_zero: bool = False) -> float:
+    """A duration that may be fractional (``2s``, ``500ms``, ``1.5s``, ``1m``; a bare number is seconds)."""
+    s = str(text).strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h") if s.endswith(u)), "")
+    try:
+        value = float(s[: len(s) - len(unit)]) * _SECONDS.get(unit, 1.0)
+    except ValueError:
+        raise UserError(f"{flag}: invalid duration {str(text).strip()!r} (use e.g. 2s, 500ms, 1m)") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise UserError(f"{flag}: must be {'>= 0' if allow_zero else 'positive'}, got {str(text).strip()}")
+    return value
+
+
 def _scenario_value(key: str, value: Any, base: Path) -> Any:
     """A scenario value converted to what the flag would hold; ``ValueError`` naming what is wrong."""
     if key == "trace":
@@ -232,7 +314,7 @@ def _scenario_value(key: str, value: Any, base: Path) -> Any:
             raise ValueError("expected a path to a trace CSV")
         path = Path(value)
         return path if path.is_absolute() else base / path
-    if key in ("policies", "reactive_targets"):
+    if key in ("policies", "reactive_targets", "queue_targets"):
         if isinstance(value, list | tuple):
             return ",".join(str(v) for v in value)
         if isinstance(value, str | float | int) and not isinstance(value, bool):
@@ -243,10 +325,18 @@ def _scenario_value(key: str, value: Any, base: Path) -> Any:
             raise ValueError("expected a path to a config file")
         path = Path(value)
         return path if path.is_absolute() else base / path
+    if key in ("slo_wait", "timeout"):
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"expected a duration (e.g. 2s, 500ms), got {value!r}")
     if key in ("pod_startup", "node_startup", "decision_interval", "model", "inference_priority", "profile", "sweep"):
         if isinstance(value, str | int) and not isinstance(value, bool):
             return str(value)
         raise ValueError(f"expected a string, got {value!r}")
+    if key == "bin_shape":
+        if isinstance(value, str) and value in BIN_SHAPES:
+            return value
+        raise ValueError(f"expected one of {', '.join(BIN_SHAPES)}, got {value!r}")
     if key in ("peak_replicas", "gpus_per_replica", "gpus_per_node"):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -477,6 +567,17 @@ def build_config(trace: Trace, args: argparse.Namespace) -> SimulationConfig:
         reactive_targets=_targets(args.reactive_targets),
         policies=_policies(args.policies),
         money=money_config(args),
+        queue=queue_config(args),
+        queue_targets=_queue_targets(str(args.queue_targets)),
+        bin_shape=_bin_shape(str(args.bin_shape)),
+    )
+
+
+def queue_config(args: argparse.Namespace) -> QueueConfig:
+    """``--slo-wait`` and ``--timeout`` (after ``apply_scenario``)."""
+    return QueueConfig(
+        timeout_seconds=seconds_flag("--timeout", str(args.timeout)),
+        slo_wait_seconds=seconds_flag("--slo-wait", str(args.slo_wait), allow_zero=True),
     )
 
 
@@ -513,6 +614,18 @@ def _comparison(name: str, pred: PolicyResult, reactive: list[PolicyResult], ora
             f"{label} vs reactive HPA at the same {pred.gpu_hours:.1f} GPU-hours ({where}): unserved "
             f"{_pct(pred.unserved_fraction)} vs {_pct(same.unserved_fraction)} -> {verdict}."
         )
+        hpa_attained = reactive_metric_at(pred.gpu_hours, reactive, "slo_attainment")
+        if hpa_attained is not None:
+            misses, hpa_misses = 1 - pred.slo_attainment, 1 - hpa_attained
+            if hpa_misses > 0:
+                cut = 1 - misses / hpa_misses
+                slo = f"{100 * cut:.0f}% fewer SLO misses" if cut >= 0 else f"{-100 * cut:.0f}% MORE SLO misses"
+            else:
+                slo = "the HPA met the SLO for every request at this spend"
+            lines.append(
+                f"{label} vs reactive HPA at the same GPU-hours, under the queue: SLO attainment "
+                f"{_pct(pred.slo_attainment)} vs {_pct(hpa_attained)} -> {slo}."
+            )
     if oracle is not None and oracle.gpu_hours > 0:
         lines.append(
             f"{label} holds {pred.gpu_hours / oracle.gpu_hours:.2f}x the oracle's GPU-hours "
@@ -531,6 +644,8 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
         f"Replica = {config.capacity_per_replica:.4g} req/s{sizing}.",
         f"Pod start-up {c.pod_startup_seconds}s, node start-up {c.node_startup_seconds}s, "
         f"{c.gpus_per_replica} GPU/replica, {c.gpus_per_node} GPUs/node, ${config.gpu_hour_price:.2f}/GPU-hour.",
+        f"Queue: FIFO in front of the Ready replicas, timeout {config.queue.timeout_seconds:g}s; SLO: start within "
+        f"{config.queue.slo_wait_seconds:g}s. Bins replayed {result.bin_shape} inside (--bin-shape).",
         "",
     ]
     money = config.money
@@ -540,8 +655,8 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
                     if config.gpu_hour_price > 0 else f"Cost ceiling ${money.ceiling_usd_per_hour:,.2f}/h.")
     for gang in money.gangs:
         head.insert(-1, f"Gang {gang.describe()}.")
-    cols: tuple[str, ...] = ("policy", "GPU-hours", "cost $", "unserved", "cold-start req", "scale events",
-                             "max replicas")
+    cols: tuple[str, ...] = ("policy", "GPU-hours", "cost $", "SLO attained", "wait p99 s", "dropped", "unserved",
+                             "cold-start req", "scale events", "max replicas")
     if money.active:
         cols += ("ceiling-unserved", "breaches", "gangs split", "gang wait h", "missed", "preempted")
     rows = [cols]
@@ -550,6 +665,9 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
             name,
             f"{r.gpu_hours:.1f}",
             f"{r.cost_usd:,.0f}",
+            _pct(r.slo_attainment),
+            f"{r.wait_p99_seconds:.1f}",
+            _pct(r.dropped_fraction),
             _pct(r.unserved_fraction),
             f"{r.cold_start_requests:,.0f}",
             str(r.scale_events),
@@ -570,7 +688,11 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
     notes = ["", *summary_lines(result)] if summary_lines(result) else []
     legend = [
         "",
-        "unserved: requests that arrived above Ready capacity, over all requests.",
+        f"SLO attained: requests that started within {config.queue.slo_wait_seconds:g}s of arriving, over all "
+        "requests (dropped ones are misses).",
+        f"wait p99 s: the 99th percentile wait (a dropped request counts as the {config.queue.timeout_seconds:g}s "
+        "timeout); dropped: requests still waiting at the timeout.",
+        "unserved: requests that arrived above Ready capacity, over all requests (no queue: the capacity shortfall).",
         "cold-start req: of those, the requests that replicas already asked for but still starting would have served.",
         "GPU-hours: each replica's GPUs from the moment it is asked for until it is released.",
     ]
@@ -601,6 +723,10 @@ def run(args: argparse.Namespace) -> int:
                         ("--decision-interval", args.decision_interval)):
         if value is not None:
             duration_flag(flag, str(value))
+    queue_config(args)
+    _queue_targets(str(args.queue_targets))
+    _policies(str(args.policies))
+    _bin_shape(str(args.bin_shape))
     if args.plot is not None:
         plot_flag(args.plot)
     if from_prometheus:
@@ -621,13 +747,19 @@ def run(args: argparse.Namespace) -> int:
                        profile=profile)
 
     predictive = predictive_for(tune.profile) if "predictive" in config.policies else None
+    persistence = (
+        factory(_model_factory("persistence"), decision_interval_seconds=tune.interval_seconds,
+                profile=replace(tune.profile, model="persistence"), name="predictive-persistence")
+        if "predictive-persistence" in config.policies else None
+    )
 
     def progress(name: str) -> None:
         if sys.stderr.isatty():
             print(f"simulating {name} ...", file=sys.stderr, flush=True)
 
     try:
-        result = simulate(trace.requests, config, trace.name, predictive=predictive, progress=progress)
+        result = simulate(trace.requests, config, trace.name, predictive=predictive, progress=progress,
+                          persistence=persistence)
         only_predictive = replace(config, policies=("predictive",))
         for name, profile in tune.sweep:
             progress(name)

@@ -33,9 +33,15 @@ lexicographically (the highest-ranked unit whose grant changes gains). Departure
 and using the budget a deferred gang leaves (budget 7: a 8-GPU gang is deferred and 7 one-GPU
 replicas run; budget 8: the gang runs and the replicas do not), so the exact form is stated above.
 
-Dollars are GPU-hours x the NodePool's $/GPU-hour (``GpuPrices``; derived from the pool's instance
-type in ``autoscaler.domain.nodes``). Node fragmentation is not priced: a 1-GPU replica on an
-8-GPU node costs one GPU-hour here; ``nodes.nodepool_limit`` rounds to whole nodes. Money is
+Dollars are what Karpenter bills: whole nodes. The cluster ceiling is checked against
+``sum over pools of ceil(GPUs / GPUs per node) x node price`` (``GpuPrices``: the node price is the
+pricing config's instance-type price, or the GPU price x GPUs per node; derived from the pool's shape in
+``autoscaler.domain.nodes``), so a replica that needs a new node costs the whole node and one that fits on
+a node already paid for costs nothing more; when that cuts replicas the trail says so (``whole nodes:
+NodePool p4d: 18 GPU(s) need 3 node(s) of 8 = $98.31/h > $73.74/h: 16 GPU(s) on 2 node(s)``). Packing is
+assumed perfect per pool (the GPUs of a pool's pods fill its nodes; Karpenter's own simulation does the
+real packing). Team ceilings charge a team its GPUs' share of the nodes (GPUs x the pool's GPU-hour
+price): teams share nodes, and a share is what a chargeback can attribute. Money is
 handled internally in integer micro-dollars so that "under the ceiling" is exact, not a float
 comparison that drifts with the order of additions. "Over the horizon" means each ask is the
 plan's peak over the horizon (the planner's desired count already sizes for the peak of its
@@ -183,20 +189,55 @@ class PriceTable:
 
 @dataclass(frozen=True)
 class GpuPrices:
-    """$/GPU-hour by NodePool name; pools not listed (and workloads without a pool) pay ``default``."""
+    """$/GPU-hour by NodePool name, and the GPUs of one of its nodes; pools not listed (and workloads without a
+    pool) pay ``default`` per GPU.
+
+    Karpenter bills whole nodes: a pool listed in ``gpus_per_node`` is billed ``nodes x node_hour`` for the GPUs it
+    holds (``nodes = ceil(gpus / gpus_per_node)``, ``node_hour = per GPU-hour x gpus_per_node``, i.e. the instance
+    type's price); a pool not listed is billed per GPU (one "node" per GPU), as before whole-node pricing.
+    """
 
     by_pool: Mapping[str, float] = field(default_factory=dict)
     default: float = 4.0
+    gpus_per_node: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _positive_price(self.default, "default GPU-hour price")
         for pool, price in self.by_pool.items():
             _positive_price(price, f"GPU-hour price of NodePool {pool}")
+        for pool, gpn in self.gpus_per_node.items():
+            if isinstance(gpn, bool) or not isinstance(gpn, int) or gpn < 1:
+                raise ValueError(f"GPUs per node of NodePool {pool} must be an integer >= 1, got {gpn!r}")
         object.__setattr__(self, "by_pool", _frozen_map(self.by_pool))
-
+        object.__setattr__(self, "gpus_per_node", _frozen_map(self.gpus_per_node))
 
     def per_gpu_hour(self, nodepool: str | None) -> float:
         return self.by_pool.get(nodepool, self.default) if nodepool else self.default
+
+    def per_node(self, nodepool: str | None) -> int:
+        """GPUs of one billed node of the pool (1 = billed per GPU)."""
+        return self.gpus_per_node.get(nodepool, 1) if nodepool else 1
+
+    def node_hour(self, nodepool: str | None) -> float:
+        """$/h of one node of the pool (the instance type's price; per GPU for a pool billed per GPU)."""
+        return self.per_gpu_hour(nodepool) * self.per_node(nodepool)
+
+    def nodes(self, nodepool: str | None, gpus: int) -> int:
+        """Whole nodes that hold ``gpus`` GPUs of the pool (perfect packing: ``ceil(gpus / gpus_per_node)``)."""
+        return -(-max(0, gpus) // self.per_node(nodepool))
+
+    def bill(self, gpus_by_pool: Mapping[str | None, int]) -> float:
+        """$/h of whole nodes for ``pool -> GPUs`` (``None``/``""`` = no pool named, billed per GPU)."""
+        merged: dict[str, int] = {}
+        for pool, gpus in gpus_by_pool.items():
+            merged[pool or _NO_POOL] = merged.get(pool or _NO_POOL, 0) + gpus
+        return _dollars(self._bill_micro(merged))
+
+    def _node_micro(self, pool: str) -> int:
+        return _micro(self.node_hour(pool or None))
+
+    def _bill_micro(self, gpus_by_pool: Mapping[str, int]) -> int:
+        return sum(self.nodes(p or None, g) * self._node_micro(p) for p, g in gpus_by_pool.items())
 
 
 # ---------------------------------------------------------------------------------------------- ceilings
@@ -511,31 +552,60 @@ def _fmt(micro: int) -> str:
 
 
 class _Budget:
-    """Spend tracking for the cluster and each team, in micro-dollars; a scope closes when a replica breaks it."""
+    """Spend tracking for the cluster and each team, in micro-dollars; a scope closes when a replica breaks it.
 
-    def __init__(self, ceilings: Ceilings) -> None:
+    The cluster is billed as Karpenter bills: whole nodes per pool (``GpuPrices.nodes``), so a unit costs the
+    cluster the nodes it adds (0 when it fits on a node already paid for, a whole node when it does not). A team
+    is charged its GPUs' share of the nodes (GPUs x the pool's GPU-hour price): teams share nodes, and a share
+    is what a chargeback can attribute."""
+
+    def __init__(self, ceilings: Ceilings, prices: GpuPrices) -> None:
+        self.prices = prices
         self.limit: dict[str, int | None] = {"cluster": None if ceilings.cluster is None else _micro(ceilings.cluster)}
         for team, value in ceilings.teams.items():
             self.limit[f"team {team}"] = _micro(value)
         self.spent: dict[str, int] = {}
         self.closed: set[str] = set()
+        self.pool_gpus: dict[str, int] = {}
 
     def scopes(self, team: str) -> tuple[str, ...]:
         return ("cluster", f"team {team}") if f"team {team}" in self.limit else ("cluster",)
 
-    def force(self, team: str, micro: int) -> None:
-        for scope in self.scopes(team):
-            self.spent[scope] = self.spent.get(scope, 0) + micro
+    def node_cost(self, pool: str, gpus: int) -> int:
+        """Micro-dollars of the nodes ``gpus`` more GPUs add to ``pool``."""
+        have = self.pool_gpus.get(pool, 0)
+        added = self.prices.nodes(pool or None, have + gpus) - self.prices.nodes(pool or None, have)
+        return added * self.prices._node_micro(pool)
 
-    def blocker(self, team: str, micro: int) -> str | None:
+    def cost(self, scope: str, pool: str, gpus: int, share: int) -> int:
+        return self.node_cost(pool, gpus) if scope == "cluster" else share
+
+    def force(self, team: str, pool: str, gpus: int, share: int) -> None:
+        for scope in self.scopes(team):
+            self.spent[scope] = self.spent.get(scope, 0) + self.cost(scope, pool, gpus, share)
+        self.pool_gpus[pool] = self.pool_gpus.get(pool, 0) + gpus
+
+    def blocker(self, team: str, pool: str, gpus: int, share: int) -> str | None:
         """The first scope that is closed or would go over, or None when the unit fits."""
         for scope in self.scopes(team):
             if scope in self.closed:
                 return scope
             limit = self.limit.get(scope)
-            if limit is not None and self.spent.get(scope, 0) + micro > limit:
+            if limit is not None and self.spent.get(scope, 0) + self.cost(scope, pool, gpus, share) > limit:
                 return scope
         return None
+
+
+def _whole_nodes_note(pool: str, asked_gpus: int, kept_gpus: int, prices: GpuPrices, others_micro: int,
+                      limit_micro: int) -> str:
+    """"NodePool p4d: 18 GPU(s) need 3 node(s) of 8 = $98.31/h > $73.74/h: 16 GPU(s) on 2 node(s)"."""
+    gpn = prices.per_node(pool or None)
+    need = prices.nodes(pool or None, asked_gpus)
+    keep = prices.nodes(pool or None, kept_gpus)
+    asked_micro = need * prices._node_micro(pool)
+    others = f" + {_fmt(others_micro)} elsewhere" if others_micro else ""
+    return (f"NodePool {pool}: {asked_gpus} GPU(s) need {need} node(s) of {gpn} = {_fmt(asked_micro)}{others} > "
+            f"{_fmt(limit_micro)}: {kept_gpus} GPU(s) on {keep} node(s)")
 
 
 def enforce_ceilings(
@@ -563,17 +633,17 @@ def enforce_ceilings(
         dup = next(k for k in gang_keys if gang_keys.count(k) > 1)
         raise ValueError(f"duplicate gang {dup!r}")
     order = ceilings.keep_order
-    budget = _Budget(ceilings)
+    budget = _Budget(ceilings, prices)
 
     units: list[_Unit] = []
     price_micro: dict[str, int] = {}
-    asked_micro = 0
+    asked_gpus: dict[str, int] = {}
     for a in ask_list:
         pool = a.nodepool or _NO_POOL
         per_replica = _micro(prices.per_gpu_hour(a.nodepool) * a.gpus_per_replica)
         price_micro[a.key] = per_replica
-        budget.force(a.team, per_replica * a.min_replicas)
-        asked_micro += per_replica * (a.base_replicas + a.warm_units)
+        budget.force(a.team, pool, a.gpus_per_replica * a.min_replicas, per_replica * a.min_replicas)
+        asked_gpus[pool] = asked_gpus.get(pool, 0) + a.gpus_per_replica * (a.base_replicas + a.warm_units)
         cls = _class_index(order, "inference", a.priority)
         for k in range(1, a.base_replicas - a.min_replicas + 1):
             units.append(_Unit((cls, -a.priority, k, 0, a.key), a.key, "inference", a.team, pool,
@@ -585,7 +655,7 @@ def enforce_ceilings(
     for g in gang_list:
         kind: UnitKind = "training_admitted" if g.admitted else "training_pending"
         micro = _micro(prices.per_gpu_hour(g.nodepool) * g.gpus)
-        asked_micro += micro
+        asked_gpus[g.nodepool or _NO_POOL] = asked_gpus.get(g.nodepool or _NO_POOL, 0) + g.gpus
         units.append(_Unit((_class_index(order, kind, g.priority), -g.priority, 0, 1, g.key), g.key, kind,
                            g.team, g.nodepool or _NO_POOL, g.gpus, micro, g))
     units.sort(key=lambda u: u.rank)
@@ -597,16 +667,17 @@ def enforce_ceilings(
     refused: dict[tuple[str, UnitKind], tuple[int, str]] = {}  # (owner, kind) -> (units cut, first ceiling)
     gang_fate: dict[str, tuple[bool, str]] = {}
     for u in units:
-        blocker = budget.blocker(u.team, u.micro) if u.micro > 0 else None
+        blocker = budget.blocker(u.team, u.pool, u.gpus, u.micro) if u.micro > 0 else None
         if blocker is None:
-            budget.force(u.team, u.micro)
+            budget.force(u.team, u.pool, u.gpus, u.micro)
             granted[(u.owner, u.kind)] = granted.get((u.owner, u.kind), 0) + 1
             if u.gang is not None:
                 gang_fate[u.owner] = (True, f"reserved: {u.gpus} GPU(s) = {_fmt(u.micro)} fit every ceiling")
             continue
         if u.gang is not None:
             why = "is closed (a higher-ranked replica was cut)" if blocker in budget.closed else (
-                f"would go over: {_fmt(budget.spent.get(blocker, 0))} spent + {_fmt(u.micro)} > "
+                f"would go over: {_fmt(budget.spent.get(blocker, 0))} spent + "
+                f"{_fmt(budget.cost(blocker, u.pool, u.gpus, u.micro))} > "
                 f"{_fmt(budget.limit[blocker] or 0)}")
             gang_fate[u.owner] = (False, f"deferred whole: {blocker} ceiling {why}")
         else:
@@ -659,7 +730,16 @@ def enforce_ceilings(
             team_micro[g.team] = team_micro.get(g.team, 0) + micro
             pool = g.nodepool or _NO_POOL
             pool_gpus[pool] = pool_gpus.get(pool, 0) + g.gpus
-    total_micro = sum(team_micro.values())
+    total_micro = prices._bill_micro(pool_gpus)
+    asked_micro = prices._bill_micro(asked_gpus)
+
+    def whole_nodes(pool: str) -> str:
+        """Why whole nodes cost replicas in ``pool`` under the cluster ceiling ("" for a pool billed per GPU)."""
+        if prices.per_node(pool or None) <= 1 or budget.limit["cluster"] is None:
+            return ""
+        kept = pool_gpus.get(pool, 0)
+        others = total_micro - prices._bill_micro({pool: kept})
+        return _whole_nodes_note(pool, asked_gpus.get(pool, 0), kept, prices, others, budget.limit["cluster"])
 
     def scope_note(team: str) -> str:
         notes = []
@@ -687,6 +767,9 @@ def enforce_ceilings(
                          if o.allowed_warm_pool < o.asked_warm_pool else "")
             detail = (f"CUT {o.asked_replicas} -> {o.allowed_replicas} replicas{warm_note}: {parts}; "
                       f"keeps {o.gpus} GPU(s) = {_fmt(_micro(o.dollars_per_hour))} at {_fmt(per)} per replica; {note}")
+            nodes_note = whole_nodes(a.nodepool or _NO_POOL) if any(c.ceiling == "cluster" for c in mine) else ""
+            if nodes_note:
+                detail += f"; whole nodes: {nodes_note}"
         else:
             detail = f"within ceilings: {o.gpus} GPU(s) = {_fmt(_micro(o.dollars_per_hour))}; {note}"
         if any(s in unmeetable for s in budget.scopes(a.team)):

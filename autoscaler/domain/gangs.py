@@ -59,7 +59,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -74,6 +74,8 @@ from autoscaler.domain.annotations import (
 )
 
 __all__ = [
+    "ADMISSION_GATE",
+    "ADMISSION_GATED_BY",
     "NODEPOOL_LABEL",
     "Gang",
     "GangError",
@@ -81,6 +83,7 @@ __all__ = [
     "Placement",
     "add_interval",
     "compress_points",
+    "format_gpus",
     "holds_gpus",
     "parse_gang",
     "parse_kueue_workload",
@@ -94,6 +97,11 @@ __all__ = [
 ]
 
 PLANNED_START_ANNOTATION = PREFIX + "planned-start"
+# Kueue's admission gate (KEP-6915; feature gate AdmissionGatedBy: alpha in Kueue 0.17, beta and on by default from
+# 0.19): a comma-separated list of controller names; Kueue does not admit the Workload while any is left. Ours is
+# ADMISSION_GATE: the controller removes it at the planned start.
+ADMISSION_GATED_BY = "kueue.x-k8s.io/admission-gated-by"
+ADMISSION_GATE = PREFIX + "gang-scheduler"
 ACTIVATED_ANNOTATION = PREFIX + "activated-at"
 MAX_PLACEMENT_SECONDS = 7 * 86400  # how far ahead a placement looks (a forecast further out is guesswork)
 
@@ -136,6 +144,15 @@ class Gang:
     inactive: bool = False
     held: bool = False
     planned_start_note: int | None = None
+    queue: str | None = None  # a Workload's spec.queueName (its LocalQueue); None for a PodGroup
+    uid: str = ""
+    gates: tuple[str, ...] = ()  # the Workload's kueue.x-k8s.io/admission-gated-by names (ADMISSION_GATE: ours)
+    deactivated: bool = False  # spec.active is false (a held one is activated at its start)
+
+    @property
+    def gated(self) -> bool:
+        """Held by our name in Kueue's admission gate (Kueue admits it once the controller removes it)."""
+        return ADMISSION_GATE in self.gates
 
     def __post_init__(self) -> None:
         for name in ("gpus", "pods"):
@@ -174,6 +191,8 @@ class _Reader:
         if not isinstance(self.namespace, str) or not self.namespace:
             raise GangError(f"{kind} {self.name}: metadata.namespace: missing")
         self.where = f"{kind} {self.namespace}/{self.name}"
+        uid = meta.get("uid")
+        self.uid = uid if isinstance(uid, str) else ""
         annotations = meta.get("annotations") or {}
         if not isinstance(annotations, Mapping):
             self.fail("metadata.annotations", "expected a mapping of strings")
@@ -215,6 +234,15 @@ class _Reader:
         if not isinstance(value, str):
             self.fail(f"metadata.annotations[{PREFIX}{short}]", f"expected a string, got {value!r}")
         return str(value).strip()
+
+    def gates(self) -> tuple[str, ...]:
+        """The names in Kueue's ``kueue.x-k8s.io/admission-gated-by`` annotation (comma-separated), in order."""
+        raw = self.annotations.get(ADMISSION_GATED_BY)
+        if raw is None:
+            return ()
+        if not isinstance(raw, str):
+            self.fail(f"metadata.annotations[{ADMISSION_GATED_BY}]", f"expected a string, got {raw!r}")
+        return tuple(name.strip() for name in str(raw).split(",") if name.strip())
 
     def timestamp(self, short: str) -> int | None:
         raw = self.annotation(short)
@@ -340,8 +368,10 @@ def parse_kueue_workload(obj: Mapping[str, Any]) -> Gang:
     duration = r.duration()
     if duration is None and spec.get("maximumExecutionTimeSeconds") is not None:
         duration = r.count(spec["maximumExecutionTimeSeconds"], "spec.maximumExecutionTimeSeconds") or None
+    queue = spec.get("queueName")
     return _gang(r, "Workload", gpus, pods, admitted, r.priority(priority), pools, duration,
-                 inactive=_condition_true(status, "Finished"), deactivated=spec.get("active") is False)
+                 inactive=_condition_true(status, "Finished"), deactivated=spec.get("active") is False,
+                 queue=queue if isinstance(queue, str) and queue else None)
 
 
 def parse_volcano_podgroup(
@@ -380,7 +410,7 @@ def parse_volcano_podgroup(
 
 
 def _gang(r: _Reader, kind: GangKind, gpus: int, pods: int, admitted: bool, priority: int, pools: set[str],
-          duration: int | None, *, inactive: bool, deactivated: bool = False) -> Gang:
+          duration: int | None, *, inactive: bool, deactivated: bool = False, queue: str | None = None) -> Gang:
     pool = r.annotation("nodepool")
     if pool is None and len(pools) > 1:
         r.fail("spec.podSets[*].template.spec.nodeSelector",
@@ -392,7 +422,10 @@ def _gang(r: _Reader, kind: GangKind, gpus: int, pods: int, admitted: bool, prio
     if start_after is not None and deadline is not None and deadline < start_after:
         r.fail(f"metadata.annotations[{PREFIX}deadline]", f"{deadline} is before start-after {start_after}")
     # spec.active false: held for us to start (scheduled, never activated by us yet), else deactivated for good
-    held = deactivated and not inactive and start_after is not None and r.annotation("activated-at") is None
+    # or our name in Kueue's admission gate (the preferred hold, Kueue >= 0.19): held the same way
+    gates = r.gates() if kind == "Workload" else ()
+    held = (deactivated or ADMISSION_GATE in gates) and not inactive and start_after is not None \
+        and r.annotation("activated-at") is None
     try:
         note = r.timestamp("planned-start")
     except GangError:
@@ -413,6 +446,10 @@ def _gang(r: _Reader, kind: GangKind, gpus: int, pods: int, admitted: bool, prio
         inactive=inactive or (deactivated and not held),
         held=held,
         planned_start_note=note,
+        queue=queue,
+        uid=r.uid,
+        gates=gates,
+        deactivated=deactivated,
     )
 
 
@@ -429,6 +466,14 @@ def parse_gang(obj: Mapping[str, Any], **volcano: Any) -> Gang:
 
 
 # ---------------------------------------------------------------------------------------------- placement
+
+
+def format_gpus(gpus: float) -> str:
+    """A GPU count for people: forecast GPUs are fractional (``18.0004``), so one decimal at most (``18``, ``12.5``)."""
+    if math.isinf(gpus):
+        return "unlimited"
+    return f"{round(gpus, 1):g}"
+
 
 
 @dataclass(frozen=True)
@@ -486,13 +531,13 @@ def place_gang(
             best = key
     assert best is not None
     over, peak, start = best
-    verdict = "fits" if not over else f"EXCEEDS capacity {capacity:g} at every start"
+    verdict = "fits" if not over else f"EXCEEDS capacity {format_gpus(capacity)} at every start"
     return Placement(
         start=start,
         peak_gpus=peak,
         fits=not over,
         detail=(f"{gang.key}: {gang.gpus} GPU(s) for {duration}s; start {start} in [{earliest}, {latest}] "
-                f"({len(candidates)} candidates) gives the lowest peak {peak:g} GPU(s); {verdict}"),
+                f"({len(candidates)} candidates) gives the lowest peak {format_gpus(peak)} GPU(s); {verdict}"),
     )
 
 
@@ -607,12 +652,15 @@ def place_gangs(
     capacity: Mapping[str | None, float],
     now: int,
     fixed: Mapping[str, int] | None = None,
+    absent: Collection[str] = (),
 ) -> dict[str, Placement]:
     """Place every scheduled gang of ``gangs`` whose window is open (or whose start is ``fixed``), per NodePool.
 
     ``inference``: per pool, the inference GPU forecast as ``(time, GPUs)`` points (a pool missing or empty
     counts as no inference); ``capacity``: per pool, the GPUs the ceiling allows (missing = unbounded).
-    Every other live gang of the pool (admitted, or pending without a window) is added as a constant; the
+    Every other live gang of the pool (admitted, or pending without a window) is added as a constant, except those
+    in ``absent`` (gangs the plan does not run: a pending gang the ceiling defers holds no GPUs, and counting it as
+    always running would keep every scheduled gang from fitting, issue 11); the
     ``fixed`` starts (frozen placements) are kept and their runs added next; the rest are placed one by one
     with ``place_gang`` -- higher priority first, then earlier deadline, then key -- each on top of the
     runs placed before it, so two gangs do not pile into the same trough. Pure and deterministic.
@@ -623,7 +671,7 @@ def place_gangs(
     placeable = {g.key: g for g in live if scheduled(g) and (g.key in fixed or placement_window(g, now) is not None)}
     for pool in sorted({g.nodepool for g in placeable.values()}, key=lambda p: p or ""):
         points = list(inference.get(pool) or []) or [(now, 0.0)]
-        constant = sum(g.gpus for g in live if g.nodepool == pool and g.key not in placeable)
+        constant = sum(g.gpus for g in live if g.nodepool == pool and g.key not in placeable and g.key not in absent)
         if constant:
             points = [(t, v + constant) for t, v in points]
         cap = capacity.get(pool, math.inf)

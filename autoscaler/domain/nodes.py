@@ -187,7 +187,9 @@ def pool_shape(name: str, nodepool: Mapping[str, Any] | None, prices: PriceTable
 
 def gpu_prices(shapes: Iterable[PoolShape], prices: PriceTable) -> GpuPrices:
     """The $/GPU-hour table ``enforce_ceilings`` needs, from the pools' shapes."""
-    return GpuPrices(by_pool={s.name: s.gpu_hour for s in shapes}, default=prices.default_gpu_hour)
+    shapes = list(shapes)
+    return GpuPrices(by_pool={s.name: s.gpu_hour for s in shapes}, default=prices.default_gpu_hour,
+                     gpus_per_node={s.name: s.gpus_per_node for s in shapes})
 
 
 # ---------------------------------------------------------------------------------------------- demand
@@ -298,14 +300,16 @@ def headroom_plan(
 
 
 def ceiling_gpus(report: CostReport, shape: PoolShape) -> int | None:
-    """GPUs the cluster ceiling lets ``shape``'s pool hold: what the plan keeps there plus what the remaining
-    budget buys at the pool's price. None when there is no cluster ceiling (the pool is not cost-limited)."""
+    """GPUs the cluster ceiling lets ``shape``'s pool hold, in whole nodes: the nodes the plan keeps there plus the
+    whole nodes the remaining budget buys at the pool's node price. None when there is no cluster ceiling (the pool
+    is not cost-limited). The plan is billed in whole nodes (``cost.GpuPrices``), so the nodes it keeps are paid for
+    and the slack is what is left after them."""
     slack = report.cluster_slack_dollars_per_hour
     if slack is None:
         return None
-    kept = report.gpus_by_pool.get(shape.name, 0)
-    extra = math.floor(slack / shape.gpu_hour + 1e-9) if shape.gpu_hour > 0 else 0
-    return kept + extra
+    kept_nodes = nodes_for(report.gpus_by_pool.get(shape.name, 0), shape.gpus_per_node)
+    extra = math.floor(slack / shape.node_hour + 1e-9) if shape.node_hour > 0 else 0
+    return (kept_nodes + extra) * shape.gpus_per_node
 
 
 def nodepool_limit(shape: PoolShape, allowed_gpus: int, running_gpus: int) -> int:

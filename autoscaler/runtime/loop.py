@@ -31,6 +31,11 @@ Failure policy (nothing is lost, nothing scales down blindly):
   and returned in the tick report (``run --once`` exits non-zero); the next tick re-plans and
   retries by construction. An Event counts as told only once it landed (per workload and
   problem), so a failed post is retried next tick and a standby leaves every Event to the leader.
+- a scale-down first marks the idlest pods (``pod-deletion-cost``, from one per-pod in-flight query for the
+  tick's scale-downs; ``autoscaler.domain.scaledown``) and later ticks clear the marks: when that query fails
+  (``pod_load``) or a pod patch fails (``pod_mark``), it is counted and reported and the Deployment is scaled
+  anyway, in the ReplicaSet's default order (no worse than without marks). A dry run marks nothing and lists
+  what it would mark in ``scale_down_marks``.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,6 +58,7 @@ from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec,
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
+from autoscaler.domain.scaledown import MARK_ANNOTATION, ScaleDownMarks, plan_clear, plan_marks
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from autoscaler.history import fetch_fleet, history_window, series_of
 from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
@@ -86,6 +92,19 @@ class MetricsSource(Protocol):
     ) -> Mapping[Key, TrafficSeries]: ...
 
 
+@runtime_checkable
+class PodLoadSource(Protocol):
+    """Per-pod current values (``PrometheusSource`` implements it): the in-flight requests a scale-down ranks by.
+
+    A source without it (the fleet benchmark's synthetic one) marks no pod: the ReplicaSet's default order applies.
+    """
+
+    def pod_instant(self, query: str, namespaces: Iterable[str], at: float) -> Mapping[tuple[str, str], float]: ...
+
+
+POD_LOAD_QUERY = "pod_in_flight"
+
+
 @dataclass
 class _Memory:
     history: TrafficSeries | None = None
@@ -109,6 +128,9 @@ class _Memory:
     demand_source: str | None = None
     degraded_logged: bool = False  # the current fallback was logged (a line per transition, not per tick)
     degraded_reported: bool = False  # a DemandDegraded Event landed for the current fallback
+    # The last pod listing showed scale-down marks of ours (or we just wrote some): pods are listed every tick
+    # until they are cleared (autoscaler.domain.scaledown), instead of every STARTUP_RECHECK_SECONDS.
+    marks_seen: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +147,7 @@ class WorkloadOutcome:
     problems: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     demand_source: str | None = None  # see _Memory.demand_source
+    scale_down_marks: ScaleDownMarks | None = None  # pod-deletion-cost marks set / cleared (or, dry run, planned)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -139,6 +162,7 @@ class WorkloadOutcome:
             "decision": None if self.decision is None else self.decision.to_dict(),
             "problems": list(self.problems),
             "actions": list(self.actions),
+            "scale_down_marks": None if self.scale_down_marks is None else self.scale_down_marks.to_dict(),
         }
 
 
@@ -352,9 +376,12 @@ class Controller:
             write=write, horizon_seconds=horizon, metrics=self.metrics, errors=errors,
             gang_forecasts=_GangForecasts(plans, self._memory, self.metrics, errors),
         )
-        for plan in plans:
-            decision = money.decisions.get(f"{plan.view.namespace}/{plan.view.name}", plan.decision)
-            outcomes.append(self._conclude(plan, decision, now, write, errors))
+        decisions = [money.decisions.get(f"{p.view.namespace}/{p.view.name}", p.decision) for p in plans]
+        downs = {p.view.namespace for p, d in zip(plans, decisions, strict=True)
+                 if not p.spec.advisory and d.desired_replicas < p.view.replicas}
+        loads = self._pod_loads(downs, now, errors) if downs and (write or self.dry_run) else None
+        for plan, decision in zip(plans, decisions, strict=True):
+            outcomes.append(self._conclude(plan, decision, now, write, errors, loads))
         return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
 
     def _finish(
@@ -583,14 +610,33 @@ class Controller:
     def _startups(self, view: WorkloadView, now: float, errors: list[str]) -> PodStartups:
         memory = self._memory[(view.namespace, view.name)]
         stale = now - memory.startups_checked >= STARTUP_RECHECK_SECONDS
-        if stale or view.ready_replicas != view.replicas or memory.startups.not_ready:
-            try:
-                memory.startups = self.cluster.pod_startups(view.namespace, view.selector, utc(now))
-                memory.startups_checked = now
-            except KubeError as exc:
-                self.metrics.errors.labels("kube_read").inc()
-                errors.append(f"{view.namespace}/{view.name}: reading pod start-ups failed: {exc}")
+        if stale or view.ready_replicas != view.replicas or memory.startups.not_ready or memory.marks_seen:
+            self._list_pods(view, memory, now, errors)
         return memory.startups
+
+    def _list_pods(self, view: WorkloadView, memory: _Memory, now: float, errors: list[str]) -> bool:
+        """List the workload's pods (start-ups, and the pods a scale-down marks); False when the read failed."""
+        try:
+            memory.startups = self.cluster.pod_startups(view.namespace, view.selector, utc(now))
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_read").inc()
+            errors.append(f"{view.namespace}/{view.name}: reading pod start-ups failed: {exc}")
+            return False
+        memory.startups_checked = now
+        memory.marks_seen = any(MARK_ANNOTATION in p.annotations and not p.terminating for p in memory.startups.pods)
+        return True
+
+    def _pod_loads(self, namespaces: set[str], now: float, errors: list[str]) -> Mapping[Key, float] | None:
+        """In-flight requests per pod, now, in the namespaces of this tick's scale-downs (one query); None when
+        unknown (the source cannot say, or the query failed: then no pod is marked, and the tick says so)."""
+        if not isinstance(self.source, PodLoadSource):
+            return None
+        try:
+            return self.source.pod_instant(POD_LOAD_QUERY, sorted(namespaces), now)
+        except (PrometheusError, promql.TemplateError) as exc:
+            self.metrics.errors.labels("pod_load").inc()
+            errors.append(f"in-flight requests per pod unknown, scale-downs mark no pod: {exc}")
+            return None
 
     def _plan(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, cfg: Config, now: float,
@@ -641,15 +687,55 @@ class Controller:
         return _Plan(view, spec, decision, summary, demand, blocked, ahead)
 
     def _conclude(self, plan: _Plan, decision: ScalingDecision, now: float, write: bool,
-                  errors: list[str]) -> WorkloadOutcome:
+                  errors: list[str], loads: Mapping[Key, float] | None = None) -> WorkloadOutcome:
         """Second pass: apply ``decision`` (the plan after the money stage) and export it."""
         view, spec = plan.view, plan.spec
-        actions = self._apply(view, spec, decision, plan.summary, plan.blocked, now, write, errors)
+        marks = self._marks(view, spec, decision, loads, now, write, errors) if write or self.dry_run else None
+        actions = self._apply(view, spec, decision, plan.summary, plan.blocked, now, write, errors, marks)
         self._export((view.namespace, view.name), view, decision, plan.summary, plan.demand, spec)
         return WorkloadOutcome(
             view.namespace, view.name, view.replicas, view.ready_replicas, str(spec.mode), decision, plan.summary,
             actions=tuple(actions), demand_source=self._memory[(view.namespace, view.name)].demand_source,
+            scale_down_marks=marks if marks is not None and not marks.empty else None,
         )
+
+    def _marks(self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision,
+               loads: Mapping[Key, float] | None, now: float, write: bool, errors: list[str]) -> ScaleDownMarks | None:
+        """Which pods get (or lose) a ``pod-deletion-cost`` mark; written here unless ``write`` is False.
+
+        A scale-down marks the idlest pods *before* the scale write, from a pod list of this tick; any other tick
+        clears marks of ours once the last scale-down landed (``autoscaler.domain.scaledown``). A failed patch is
+        counted (``pod_mark``) and reported, and never blocks the scale: the ReplicaSet's own order is no worse
+        than what it would have done without us.
+        """
+        memory = self._memory[(view.namespace, view.name)]
+        desired = decision.desired_replicas
+        if not spec.advisory and desired < view.replicas:
+            if loads is None and not memory.marks_seen:  # nothing to mark from, no mark of ours known: no pod read
+                why = "the query failed" if isinstance(self.source, PodLoadSource) else "no per-pod query"
+                return ScaleDownMarks(note=f"in-flight requests per pod unknown ({why}): no pod marked, the "
+                                           "ReplicaSet's default order applies")
+            if memory.startups_checked != now and not self._list_pods(view, memory, now, errors):
+                return ScaleDownMarks(note="pods could not be listed: no pod marked")
+            pods = memory.startups.pods
+            mine = None if loads is None else {pod: v for (ns, pod), v in loads.items() if ns == view.namespace}
+            marks = plan_marks(view.name, pods, view.replicas - desired, mine, now)
+        elif memory.marks_seen:
+            scaling_up = not spec.advisory and desired > view.replicas
+            marks = plan_clear(view.name, memory.startups.pods, view.replicas, now, scaling_up=scaling_up)
+        else:
+            return None
+        if write:
+            for pod, patch in marks.patches.items():
+                try:
+                    self.cluster.patch_pod_annotations(view.namespace, pod, patch)
+                except KubeError as exc:
+                    self.metrics.errors.labels("pod_mark").inc()
+                    errors.append(f"{view.namespace}/{view.name}: marking pod {pod} for the scale-down failed "
+                                  f"(scaling anyway, in the ReplicaSet's default order): {exc}")
+                else:
+                    memory.marks_seen = True  # list the pods next tick: clear the marks once the scale-down landed
+        return marks
 
     @staticmethod
     def _forecast_summary(forecast: Forecast | None, profile: ForecastProfile, now: float) -> dict[str, Any] | None:
@@ -693,7 +779,7 @@ class Controller:
 
     def _apply(
         self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision, summary: dict[str, Any] | None,
-        blocked: int, now: float, write: bool, errors: list[str],
+        blocked: int, now: float, write: bool, errors: list[str], marks: ScaleDownMarks | None = None,
     ) -> list[str]:
         memory = self._memory[(view.namespace, view.name)]
         desired = decision.desired_replicas
@@ -703,6 +789,10 @@ class Controller:
         else:
             outcome = "up" if desired > view.replicas else "down" if desired < view.replicas else "hold"
         self.metrics.decisions.labels(view.namespace, view.name, outcome).inc()
+        verb = "" if write else "would "
+        if marks is not None:
+            actions.extend(f"{verb}mark pod {m.pod} {m.cost} ({m.why})" for m in marks.marks)
+            actions.extend(f"{verb}clear the mark of pod {pod}" for pod in marks.clear)
         if not write:
             if outcome in ("up", "down"):
                 actions.append(f"would scale {view.replicas} -> {desired}")
@@ -724,8 +814,11 @@ class Controller:
                 if changed:
                     actions.append(f"scaled {view.replicas} -> {desired}")
                     why = _deciding_step(decision)
+                    idlest = "" if marks is None or not marks.marks else (
+                        "; idlest pods marked for removal: " + ", ".join(f"{m.pod} ({m.why})" for m in marks.marks))
                     self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown",
-                                f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail})", now, errors)
+                                f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail}){idlest}", now,
+                                errors)
                 else:  # someone set it between our list and our write: nothing happened, nothing to announce
                     actions.append(f"already at {desired}")
         status = {

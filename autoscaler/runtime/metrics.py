@@ -66,7 +66,7 @@ class ControllerMetrics:
         self.errors = Counter(
             "predictive_autoscaler_errors_total",
             "Errors by kind (metrics_unavailable, metrics_query, kube_read, kube_write, invalid_annotation, "
-            "forecast, gpu_unavailable, config, tick, alert, invalid_gang, nodepool).",
+            "forecast, gpu_unavailable, config, tick, alert, invalid_gang, nodepool, pod_load, pod_mark).",
             ["kind"],
             registry=r,
         )
@@ -124,6 +124,19 @@ class ControllerMetrics:
             "predictive_autoscaler_gang_planned_start_timestamp_seconds",
             "When a scheduled training gang is planned to start (placed in the forecast's trough), Unix seconds.",
             ["gang", "team"],
+            registry=r,
+        )
+        self.gang_headroom_blocked = Gauge(
+            "predictive_autoscaler_gang_headroom_blocked",
+            "1 for a reserved pending training gang the controller holds no nodes for (Kueue cannot admit it now, "
+            "or the nodes held for it ran past the time limit without it starting).",
+            ["gang", "team"],
+            registry=r,
+        )
+        self.gang_headroom_expired = Counter(
+            "predictive_autoscaler_gang_headroom_expired_total",
+            "Nodes held ahead for a pending training gang released because it did not start within the time limit.",
+            ["team"],
             registry=r,
         )
         self.gpus_unavailable = Gauge(

@@ -6,20 +6,24 @@ Between planning every workload and applying the plans, ``Controller.tick`` hand
 
 1. reads the GPU NodePools (``NodeCapacity``) and training gangs (``TrainingGangs``: Kueue Workloads,
    Volcano PodGroups) and turns them into pool shapes and ``Gang`` values (``autoscaler.domain``);
-2. prices the plan over the horizon and enforces the cluster and team ceilings by priority
-   (``enforce_ceilings``): lower-priority replicas are cut first, never below ``min_replicas``, gangs are
-   reserved whole or deferred whole, and every adjusted decision gets a ``cost_ceiling`` step;
-3. keeps each NodePool's ``spec.limits["nvidia.com/gpu"]`` at what the cluster ceiling allows (never below
-   the GPUs its nodes already have);
+2. prices the plan over the horizon as Karpenter bills it, whole nodes per NodePool, and enforces the cluster
+   and team ceilings by priority (``enforce_ceilings``): lower-priority replicas are cut first, never below
+   ``min_replicas``, gangs are reserved whole or deferred whole, and every adjusted decision gets a
+   ``cost_ceiling`` step;
+3. keeps each NodePool's ``spec.limits["nvidia.com/gpu"]`` at the whole nodes the cluster ceiling buys (never
+   below the GPUs its nodes already have; none on a static pool);
 4. asks Karpenter for spare nodes *ahead* of the pod scale-up: the replicas the forecast needs by
-   ``now + node start-up + lead`` (``ahead_replicas``), as far as the ceiling allows, minus what the pods
-   already request and the pool's nodes already provide, as a CapacityBuffer per Deployment or
-   placeholder pods per pool; headroom nobody needs any more (the replicas landed, the forecast passed,
-   the Deployment is gone) is removed;
+   ``now + node start-up + lead`` (``ahead_replicas``, with the replicas' scale-down stabilisation:
+   ``domain.money.stabilize_ahead``), as far as the ceiling allows, minus what the pods already request and the
+   pool's nodes already provide, as a CapacityBuffer per Deployment or placeholder pods per pool, and nodes for
+   reserved pending gangs Kueue can admit now (``domain.money.gang_headroom``: its LocalQueue and ClusterQueue
+   quota, read with ``TrainingGangs.list_kueue_queues``), for at most ``GANG_HEADROOM_LIMIT_STARTUPS`` node
+   start-ups (then released, with a ``GangHeadroomExpired`` Event on the gang and a metric); headroom nobody
+   needs any more (the replicas landed, the window of the forecast passed, the Deployment is gone) is removed;
 5. exports the cost metrics and pushes alerts (projected breach *before* cuts, cuts hitting inference,
    GPUs unavailable) to Alertmanager, resolving each when its condition clears.
 
-The decisions are pure (the helpers below call the domain functions; all I/O goes through the injected
+The decisions are pure (``autoscaler.domain.money`` and the domain modules it calls; all I/O goes through the injected
 ports). Without a port the stage skips what needs it: with none at all it only prices the plan and
 applies the ceilings, which is what ``run --dry-run`` and the tests without Karpenter see. A standby or a
 dry run reads but never writes: no limits, no headroom, no alerts.
@@ -42,11 +46,14 @@ count (ceiling and headroom) from ``planned start - node start-up`` (``domain.ga
 are asked for ahead like an inference replica's. A gang no start of whose window fits is placed at the lowest
 peak and reported (an error line and ``errors_total{kind="gang_placement"}``, once per placement). When
 writing, the planned start is written on the object (``predictive-autoscaler.io/planned-start``) and a Kueue
-Workload the user created held (``spec.active: false``) is activated (``spec.active: true``) once ``now`` has
-reached its planned start and the ceiling reserves it whole. Volcano PodGroups have no such switch: they are
+Workload the user created held is started once ``now`` has reached its planned start and the ceiling reserves it
+whole: held by Kueue's admission gate (``kueue.x-k8s.io/admission-gated-by`` naming
+``predictive-autoscaler.io/gang-scheduler``), the controller removes its name from the gate; held by
+``spec.active: false``, it sets ``spec.active: true``. Volcano PodGroups have no such switch: they are
 placed, reserved and annotated, but start when Volcano says (their owner may read the annotation).
 
-Departures from DESIGN.md (why): the placement capacity is the *cluster* ceiling in the gang's pool (team
+Departures from DESIGN.md (why): the placement capacity is the whole nodes the *cluster* ceiling buys in the
+gang's pool, with the pending gangs the ceiling defers left out (``domain.money.unplaced_deferred``) (team
 ceilings and other pools' spend are left to ``enforce_ceilings`` at the time), so "fits" is optimistic when
 other pools spend much of the budget. The NodePool limit is per pool while the ceiling is cluster-wide: each pool may
 grow to its kept GPUs plus the *whole* remaining budget (``nodes.ceiling_gpus``), so the limits together
@@ -69,37 +76,54 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from autoscaler.config import Config, HeadroomSetting
-from autoscaler.domain.annotations import WorkloadSpec
-from autoscaler.domain.capacity import forecast_need
-from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, PriceTable, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, WorkloadAsk, enforce_ceilings
 from autoscaler.domain.gangs import (
     ACTIVATED_ANNOTATION,
+    ADMISSION_GATE,
+    ADMISSION_GATED_BY,
     MAX_PLACEMENT_SECONDS,
     PLANNED_START_ANNOTATION,
     Gang,
     GangError,
-    holds_gpus,
+    format_gpus,
     parse_gang,
     place_gangs,
     placement_window,
     scheduled,
 )
-from autoscaler.domain.nodes import (
-    GPU_COUNT_KEY,
-    NodePoolError,
-    PoolShape,
-    ceiling_gpus,
-    gpu_prices,
-    headroom_plan,
-    nodepool_limit,
-    pool_shape,
+from autoscaler.domain.kueue import KueueQueues, parse_queues
+from autoscaler.domain.money import (
+    CUTTING_INFERENCE,
+    GPUS_UNAVAILABLE,
+    PROJECTED_BREACH,
+    GangHeadroom,
+    GangPlacement,
+    HeadroomKind,
+    HeadroomWant,
+    PlannedWorkload,
+    ahead_replicas,
+    alerts_for,
+    asked_by_scope,
+    breaches,
+    counting_gangs,
+    gang_headroom,
+    latest_start,
+    placement_capacity,
+    plan_headroom,
+    pool_limits,
+    pool_shapes,
+    stabilize_ahead,
+    unavailable_gpus,
+    unplaced_deferred,
 )
-from autoscaler.domain.types import ScalingDecision, ScalingPolicy
+from autoscaler.domain.nodes import gpu_prices
+from autoscaler.domain.stabilize import History
+from autoscaler.domain.types import ScalingDecision
 from autoscaler.ports import (
     Alert,
     AlertSink,
@@ -111,133 +135,37 @@ from autoscaler.ports import (
     PoolHeadroom,
     PriorityClasses,
     TrainingGangs,
-    WorkloadView,
 )
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
-from models.types import Forecast
+
+__all__ = [  # the decisions live in autoscaler.domain.money; re-exported for the loop and older imports
+    "CUTTING_INFERENCE",
+    "GPUS_UNAVAILABLE",
+    "PLACEMENT_REFRESH_SECONDS",
+    "PRIORITY_CLASS_REFRESH_SECONDS",
+    "PROJECTED_BREACH",
+    "GangForecasts",
+    "GangPlacement",
+    "MoneyOutcome",
+    "MoneyStage",
+    "PlannedWorkload",
+    "ahead_replicas",
+    "alerts_for",
+    "asked_by_scope",
+    "breaches",
+    "plan_headroom",
+    "pool_limits",
+    "pool_shapes",
+    "unavailable_gpus",
+]
 
 log = logging.getLogger(__name__)
 
-# The alert names deploy/prometheusrule.yaml also raises (autoscaler.adapters.alertmanager.ALERT_NAMES); spelled
-# here so this module does not import an HTTP adapter, and tests/runtime/test_money.py keeps the two equal.
-PROJECTED_BREACH = "GPUCostCeilingProjectedBreach"
-CUTTING_INFERENCE = "GPUCostCeilingCuttingInference"
-GPUS_UNAVAILABLE = "GPUsUnavailable"
-
-HeadroomKind = Literal["capacitybuffer", "placeholder"]
 PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
 PRIORITY_CLASS_REFRESH_SECONDS = 300  # PriorityClasses are re-read at most this often (module docstring)
-
-
-# ---------------------------------------------------------------------------------------------- inputs
-
-
-@dataclass(frozen=True)
-class PlannedWorkload:
-    """One Deployment's plan as the money stage needs it (built by the loop after ``plan_replicas``).
-
-    ``ahead_replicas``: the replicas the plan needs by ``now + node start-up + lead`` (``ahead_replicas()``),
-    what headroom is asked for; ``unschedulable``: its pods Pending unschedulable right now.
-    """
-
-    view: WorkloadView
-    spec: WorkloadSpec
-    decision: ScalingDecision
-    ahead_replicas: int
-    unschedulable: int = 0
-
-    @property
-    def key(self) -> str:
-        return f"{self.view.namespace}/{self.view.name}"
-
-
-def ahead_replicas(
-    forecast: Forecast | None, policy: ScalingPolicy, decision: ScalingDecision, node_lead_seconds: float, now: int
-) -> int:
-    """Replicas the forecast needs one node start-up beyond the plan's own lead: the peak over
-    ``[now + lead + node start-up, + look-ahead]`` plus the warm pool kept as replicas, never below the
-    decision and clamped to ``[min, max]`` of the policy. Without a usable forecast: the decision."""
-    desired = decision.desired_replicas
-    if forecast is None or decision.missing_metrics or policy.level not in forecast.quantiles:
-        return desired
-    try:
-        need = forecast_need(forecast, policy, now, decision.lead_seconds + max(0.0, node_lead_seconds))
-    except (KeyError, ValueError):
-        return desired
-    warm = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
-    return max(desired, min(max(need.replicas + warm, policy.min_replicas), policy.max_replicas))
-
-
-# ---------------------------------------------------------------------------------------------- pure helpers
-
-
-def scope_of(team: str, ceilings: Ceilings) -> tuple[str, ...]:
-    return ("cluster", f"team {team}") if team in ceilings.teams else ("cluster",)
-
-
-def asked_by_scope(
-    asks: Iterable[WorkloadAsk], gangs: Iterable[Gang], prices: GpuPrices
-) -> dict[str, float]:
-    """$/h the plan asks for *before* the ceilings: ``"cluster"`` and ``"team NAME"`` for every team seen."""
-    out: dict[str, float] = {"cluster": 0.0}
-
-    def add(team: str, dollars: float) -> None:
-        out["cluster"] += dollars
-        out[f"team {team}"] = out.get(f"team {team}", 0.0) + dollars
-
-    for a in asks:
-        add(a.team, (a.base_replicas + a.warm_units) * a.gpus_per_replica * prices.per_gpu_hour(a.nodepool))
-    for g in gangs:
-        if not g.inactive:
-            add(g.team, g.gpus * prices.per_gpu_hour(g.nodepool))
-    return {k: round(v, 6) for k, v in out.items()}
-
-
-def breaches(asked: Mapping[str, float], ceilings: Ceilings) -> dict[str, tuple[float, float]]:
-    """Scopes whose asked $/h exceeds their ceiling: ``scope -> (asked, ceiling)``."""
-    limits: dict[str, float] = {f"team {t}": v for t, v in ceilings.teams.items()}
-    if ceilings.cluster is not None:
-        limits["cluster"] = ceilings.cluster
-    return {s: (asked.get(s, 0.0), lim) for s, lim in sorted(limits.items()) if asked.get(s, 0.0) > lim + 1e-6}
-
-
-def nodepool_as_dict(view: NodePoolView) -> dict[str, Any]:
-    """The part of a NodePool ``pool_shape`` reads, rebuilt from the adapter's plain view.
-
-    ``NodeCapacity`` hands out ``NodePoolView`` values while ``nodes.pool_shape`` reads the API dict; a GPU
-    count the view found only in the template's labels is added as a requirement so both agree.
-    """
-    reqs = [{"key": r.key, "operator": r.operator, "values": list(r.values)} for r in view.requirements]
-    if view.gpus_per_node is not None and not any(r["key"] == GPU_COUNT_KEY for r in reqs):
-        reqs.append({"key": GPU_COUNT_KEY, "operator": "In", "values": [str(view.gpus_per_node)]})
-    return {"metadata": {"name": view.name}, "spec": {"template": {"spec": {"requirements": reqs}}}}
-
-
-def pool_shapes(
-    views: Sequence[NodePoolView], prices: PriceTable, wanted: Iterable[str] = ()
-) -> tuple[dict[str, PoolShape], list[str]]:
-    """Shapes of the cluster's pools, of the pools only the config describes, and the problems found.
-
-    A pool whose GPUs per node cannot be known is a problem only when it matters: a workload or gang names
-    it, the config prices it, or it has GPUs (a limit or GPUs in use); otherwise it is a CPU pool.
-    """
-    wanted = set(wanted)
-    shapes: dict[str, PoolShape] = {}
-    problems: list[str] = []
-    for v in views:
-        try:
-            shapes[v.name] = pool_shape(v.name, nodepool_as_dict(v), prices)
-        except NodePoolError as exc:
-            if v.name in wanted or v.name in prices.nodepools or v.gpu_limit is not None or (v.gpus_in_use or 0):
-                problems.append(str(exc))
-    for name in sorted({*prices.nodepools, *wanted} - set(shapes) - {v.name for v in views}):
-        try:
-            shapes[name] = pool_shape(name, None, prices)
-        except NodePoolError as exc:
-            if name in prices.nodepools:
-                problems.append(str(exc))
-    return shapes, problems
+GANG_HEADROOM_LIMIT_STARTUPS = 2  # nodes held for a pending gang that has not started are released after this many
+# node start-ups (the nodes are asked for one start-up ahead; one more is the grace for Kueue to admit it)
 
 
 class GangForecasts(Protocol):
@@ -251,251 +179,6 @@ class GangForecasts(Protocol):
     def points(self, pool: str | None, start: int, end: int) -> Sequence[tuple[int, float]] | None: ...
 
     def version(self, pool: str | None) -> int: ...
-
-
-@dataclass(frozen=True)
-class GangPlacement:
-    """Where a scheduled gang was placed, for the report, the annotation, the metric and the activation."""
-
-    key: str
-    team: str
-    start: int
-    peak_gpus: float
-    fits: bool
-    capacity_gpus: float
-    frozen: bool
-    counts_from: int  # start - node start-up: from then on its GPUs count in the ceiling and in headroom
-    detail: str
-
-    def to_dict(self, now: int, held: bool) -> dict[str, Any]:
-        return {
-            "planned_start": utc(self.start).isoformat(),
-            "planned_start_unix": self.start,
-            "counts_from": utc(self.counts_from).isoformat(),
-            "peak_gpus": round(self.peak_gpus, 6),
-            "capacity_gpus": None if math.isinf(self.capacity_gpus) else round(self.capacity_gpus, 6),
-            "fits": self.fits,
-            "frozen": self.frozen,
-            "counting": now >= self.counts_from,
-            "held": held,
-            "detail": self.detail,
-        }
-
-
-def _latest_start(gang: Gang, now: int, fixed: Mapping[str, int]) -> int:
-    window = placement_window(gang, now)
-    return window[1] if window is not None else fixed.get(gang.key, now)
-
-
-def placement_capacity(pool: str | None, ceilings: Ceilings, prices: GpuPrices) -> float:
-    """GPUs the cluster ceiling buys in ``pool`` (unbounded without a cluster ceiling or with free GPUs)."""
-    price = prices.per_gpu_hour(pool)
-    if ceilings.cluster is None or price <= 0:
-        return math.inf
-    return ceilings.cluster / price
-
-
-def pool_limits(
-    report: CostReport, shapes: Mapping[str, PoolShape], views: Sequence[NodePoolView]
-) -> dict[str, tuple[int, str]]:
-    """``pool -> (GPU limit, why)`` for every pool with a shape, when there is a cluster ceiling.
-
-    A static NodePool (``spec.replicas``) gets none: it keeps a fixed node count, does not provision on demand,
-    and its CRD refuses any limit but ``limits.nodes`` (a GPU limit would be a 422 on every tick).
-    """
-    out: dict[str, tuple[int, str]] = {}
-    for v in views:
-        shape = shapes.get(v.name)
-        if shape is None or v.static:
-            continue
-        allowed = ceiling_gpus(report, shape)
-        if allowed is None:
-            continue
-        running = v.gpus_in_use or 0
-        limit = nodepool_limit(shape, allowed, running)
-        out[v.name] = (limit, f"ceiling allows {allowed} GPU(s) at ${shape.gpu_hour:,.2f}/GPU-h; nodes have "
-                              f"{running}; {shape.gpus_per_node} per node -> limit {limit}")
-    return out
-
-
-@dataclass(frozen=True)
-class HeadroomWant:
-    """Headroom the plan wants: a target, its amount (buffer replicas or placeholder nodes), and why."""
-
-    target: HeadroomTarget
-    amount: int
-    detail: str
-
-    @property
-    def ident(self) -> tuple[str, str]:
-        if isinstance(self.target, DeploymentHeadroom):
-            return ("CapacityBuffer", f"{self.target.namespace}/{self.target.deployment}")
-        return ("Deployment", self.target.pool.name)
-
-
-def plan_headroom(
-    planned: Sequence[PlannedWorkload],
-    decisions: Mapping[str, ScalingDecision],
-    allowed_ahead: Mapping[str, int],
-    shapes: Mapping[str, PoolShape],
-    views: Sequence[NodePoolView],
-    gangs: Sequence[Gang],
-    limits: Mapping[str, int],
-    kind: HeadroomKind,
-) -> tuple[list[HeadroomWant], dict[str, int]]:
-    """The headroom to hold now, and per workload the extra replicas it was asked for.
-
-    Per workload, extra = ``allowed_ahead - max(spec.replicas, desired now)`` (advisory workloads and
-    workloads without GPUs ask nothing). Per pool, the GPUs those extras need beyond what the pods request
-    and the pool's nodes already have (``headroom_plan``, capped by the pool's limit) become placeholder
-    nodes, or are shared out as CapacityBuffer replicas, higher priority first. A workload whose pool is
-    unknown gets its whole extra as a buffer (its node size is unknown, a buffer of pods is still right).
-    ``gangs`` are the reserved ones that count now: an admitted gang's GPUs are requested by its pods, a
-    pending one's (placed, within one node start-up of its start) are planned but not yet requested, so
-    placeholder nodes are held for it, in both modes (a CapacityBuffer needs a workload to scale).
-    """
-    by_view = {v.name: v for v in views}
-    extra: dict[str, int] = {}
-    planned_gpus: dict[str, int] = {}
-    requested: dict[str, int] = {}
-    members: dict[str, list[PlannedWorkload]] = {}
-    for p in planned:
-        gpr = p.spec.gpus_per_replica
-        pool = p.spec.nodepool or ""
-        now_count = max(p.view.replicas, decisions[p.key].desired_replicas)
-        wanted = 0 if p.spec.advisory or gpr == 0 else max(0, allowed_ahead.get(p.key, 0) - now_count)
-        extra[p.key] = wanted
-        planned_gpus[pool] = planned_gpus.get(pool, 0) + (now_count + wanted) * gpr
-        requested[pool] = requested.get(pool, 0) + now_count * gpr
-        if wanted:
-            members.setdefault(pool, []).append(p)
-    for g in gangs:  # an admitted gang's pods request its GPUs; a pending one has no pods yet: nodes ahead
-        pool = g.nodepool or ""
-        planned_gpus[pool] = planned_gpus.get(pool, 0) + g.gpus
-        if g.admitted:
-            requested[pool] = requested.get(pool, 0) + g.gpus
-    have = {pool: max(gpus, by_view[pool].gpus_in_use or 0) if pool in by_view else gpus
-            for pool, gpus in requested.items()}
-    known = {pool: s for pool, s in shapes.items() if pool in planned_gpus}
-    plan = headroom_plan(known, planned_gpus, have, dict(limits))
-    wants: list[HeadroomWant] = []
-    if kind == "placeholder":
-        for pool, room in plan.items():
-            if room.spare_nodes > 0 and pool in by_view:
-                wants.append(HeadroomWant(PoolHeadroom(by_view[pool], room.gpus_per_node), room.spare_nodes,
-                                          room.detail))
-        return wants, extra
-    # CapacityBuffer mode: a buffer scales a Deployment's pods, and a pending gang has no workload to point one at,
-    # so its nodes are held as placeholder pods on its pool (whole nodes, first: the ceiling has already reserved
-    # the gang whole, and an inference buffer can use what is left).
-    gang_nodes: dict[str, int] = {}
-    for g in gangs:
-        pool = g.nodepool or ""
-        h = plan.get(pool)
-        if not g.admitted and h is not None and h.spare_nodes > 0 and pool in by_view:
-            gang_nodes[pool] = gang_nodes.get(pool, 0) + math.ceil(g.gpus / h.gpus_per_node)
-    for pool, nodes in sorted(gang_nodes.items()):
-        h = plan[pool]
-        nodes = min(nodes, h.spare_nodes)
-        gang_nodes[pool] = nodes
-        wants.append(HeadroomWant(PoolHeadroom(by_view[pool], h.gpus_per_node), nodes,
-                                  f"{nodes} node(s) for pending gang(s) placed to start within one node start-up; "
-                                  f"{h.detail}"))
-    for pool, ps in members.items():
-        h = plan.get(pool)
-        remaining = None if h is None else h.spare_gpus if h.spare_nodes > 0 else 0
-        if remaining is not None and h is not None:
-            remaining = max(0, remaining - gang_nodes.get(pool, 0) * h.gpus_per_node)
-        for p in sorted(ps, key=lambda q: (-q.spec.priority, q.key)):
-            amount = extra[p.key]
-            if remaining is not None:
-                amount = min(amount, math.ceil(remaining / p.spec.gpus_per_replica))
-                remaining = max(0, remaining - amount * p.spec.gpus_per_replica)
-            if amount > 0:
-                why = (f"{extra[p.key]} replica(s) needed by now + node start-up + lead; "
-                       + (h.detail if h is not None else "pool unknown: whole extra buffered"))
-                wants.append(HeadroomWant(DeploymentHeadroom(p.view.namespace, p.view.name, p.view.uid or None),
-                                          amount, why))
-    return wants, extra
-
-
-def unavailable_gpus(
-    planned: Sequence[PlannedWorkload],
-    decisions: Mapping[str, ScalingDecision],
-    gangs: Sequence[Gang],
-    limits: Mapping[str, int],
-) -> dict[str, int]:
-    """GPUs each workload waits for: its unschedulable pods, or its share of a pool's demand above the limit.
-
-    A pool's shortfall (plan GPUs - limit) is attributed to the not-yet-ready replicas of its workloads,
-    lowest priority first (they are the ones the scheduler leaves Pending).
-    """
-    out = {p.key: p.unschedulable * p.spec.gpus_per_replica for p in planned}
-    demand: dict[str, int] = {}
-    for p in planned:
-        pool = p.spec.nodepool or ""
-        demand[pool] = demand.get(pool, 0) + max(p.view.replicas, decisions[p.key].desired_replicas) * \
-            p.spec.gpus_per_replica
-    for g in gangs:
-        demand[g.nodepool or ""] = demand.get(g.nodepool or "", 0) + g.gpus
-    for pool, limit in limits.items():
-        short = demand.get(pool, 0) - limit
-        if short <= 0:
-            continue
-        for p in sorted((p for p in planned if (p.spec.nodepool or "") == pool),
-                        key=lambda q: (q.spec.priority, q.key)):
-            waiting = max(0, decisions[p.key].desired_replicas - p.view.ready_replicas) * p.spec.gpus_per_replica
-            take = min(short, waiting)
-            out[p.key] = max(out[p.key], take)
-            short -= take
-            if short <= 0:
-                break
-    return out
-
-
-def alerts_for(
-    report: CostReport,
-    asked: Mapping[str, float],
-    ceilings: Ceilings,
-    unavailable: Mapping[str, int],
-    teams: Mapping[str, str],
-) -> list[Alert]:
-    """The alerts the tick's state calls for (identity = name + labels; ``teams``: cut key -> team)."""
-    alerts: list[Alert] = []
-    for scope, (want, ceiling) in breaches(asked, ceilings).items():
-        team = scope.removeprefix("team ") if scope.startswith("team ") else ""
-        who = f"team {team}" if team else "the cluster"
-        labels = {"scope": "team", "team": team} if team else {"scope": "cluster"}
-        alerts.append(Alert(
-            PROJECTED_BREACH, "warning",
-            f"Projected GPU spend of {who} is above its ceiling: ${want:,.2f}/h > ${ceiling:,.2f}/h",
-            f"The plan needs ${want:,.2f}/h within the next {report.horizon_seconds}s; the {scope} ceiling is "
-            f"${ceiling:,.2f}/h. Lower-priority replicas, warm pools and gangs are held back to fit.",
-            labels,
-        ))
-    cut_by_team: dict[str, list[str]] = {}
-    for c in report.cuts:
-        if c.kind == "replicas":
-            cut_by_team.setdefault(teams.get(c.key, ""), []).append(
-                f"{c.key} -{c.count} replica(s) ({c.gpus} GPU, ${c.dollars_per_hour:,.2f}/h, {c.ceiling} ceiling)")
-    for team, lines in sorted(cut_by_team.items()):
-        alerts.append(Alert(
-            CUTTING_INFERENCE, "critical",
-            f"The cost ceiling is cutting inference replicas of team {team}",
-            "Withheld: " + "; ".join(lines) + ". Latency objectives are at risk: raise the ceiling or stop "
-            "lower-priority work.",
-            {"team": team},
-        ))
-    for key, gpus in sorted(unavailable.items()):
-        if gpus > 0:
-            namespace, name = key.split("/", 1)
-            alerts.append(Alert(
-                GPUS_UNAVAILABLE, "warning", f"{key} is waiting for {gpus} GPU(s)",
-                f"Replicas of {key} cannot get GPUs (pods Pending unschedulable or the NodePool at its limit); "
-                "the controller stops adding Pending replicas.",
-                {"namespace": namespace, "deployment": name},
-            ))
-    return alerts
 
 
 # ---------------------------------------------------------------------------------------------- the stage
@@ -516,6 +199,7 @@ class MoneyOutcome:
     alerts: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     placements: Mapping[str, GangPlacement] = field(default_factory=dict)
+    gang_headroom_blocked: Mapping[str, str] = field(default_factory=dict)  # gang -> why no nodes are held for it
     held: frozenset[str] = frozenset()  # keys of held (not yet activated) Kueue Workloads
     now: int = 0
 
@@ -529,6 +213,7 @@ class MoneyOutcome:
             "headroom": dict(sorted(self.headroom.items())),
             "ahead": {k: {"replicas": a, "allowed": b} for k, (a, b) in sorted(self.ahead.items())},
             "gang_placements": {k: p.to_dict(self.now, k in self.held) for k, p in sorted(self.placements.items())},
+            "gang_headroom_blocked": dict(sorted(self.gang_headroom_blocked.items())),
             "alerts": list(self.alerts),
             "actions": list(self.actions),
         }
@@ -569,19 +254,27 @@ class MoneyStage:
         self._placements: dict[str, GangPlacement] = {}
         self._placement_sig: dict[str, tuple[Any, ...]] = {}
         self._placement_versions: dict[str | None, int] = {}
+        self._placement_absent: frozenset[str] = frozenset()
         self._placed_at = -math.inf
         self._no_fit: dict[str, int] = {}  # gang -> the start reported as not fitting (reported once per start)
         self._classes = PriorityClasses()  # the last good PriorityClass read
         self._classes_read_at = -math.inf  # when it was last read (or refused with 403)
         self._classes_forbidden = False  # a 403 was reported and no read has succeeded since
+        self._queues: KueueQueues | None = None  # the last good read of Kueue's queues
+        self._gang_held_since: dict[str, int] = {}  # pending gang -> when nodes were first held for it
+        self._expired_reported: set[str] = set()
+        self._ahead_held: dict[str, int] = {}  # stabilised ahead counts of the last tick (headroom stands for them)
+        self._ahead_history: dict[str, History] = {}  # raw ahead counts of the stabilisation window
 
     # ------------------------------------------------------------------ placement
 
     def _place(
         self, gangs: Sequence[Gang], cfg: Config, prices: GpuPrices, now: int, node_startup: float,
         forecasts: GangForecasts | None, metrics: ControllerMetrics, errors: list[str],
+        absent: frozenset[str] = frozenset(),
     ) -> dict[str, GangPlacement]:
-        """The cached placements of the scheduled gangs, recomputed when due (module docstring)."""
+        """The cached placements of the scheduled gangs, recomputed when due (module docstring). ``absent``: the
+        pending gangs the ceiling defers (``domain.money.unplaced_deferred``), not counted under the placements."""
         keep = dict(self._placements)
         candidates = [g for g in gangs if scheduled(g) and (placement_window(g, now) is not None or
                                                             (g.key in keep and keep[g.key].frozen))]
@@ -595,7 +288,7 @@ class MoneyStage:
                 for k, p in keep.items()}
         pools = sorted({g.nodepool for g in candidates}, key=lambda p: p or "")
         versions = {pool: forecasts.version(pool) if forecasts is not None else 0 for pool in pools}
-        due = (set(sig) != set(keep) or versions != self._placement_versions
+        due = (set(sig) != set(keep) or versions != self._placement_versions or absent != self._placement_absent
                or now - self._placed_at >= PLACEMENT_REFRESH_SECONDS)
         if not due:
             self._placements = keep
@@ -605,11 +298,11 @@ class MoneyStage:
         capacity: dict[str | None, float] = {}
         for pool in pools:
             members = [g for g in candidates if g.nodepool == pool]
-            end = max(_latest_start(g, now, fixed) + (g.duration_seconds or 0) for g in members)
+            end = max(latest_start(g, now, fixed) + (g.duration_seconds or 0) for g in members)
             end = min(max(end, now + 1), now + MAX_PLACEMENT_SECONDS)
             inference[pool] = (forecasts.points(pool, now, end) if forecasts is not None else None) or []
             capacity[pool] = placement_capacity(pool, cfg.ceilings, prices)
-        placed = place_gangs(gangs, inference, capacity, now, fixed)
+        placed = place_gangs(gangs, inference, capacity, now, fixed, absent)
         out: dict[str, GangPlacement] = {}
         for g in candidates:
             pl = placed.get(g.key)
@@ -624,13 +317,14 @@ class MoneyStage:
             if not pl.fits and self._no_fit.get(g.key) != pl.start:
                 self._no_fit[g.key] = pl.start
                 metrics.errors.labels("gang_placement").inc()
-                errors.append(f"{g.key}: no start in its window fits the {cap:g} GPU(s) the ceiling buys in NodePool "
-                              f"{g.nodepool or '(none)'}; placed at the lowest peak, {pl.peak_gpus:g} GPU(s) at "
+                peak = format_gpus(pl.peak_gpus)
+                errors.append(f"{g.key}: no start in its window fits the {format_gpus(cap)} GPU(s) the ceiling buys in "
+                              f"NodePool {g.nodepool or '(none)'}; placed at the lowest peak, {peak} GPU(s) at "
                               f"{utc(pl.start).isoformat()}")
             elif pl.fits:
                 self._no_fit.pop(g.key, None)
         self._placements, self._placement_sig = out, sig
-        self._placement_versions, self._placed_at = versions, now
+        self._placement_versions, self._placed_at, self._placement_absent = versions, now, absent
         return out
 
     # ------------------------------------------------------------------ reads
@@ -693,6 +387,75 @@ class MoneyStage:
         self._gangs = gangs
         return gangs
 
+    def _read_queues(self, gangs: Sequence[Gang], metrics: ControllerMetrics,
+                     errors: list[str]) -> KueueQueues | str | None:
+        """Kueue's queues, read only while headroom is managed and a Workload is pending: ``KueueQueues``; None when
+        Kueue's queues are not served (not checked); on a failed read the last good one, else the reason (no nodes
+        for pending Workloads: holding idle nodes on a guess is what issue 11 was about)."""
+        if self.training is None or not any(g.kind == "Workload" and not g.admitted and not g.inactive for g in gangs):
+            return None
+        try:
+            local, cluster = self.training.list_kueue_queues()
+        except Exception as exc:
+            metrics.errors.labels("kube_read").inc()
+            kept = "using the last good read" if self._queues is not None else "no nodes for pending Workloads"
+            errors.append(f"reading Kueue LocalQueues/ClusterQueues failed ({kept}; retried next tick): {exc}")
+            return self._queues if self._queues is not None else f"Kueue's queues could not be read: {exc}"
+        if not (local.installed and cluster.installed):
+            note = local.note or cluster.note or "Kueue's queues are not served"
+            if note not in self._reported:
+                self._reported.add(note)
+                log.info("%s; pending Workloads are not checked against their queues", note)
+            return None
+        queues, problems = parse_queues(local.items, cluster.items)
+        for problem in problems:
+            self._once(f"Kueue queue skipped: {problem}", "invalid_gang", metrics, errors)
+        self._queues = queues
+        return queues
+
+    def _stabilize_ahead(self, planned: Sequence[PlannedWorkload], cfg: Config, now: int) -> list[PlannedWorkload]:
+        """``planned`` with stabilised ahead counts (``domain.money.stabilize_ahead``); the stage remembers them."""
+        default = cfg.profile("default").scale_down_stabilization_seconds
+        windows = {}
+        for p in planned:
+            profile = cfg.profiles.get(p.spec.forecast_profile)
+            windows[p.key] = profile.scale_down_stabilization_seconds if profile is not None else default
+        out, self._ahead_history = stabilize_ahead(planned, self._ahead_held, self._ahead_history, now, windows)
+        self._ahead_held = {p.key: p.ahead_replicas for p in out}
+        return out
+
+    def _track_gang_headroom(self, gh: GangHeadroom, now: int) -> None:
+        """Remember since when nodes are held for each pending gang (the time limit's clock); forget a gang once it
+        started, went away, or Kueue cannot admit it (it starts afresh when it can)."""
+        holding = {g.key for g in gh.held if not g.admitted} | {g.key for g in gh.expired}
+        for key in holding:
+            self._gang_held_since.setdefault(key, now)
+        for key in set(self._gang_held_since) - holding:
+            del self._gang_held_since[key]
+            self._expired_reported.discard(key)
+
+    def _report_expired(self, gh: GangHeadroom, now: int, metrics: ControllerMetrics, errors: list[str]) -> list[str]:
+        """Once per gang: a Warning Event on it, the metric and a log line when its held nodes were released."""
+        actions: list[str] = []
+        for g in gh.expired:
+            if g.key in self._expired_reported:
+                continue
+            why = gh.blocked.get(g.key, "")
+            message = f"No more nodes held ahead for this gang ({g.gpus} GPU(s)): {why}"
+            log.warning("%s: %s", g.key, message)
+            metrics.gang_headroom_expired.labels(g.team).inc()
+            self._expired_reported.add(g.key)
+            actions.append(f"{g.key}: headroom released ({why})")
+            if self.training is None:
+                continue
+            try:
+                self.training.post_gang_event(g.kind, g.namespace, g.name, g.uid, "Warning", "GangHeadroomExpired",
+                                              message, utc(now))
+            except Exception as exc:
+                metrics.errors.labels("kube_write").inc()
+                errors.append(f"{g.key}: the GangHeadroomExpired Event could not be written: {exc}")
+        return actions
+
     def _read_priority_classes(self, now: int, metrics: ControllerMetrics, errors: list[str]) -> PriorityClasses:
         """The cached PriorityClasses, re-read when due; on a failed read the last good map (module docstring)."""
         if self.training is None or now - self._classes_read_at < PRIORITY_CLASS_REFRESH_SECONDS:
@@ -744,11 +507,11 @@ class MoneyStage:
         prices = gpu_prices(shapes.values(), cfg.pricing)
         all_gangs = self._read_gangs(metrics, errors, t)
         node_startup = float(cfg.cold_start.node_startup_seconds)
-        placements = self._place(all_gangs, cfg, prices, t, node_startup, gang_forecasts, metrics, errors)
-        gangs = [g for g in all_gangs if holds_gpus(
-            g, t, horizon_seconds, placements[g.key].start if g.key in placements else None, node_startup)]
-
         asks = [WorkloadAsk.from_decision(p.spec, p.decision) for p in planned]
+        absent = unplaced_deferred(asks, all_gangs, cfg.ceilings, prices, t, horizon_seconds)
+        placements = self._place(all_gangs, cfg, prices, t, node_startup, gang_forecasts, metrics, errors, absent)
+        gangs = counting_gangs(all_gangs, placements, t, horizon_seconds, node_startup)
+
         report = enforce_ceilings(asks, gangs, cfg.ceilings, prices, horizon_seconds=horizon_seconds)
         decisions = {p.key: report.apply(p.key, p.decision) for p in planned}
         asked = asked_by_scope(asks, gangs, prices)
@@ -759,6 +522,9 @@ class MoneyStage:
         limit_plan = pool_limits(report, shapes, views) if pools_known else {}
         limits = {name: limit for name, (limit, _) in limit_plan.items()}
         effective_limits = {v.name: v.gpu_limit for v in views if v.gpu_limit is not None} | limits
+        # a static NodePool (spec.replicas) has the capacity of its fixed nodes: no more can be bought there
+        effective_limits |= {v.name: max(v.gpus_in_use or 0, v.nodes * shapes[v.name].gpus_per_node)
+                             for v in views if v.static and v.name in shapes}
         unavailable = unavailable_gpus(planned, decisions, reserved, effective_limits)
 
         setting: HeadroomSetting = cfg.karpenter.headroom
@@ -773,6 +539,9 @@ class MoneyStage:
                 errors.append(f"CapacityBuffer discovery failed; no headroom changes this tick: {exc}")
         # Headroom is held only for what the ceiling would allow at the ahead count (priced only when headroom is
         # managed, and a second time only when some workload looks further ahead than it asks now).
+        gh = GangHeadroom(tuple(reserved), {})
+        if kind is not None:  # the ahead counts headroom stands for, with the replicas' scale-down stabilisation
+            planned = self._stabilize_ahead(planned, cfg, t)
         allowed_ahead = {p.key: p.ahead_replicas for p in planned}
         if kind is not None:
             ahead_asks = [replace(a, desired_replicas=max(a.desired_replicas, p.ahead_replicas))
@@ -784,13 +553,24 @@ class MoneyStage:
             for a in ahead_asks:
                 outcome = ahead_report.outcome(a.key)
                 allowed_ahead[a.key] = a.desired_replicas if outcome is None else outcome.allowed_replicas
-            wants, _ = plan_headroom(planned, decisions, allowed_ahead, shapes, views, reserved, effective_limits,
-                                     kind)
+            limit = GANG_HEADROOM_LIMIT_STARTUPS * max(node_startup, 60.0)
+            # every gang that counts is checked (the dry run says why a deferred one would get no nodes either);
+            # nodes are held only for those the ceiling reserved
+            gh = gang_headroom(gangs, self._read_queues(all_gangs, metrics, errors), t, self._gang_held_since, limit)
+            kept = {g.key for g in reserved}
+            gh = replace(gh, held=tuple(g for g in gh.held if g.key in kept))
+            if write:
+                self._track_gang_headroom(gh, t)
+            wants, _ = plan_headroom(planned, decisions, allowed_ahead, shapes, views, list(gh.held),
+                                     effective_limits, kind)
 
         self._export(metrics, cfg.ceilings, asked, report, teams, reserved, unavailable, planned, allowed_ahead)
         metrics.gang_planned_start.clear()
         for p in placements.values():
             metrics.gang_planned_start.labels(p.key, p.team).set(p.start)
+        metrics.gang_headroom_blocked.clear()
+        for key in gh.blocked:
+            metrics.gang_headroom_blocked.labels(key, teams.get(key, "")).set(1)
         alerts = alerts_for(report, asked, cfg.ceilings, unavailable, teams)
         if write:
             if pools_known and self.capacity is not None and cfg.karpenter.enabled:
@@ -798,6 +578,7 @@ class MoneyStage:
                 if kind is not None:
                     actions += self._write_headroom(wants, views, metrics, errors)
             actions += self._write_gangs(all_gangs, placements, report, t, metrics, errors)
+            actions += self._report_expired(gh, t, metrics, errors)
             actions += self._send_alerts(alerts, now, metrics, errors)
         return MoneyOutcome(
             decisions=decisions, report=report, asked=asked, breaches=over, gpus_unavailable=unavailable,
@@ -805,6 +586,7 @@ class MoneyStage:
             ahead={p.key: (p.ahead_replicas, allowed_ahead[p.key]) for p in planned},
             alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in alerts), actions=tuple(actions),
             placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
+            gang_headroom_blocked=dict(gh.blocked),
         )
 
     # ------------------------------------------------------------------ writes
@@ -841,16 +623,23 @@ class MoneyStage:
         actions: list[str] = []
         for g in sorted(gangs, key=lambda g: g.key):
             p = placements.get(g.key)
+            if p is None and g.gated and not g.held and not g.admitted and not g.inactive:
+                # our gate on a Workload the controller cannot schedule (no start-after): not ours to keep closed
+                actions += self._release_gate(g, now, metrics, errors)
+                continue
             if p is None:
                 continue
-            annotations: dict[str, str] = {}
+            annotations: dict[str, str | None] = {}
             if g.planned_start_note != p.start:
                 annotations[PLANNED_START_ANNOTATION] = utc(p.start).isoformat()
             activate = g.kind == "Workload" and g.held and now >= p.start and g.key in reserved
             patch: dict[str, Any] = {}
             if activate:
                 annotations[ACTIVATED_ANNOTATION] = utc(now).isoformat()
-                patch["spec"] = {"active": True}
+                if g.gated:  # our name leaves Kueue's admission gate; other controllers' names stay
+                    annotations[ADMISSION_GATED_BY] = ",".join(n for n in g.gates if n != ADMISSION_GATE) or None
+                if not g.gated or g.deactivated:
+                    patch["spec"] = {"active": True}
             if not annotations:
                 continue
             patch["metadata"] = {"annotations": annotations}
@@ -866,6 +655,19 @@ class MoneyStage:
             else:
                 actions.append(f"{g.key}: planned start {utc(p.start).isoformat()} written")
         return actions
+
+    def _release_gate(self, g: Gang, now: int, metrics: ControllerMetrics, errors: list[str]) -> list[str]:
+        assert self.training is not None
+        rest = ",".join(n for n in g.gates if n != ADMISSION_GATE) or None
+        patch = {"metadata": {"annotations": {ADMISSION_GATED_BY: rest, ACTIVATED_ANNOTATION: utc(now).isoformat()}}}
+        try:
+            self.training.patch_gang(g.kind, g.namespace, g.name, patch)
+        except Exception as exc:
+            metrics.errors.labels("kube_write").inc()
+            errors.append(f"releasing the admission gate of {g.key} failed (retried next tick): {exc}")
+            return []
+        return [f"{g.key}: admission gate {ADMISSION_GATE} released at once (no start-after: nothing to schedule it "
+                f"by)"]
 
     def _write_headroom(
         self, wants: Sequence[HeadroomWant], views: Sequence[NodePoolView], metrics: ControllerMetrics,

@@ -4,7 +4,11 @@ Why a package: the cluster model, the baseline HPA, the oracle bound and our pol
 separately testable pieces that the engine runs under one set of rules and one bill.
 
 - ``cluster``: replicas, nodes, start-up delays, consolidation of empty nodes, what is billed;
-- ``reactive``: a faithful Kubernetes HPA (autoscaling/v2 defaults);
+- ``reactive``: a faithful Kubernetes HPA (autoscaling/v2 defaults), on utilisation and on vLLM's
+  waiting-requests gauge (as the vLLM reference deploys it);
+- ``queue``: a fluid FIFO queue in front of the Ready replicas, with a timeout: what users feel
+  (SLO attainment, p99 wait, dropped requests), exact from cumulative arrival/departure curves;
+- ``traffic``: how a bin's rate is spread over the ticks, the same for every policy;
 - ``oracle``: perfect foresight at the fewest GPU-hours, replayed through the same cluster;
 - ``predictive``: the project's forecaster + ``plan_replicas``, as the controller runs them;
 - ``money``: a cost ceiling and training gangs over the whole simulated cluster, decided by the

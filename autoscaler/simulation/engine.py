@@ -4,17 +4,25 @@ Why it exists: operators tune a forecast config on their own history before they
 controller act, and the project has to show its policy beats the HPA they run today. Both need one
 harness that feeds every policy the same traffic, start-up delays and bill.
 
-Traffic: the trace's per-second rate is constant inside each bin. Ticks are 15 s (the HPA sync
-period) when the bin size is a multiple of 15 s, else the largest divisor of 15 s that divides the
-bin. A missing bin (NaN) carries no demand that can be scored, and policies see it as a missing
-metric (the HPA holds, the planner holds).
+Traffic: ticks are 15 s (the HPA sync period) when the bin size is a multiple of 15 s, else the
+largest divisor of 15 s that divides the bin. Inside a bin the per-second rate is spread over the
+ticks as ``SimulationConfig.bin_shape`` says (``autoscaler.simulation.traffic``: ``flat``, the
+library default, or ``linear``; the CLI and the benchmark use ``auto``), the same for every policy.
+A missing bin (NaN) carries no demand that can be scored, and policies see it as a missing metric
+(the HPA holds, the planner holds).
 
 Scores, per policy (``PolicyResult``):
 
 * ``gpu_hours``: GPUs held by the Deployment's replicas, from ask to release (see ``cluster``);
   ``cost_usd`` = ``gpu_hours`` * the GPU-hour price;
+* ``slo_attainment``, ``wait_p99_seconds``, ``dropped_fraction``: what users feel behind a FIFO
+  queue in front of the Ready replicas, with a timeout (``SimulationConfig.queue``; the model and the
+  exact definitions are in ``autoscaler.simulation.queue``): the share of requests that started
+  within the SLO wait (dropped ones are misses), the 99th percentile wait (a dropped request counted
+  at the timeout) and the share dropped at the timeout;
 * ``unserved_fraction``: requests that arrived above Ready capacity, over all requests
-  (``sum_t max(0, demand - ready * capacity) / sum_t demand``);
+  (``sum_t max(0, demand - ready * capacity) / sum_t demand``): the capacity shortfall, with no
+  queue (kept as it was so that older results stay comparable);
 * ``cold_start_requests``: the part of those unserved requests that replicas already asked for
   but still starting would have served, i.e. ``sum_t min(shortfall, starting * capacity)`` in
   requests: demand lost to start-up latency rather than to under-asking;
@@ -46,16 +54,21 @@ from numpy.typing import NDArray
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.money import MoneyConfig, MoneyLedger, MoneyOutcome
 from autoscaler.simulation.oracle import oracle_schedule
-from autoscaler.simulation.reactive import ReactiveHPA
+from autoscaler.simulation.queue import P99, FluidQueue, QueueConfig, Segments, replay
+from autoscaler.simulation.reactive import QueueHPA, ReactiveHPA
+from autoscaler.simulation.traffic import resolve, spread
 from models.types import FloatArray, TrafficSeries
 
 IntArray = NDArray[np.int64]
 METRIC_KEYS = (
-    "gpu_hours", "cost_usd", "unserved_fraction", "cold_start_requests", "scale_events", "max_replicas",
+    "gpu_hours", "cost_usd", "slo_attainment", "wait_p99_seconds", "dropped_fraction", "unserved_fraction",
+    "cold_start_requests", "scale_events", "max_replicas",
     "ceiling_breaches", "gangs_split", "gang_wait_hours", "ceiling_unserved_fraction", "gangs_missed",
     "gangs_preempted",
 )
 DEFAULT_REACTIVE_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
+DEFAULT_QUEUE_TARGETS = (10.0,)  # vllm:num_requests_waiting averageValue, as the reference deploys it
+POLICY_NAMES = ("predictive", "reactive", "oracle", "hpa-queue", "predictive-persistence")
 _CEIL_TOLERANCE = 1e-9
 
 
@@ -119,12 +132,19 @@ class PolicyResult:
     gangs_preempted: int = 0
     wanted: IntArray | None = field(default=None, repr=False)  # replicas the policy asked for before the ceiling
     gang_gpus: IntArray | None = field(default=None, repr=False)  # GPUs held by gangs per tick
+    slo_attainment: float = 1.0
+    wait_p99_seconds: float = 0.0
+    dropped_fraction: float = 0.0
+    waiting: FloatArray | None = field(default=None, repr=False)  # requests waiting at the end of each tick
 
     def metrics(self) -> dict[str, float | int]:
         """The scores (``METRIC_KEYS``), JSON-safe, in the documented key order."""
         return {
             "gpu_hours": round(self.gpu_hours, 4),
             "cost_usd": round(self.cost_usd, 2),
+            "slo_attainment": round(self.slo_attainment, 8),
+            "wait_p99_seconds": round(self.wait_p99_seconds, 3),
+            "dropped_fraction": round(self.dropped_fraction, 8),
             "unserved_fraction": round(self.unserved_fraction, 8),
             "cold_start_requests": round(self.cold_start_requests, 2),
             "scale_events": int(self.scale_events),
@@ -149,9 +169,19 @@ def score(
     gpu_hour_price: float,
     seconds: float = 0.0,
     money: MoneyOutcome | None = None,
+    queue: QueueConfig | None = None,
+    segments: Segments | None = None,
 ) -> PolicyResult:
-    """Score a run from per-tick demand (req/s, NaN = missing) and replica counts (and what the money stage did)."""
+    """Score a run from per-tick demand (req/s, NaN = missing) and replica counts (and what the money stage did).
+
+    The queue scores use ``queue`` (default ``QueueConfig()``); ``segments`` may pass the arrivals' cut
+    (``Segments(demand, tick_seconds, queue.timeout_seconds)``) when several runs share it.
+    """
     d = np.nan_to_num(demand, nan=0.0)
+    q_cfg = queue or QueueConfig()
+    if segments is None:
+        segments = Segments(demand, tick_seconds, q_cfg.timeout_seconds)
+    waits = replay(segments, ready.astype(np.float64) * capacity_per_replica)
     shortfall = np.maximum(d - ready * capacity_per_replica, 0.0)
     total = float(d.sum()) * tick_seconds
     unserved = float(shortfall.sum()) * tick_seconds
@@ -188,6 +218,10 @@ def score(
         requested=requested,
         ready=ready,
         seconds=seconds,
+        slo_attainment=waits.attainment(q_cfg.slo_wait_seconds),
+        wait_p99_seconds=waits.wait_quantile(P99),
+        dropped_fraction=waits.dropped_fraction,
+        waiting=waits.backlog_end_of_tick,
         **extra,
     )
 
@@ -222,16 +256,28 @@ class Scheduled:
 
 
 def run_closed_loop(
-    policy: TickPolicy, demand: FloatArray, cluster: Cluster, ledger: MoneyLedger | None = None
+    policy: TickPolicy, demand: FloatArray, cluster: Cluster, ledger: MoneyLedger | None = None,
+    queue: FluidQueue | None = None, capacity_per_replica: float = 1.0,
 ) -> tuple[IntArray, IntArray]:
     """Drive ``policy`` tick by tick (through the money stage ``ledger`` when there is one);
-    returns ``(requested, ready)`` replicas per tick."""
+    returns ``(requested, ready)`` replicas per tick.
+
+    A policy with ``observe_queue(waiting)`` (the queue-driven HPA) is shown ``queue``'s backlog before
+    each decision; the queue is served by the Ready replicas (``capacity_per_replica`` req/s each).
+    """
     requested: list[int] = []
     ready: list[int] = []
     decide = policy.decide
     decides = _decides(policy)
+    observe = getattr(policy, "observe_queue", None)
+    if not callable(observe):
+        observe = None
+    elif queue is None:
+        raise ValueError(f"policy {policy.name} reads the queue: run_closed_loop needs a FluidQueue")
     for k, d in enumerate(demand.tolist()):
         cluster.advance(k)
+        if observe is not None and queue is not None:
+            observe(queue.waiting)
         desired = decide(k, cluster, d)
         if ledger is not None:
             warm = int(getattr(policy, "warm_pool_replicas", 0))
@@ -240,6 +286,8 @@ def run_closed_loop(
             cluster.scale_to(k, desired)
         requested.append(cluster.requested)
         ready.append(cluster.ready)
+        if observe is not None and queue is not None:
+            queue.advance(k, cluster.ready * capacity_per_replica)
         if ledger is not None:
             ledger.record(k, cluster.requested)
     return np.asarray(requested, dtype=np.int64), np.asarray(ready, dtype=np.int64)
@@ -257,6 +305,9 @@ class SimulationConfig:
     reactive_targets: tuple[float, ...] = DEFAULT_REACTIVE_TARGETS
     policies: tuple[str, ...] = ("predictive", "reactive", "oracle")
     money: MoneyConfig = field(default_factory=MoneyConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    queue_targets: tuple[float, ...] = DEFAULT_QUEUE_TARGETS  # hpa-queue: waiting requests per pod
+    bin_shape: str = "flat"  # how a bin's rate is spread over its ticks (``autoscaler.simulation.traffic``)
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica
@@ -269,9 +320,13 @@ class SimulationConfig:
         for t in self.reactive_targets:
             if not (math.isfinite(t) and 0 < t <= 1):
                 raise ValueError(f"reactive target utilisation must be in (0, 1], got {t!r}")
-        unknown = [p for p in self.policies if p not in ("predictive", "reactive", "oracle")]
+        for t in self.queue_targets:
+            if not (math.isfinite(t) and t > 0):
+                raise ValueError(f"hpa-queue target (waiting requests per pod) must be > 0, got {t!r}")
+        resolve(self.bin_shape, 60)  # a ValueError naming the choices
+        unknown = [p for p in self.policies if p not in POLICY_NAMES]
         if unknown:
-            raise ValueError(f"unknown policy {unknown[0]!r} (choose from predictive, reactive, oracle)")
+            raise ValueError(f"unknown policy {unknown[0]!r} (choose from {', '.join(POLICY_NAMES)})")
 
 
 @dataclass(frozen=True)
@@ -286,9 +341,16 @@ class SimulationResult:
     policies: dict[str, PolicyResult]
     notes: tuple[str, ...] = ()  # what a policy wants the reader to know (e.g. forecaster fallbacks)
     timings: dict[str, float] = field(default_factory=dict)  # seconds by part, e.g. predictive forecast/plan
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    bin_shape: str = "flat"  # as replayed: flat or linear
 
     def to_json(self) -> dict[str, Any]:
-        return {"trace": self.trace, "policies": {name: r.metrics() for name, r in self.policies.items()}}
+        return {
+            "trace": self.trace,
+            "queue": {"slo_wait_seconds": self.queue.slo_wait_seconds, "timeout_seconds": self.queue.timeout_seconds,
+                      "bin_shape": self.bin_shape},
+            "policies": {name: r.metrics() for name, r in self.policies.items()},
+        }
 
     def reactive(self) -> list[PolicyResult]:
         """The reactive runs, from the most GPU-hours to the fewest."""
@@ -304,6 +366,17 @@ class ReactiveAtSameCost:
     unserved_fraction: float
     between: tuple[str, str]
     extrapolated: bool  # the spend is outside the targets' range: the nearest end is used
+
+
+def reactive_metric_at(gpu_hours: float, reactive: Sequence[PolicyResult], metric: str) -> float | None:
+    """Any score of the reactive curve (e.g. ``slo_attainment``) interpolated linearly at ``gpu_hours``
+    (the nearest end outside the targets' range)."""
+    if not reactive:
+        return None
+    runs = sorted(reactive, key=lambda r: r.gpu_hours)
+    xs = np.asarray([r.gpu_hours for r in runs])
+    ys = np.asarray([float(getattr(r, metric)) for r in runs])
+    return float(np.interp(gpu_hours, xs, ys))
 
 
 def reactive_at(gpu_hours: float, reactive: Sequence[PolicyResult]) -> ReactiveAtSameCost | None:
@@ -328,17 +401,22 @@ def simulate(
     trace_name: str = "trace",
     predictive: PredictiveFactory | None = None,
     progress: Callable[[str], None] | None = None,
+    persistence: PredictiveFactory | None = None,
 ) -> SimulationResult:
     """Run every policy in ``config.policies`` over ``series`` (per-second rates).
 
     ``predictive`` builds the predictive policy (``autoscaler.simulation.predictive.factory`` with a
     model and a ``ScalingPolicy``); it is required when "predictive" is among the policies.
+    ``persistence`` builds the last-value planner (the same factory with the persistence model, named
+    ``predictive-persistence``); it is required when "predictive-persistence" is among them.
     """
     step = series.step_seconds
     tick = tick_seconds_for(step)
     cluster_cfg = replace(config.cluster, tick_seconds=tick)
     per_bin = step // tick
-    demand = np.repeat(series.values, per_bin)
+    shape = resolve(config.bin_shape, step)
+    demand = spread(series.values, per_bin, shape)
+    segments = Segments(demand, tick, config.queue.timeout_seconds)
     need = need_per_tick(demand, config.capacity_per_replica, config.min_replicas)
     full = cluster_cfg.ticks(cluster_cfg.node_startup_seconds + cluster_cfg.pod_startup_seconds)
     initial = min(int(need[: full + 1].max()) if need.size else config.min_replicas, config.max_replicas)
@@ -360,26 +438,30 @@ def simulate(
                 node_startup_ticks=cluster_cfg.ticks(cluster_cfg.node_startup_seconds), start=series.start,
                 placer=placer,  # type: ignore[arg-type]
             )
-        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial), ledger)
+        queue = FluidQueue(segments) if callable(getattr(policy, "observe_queue", None)) else None
+        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial), ledger, queue,
+                                           config.capacity_per_replica)
         money = ledger.outcome() if ledger is not None else None
         if money is not None:
             notes.extend(money.notes)
         return score(policy.name, demand, requested, ready, config.capacity_per_replica, tick, g, price,
-                     time.perf_counter() - t0, money)
+                     time.perf_counter() - t0, money, config.queue, segments)
 
     results: dict[str, PolicyResult] = {}
     timings: dict[str, float] = {}
-    if "predictive" in config.policies:
-        if predictive is None:
-            raise ValueError("the predictive policy needs a factory (autoscaler.simulation.predictive.factory)")
-        policy = predictive(series, config, cluster_cfg)
-        results["predictive"] = closed(policy)
+    for name, build in (("predictive", predictive), ("predictive-persistence", persistence)):
+        if name not in config.policies:
+            continue
+        if build is None:
+            raise ValueError(f"the {name} policy needs a factory (autoscaler.simulation.predictive.factory)")
+        policy = build(series, config, cluster_cfg)
+        results[name] = closed(policy)
         describe = getattr(policy, "notes", None)
         if callable(describe):
             notes.extend(str(n) for n in describe())
         parts = getattr(policy, "timings", None)
         if isinstance(parts, dict):
-            timings.update({f"predictive_{k}": float(v) for k, v in parts.items()})
+            timings.update({f"{name}_{k}": float(v) for k, v in parts.items()})
     if "oracle" in config.policies:
         counts = oracle_schedule(np.minimum(need, config.max_replicas), cluster_cfg)
         results["oracle"] = closed(Scheduled("oracle", counts, series.start, tick, g))
@@ -387,6 +469,11 @@ def simulate(
         for target in config.reactive_targets:
             hpa = ReactiveHPA(target, config.capacity_per_replica, tick, config.min_replicas, config.max_replicas)
             results[hpa.name] = closed(hpa)
+    if "hpa-queue" in config.policies:
+        for waiting in config.queue_targets:
+            qhpa = QueueHPA(waiting, tick, config.min_replicas, config.max_replicas)
+            results[qhpa.name] = closed(qhpa)
     return SimulationResult(
-        trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes), timings
+        trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes), timings,
+        config.queue, shape,
     )

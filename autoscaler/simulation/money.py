@@ -12,7 +12,11 @@ The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
 * **Ceiling** (``--ceiling-usd-per-hour``): on the whole simulated cluster. At every decision of a policy (the
   predictive planner every ``--decision-interval``, the HPA every 15 s sync, the oracle every tick) the cost
   of what it would hold (replica GPUs + the GPUs of gangs reserved or starting, at ``--gpu-hour-price``) is
-  held under the ceiling by ``enforce_ceilings``: replicas beyond it are not asked for, never below
+  held under the ceiling by ``enforce_ceilings``; with ``MoneyConfig.whole_nodes`` (the simulate-money benchmark)
+  it is billed as Karpenter bills and the controller prices it, in whole nodes: the replicas' GPUs rounded up to
+  ``--gpus-per-node`` nodes, each gang on whole nodes of its own (``ceil(gpus / per node)``), a node at
+  ``per node x --gpu-hour-price``; without it, per GPU (the ``simulate`` command). Replicas beyond it are not
+  asked for, never below
   ``min_replicas``. Between decisions nothing is added, so the held cost can only fall. The simulated
   Deployment is a ``production`` workload unless ``--inference-priority`` says otherwise; the predictive
   policy's warm-pool replicas are passed as such (they rank after admitted training, as in the controller).
@@ -62,7 +66,7 @@ from typing import Any, Protocol
 
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
 from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
-from autoscaler.domain.gangs import Gang, place_gang
+from autoscaler.domain.gangs import Gang, format_gpus, place_gang
 from autoscaler.domain.gangs import compress_points as compress_points  # re-exported for the policies
 from autoscaler.domain.nodes import nodes_for
 from autoscaler.traces import parse_duration
@@ -72,6 +76,8 @@ INFERENCE_KEY = f"{SIM_NAMESPACE}/inference"
 DEFAULT_GANG_PRIORITY = PRIORITY_TIERS["standard"]
 DEFAULT_INFERENCE_PRIORITY = PRIORITY_TIERS["production"]
 GANG_KEYS = ("gpus", "at", "hours", "duration", "window", "priority", "name")
+INFERENCE_POOL = "inference"
+GANG_POOL = "gang/"
 _MICRO = 1_000_000
 
 
@@ -230,6 +236,9 @@ class MoneyConfig:
     ceiling_usd_per_hour: float | None = None
     gangs: tuple[GangSpec, ...] = ()
     inference_priority: int = DEFAULT_INFERENCE_PRIORITY
+    # Bill whole nodes, as Karpenter does and the controller's ceiling does (the simulate-money benchmark); False: per
+    # GPU (the ``simulate`` command's ceiling until it grows a flag for it).
+    whole_nodes: bool = False
 
     def __post_init__(self) -> None:
         c = self.ceiling_usd_per_hour
@@ -316,18 +325,25 @@ class MoneyLedger:
         ceiling = money.ceiling_usd_per_hour
         self.ceiling_micro = None if ceiling is None else _micro(ceiling)
         self.ceilings = Ceilings(cluster=ceiling)
-        self.prices = GpuPrices(default=gpu_hour_price)
-        self.replica_micro = _micro(gpu_hour_price * gpus_per_replica)
-        self.capacity_gpus = math.inf if ceiling is None or gpu_hour_price <= 0 else ceiling / gpu_hour_price
+        # Whole nodes (the controller's rule): the replicas share one pool of gpus_per_node nodes, each gang has whole
+        # nodes of its own (no replica shares them), so every gang is a pool of its own to enforce_ceilings.
+        self.node_gpus = gpus_per_node if money.whole_nodes else 1
+        pools = [INFERENCE_POOL, *(GANG_POOL + g.name for g in money.gangs)]
+        self.prices = GpuPrices(by_pool={p: gpu_hour_price for p in pools}, default=gpu_hour_price,
+                                gpus_per_node={p: self.node_gpus for p in pools})
+        self.node_micro = _micro(gpu_hour_price * self.node_gpus)
+        self.capacity_gpus = (math.inf if ceiling is None or gpu_hour_price <= 0
+                              else math.floor(ceiling / (gpu_hour_price * self.node_gpus) + 1e-9) * self.node_gpus)
         self.runs = [
             _GangRun(
                 spec=g,
                 gang=Gang(kind="Workload", namespace=SIM_NAMESPACE, name=g.name, gpus=g.gpus, pods=nodes_for(
                     g.gpus, gpus_per_node), admitted=False, priority=g.priority, team=SIM_NAMESPACE,
-                    duration_seconds=g.run_seconds),
+                    duration_seconds=g.run_seconds, nodepool=GANG_POOL + g.name),
                 at_tick=math.ceil(g.at_seconds / tick_seconds),
                 latest_tick=(g.at_seconds + g.window_seconds) // tick_seconds,
-                micro=_micro(gpu_hour_price * g.gpus),
+                micro=nodes_for(g.gpus, gpus_per_node if money.whole_nodes else 1) * _micro(
+                    gpu_hour_price * (gpus_per_node if money.whole_nodes else 1)),
             )
             for g in money.gangs
         ]
@@ -338,6 +354,10 @@ class MoneyLedger:
         self.split = 0
         self.notes: list[str] = []
         self._unmeetable_noted = False
+
+    def replica_bill(self, replicas: int) -> int:
+        """Micro-dollars per hour of the nodes ``replicas`` replicas take (whole nodes, or GPUs when per GPU)."""
+        return nodes_for(replicas * self.gpr, self.node_gpus) * self.node_micro
 
     # ---------------------------------------------------------------- gang life cycle
 
@@ -368,7 +388,8 @@ class MoneyLedger:
         run.planned_tick = max(k, math.ceil((placement.start - self.start) / self.tick))
         self.notes.append(
             f"{self.name}: {run.spec.name} placed at +{run.planned_tick * self.tick / 3600:.2f}h "
-            f"(peak {placement.peak_gpus:g} GPUs incl. the gang; {'fits' if placement.fits else 'does NOT fit'})"
+            f"(peak {format_gpus(placement.peak_gpus)} GPUs incl. the gang; "
+            f"{'fits' if placement.fits else 'does NOT fit'})"
         )
 
     def _advance(self, k: int) -> None:
@@ -392,7 +413,7 @@ class MoneyLedger:
         held = [r for r in self.runs if r.state == "held"]
         eligible = [r for r in self.runs if r.state == "waiting" and k >= r.planned_tick]
         claims = held + eligible
-        asked = desired * self.replica_micro + sum(r.micro for r in claims)
+        asked = self.replica_bill(desired) + sum(r.micro for r in claims)
         if self.ceiling_micro is None or asked <= self.ceiling_micro:
             allowed, granted = desired, {r.spec.name for r in claims}  # everything fits: what enforce_ceilings grants
         elif not claims and desired <= self.min_replicas:
@@ -401,7 +422,7 @@ class MoneyLedger:
             min_r = min(self.min_replicas, desired)
             ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
                               gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
-                              warm_pool_replicas=max(0, min(warm, desired - min_r)))
+                              warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
             gangs = [replace(r.gang, admitted=r.state == "held") for r in claims]
             report = enforce_ceilings([ask], gangs, self.ceilings, self.prices)
             outcome = report.outcome(INFERENCE_KEY)
@@ -433,7 +454,7 @@ class MoneyLedger:
                 r.wait_ticks += 1
         self.gang_gpus.append(gang_gpus)
         self.wanted.append(max(self.wanted_now, requested))
-        if self.ceiling_micro is not None and requested * self.replica_micro + gang_micro > self.ceiling_micro:
+        if self.ceiling_micro is not None and self.replica_bill(requested) + gang_micro > self.ceiling_micro:
             self.breaches += 1
             if not self._unmeetable_noted:
                 self._unmeetable_noted = True

@@ -64,7 +64,9 @@ class PredictivePolicy:
         decision_interval_seconds: int = 30,
         refit_seconds: int = SECONDS_PER_DAY,
         history_seconds: int = 14 * SECONDS_PER_DAY,
+        name: str = "predictive",
     ) -> None:
+        self.name = name
         self.series = series
         self.make_model = make_model
         self.policy = policy
@@ -121,10 +123,10 @@ class PredictivePolicy:
     def notes(self) -> list[str]:
         """What the forecaster did: models used (bins served) and failures, for the report."""
         used = ", ".join(f"{m} {n} bins" for m, n in sorted(self.models_used.items(), key=lambda kv: -kv[1]))
-        out = [f"predictive forecasts: {used or 'none'} ({self.fits} fits)"]
+        out = [f"{self.name} forecasts: {used or 'none'} ({self.fits} fits)"]
         if self.errors:
             out.append(
-                f"predictive: {len(self.errors)} forecaster failure(s), planner fell back; first: {self.errors[0]}"
+                f"{self.name}: {len(self.errors)} forecaster failure(s), planner fell back; first: {self.errors[0]}"
             )
         return out
 
@@ -197,10 +199,12 @@ def factory(
     decision_interval_seconds: int = 30,
     policy_overrides: Mapping[str, Any] | None = None,
     profile: ForecastProfile | None = None,
+    name: str = "predictive",
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
     ``profile`` is the operator's forecast profile (sizing knobs, refit interval and history length);
-    ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``)."""
+    ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``). ``name`` names the
+    run (``predictive-persistence`` for the last-value planner: ``make_model`` = persistence)."""
     chosen = profile or ForecastProfile()
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
@@ -211,7 +215,7 @@ def factory(
         policy = scaling_policy_for(config, policy_overrides, chosen)
         return PredictivePolicy(
             series, make_model, policy, cold_start, cluster, decision_interval_seconds,
-            refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds,
+            refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name,
         )
 
     return build

@@ -21,6 +21,16 @@ with its real defaults, not a strawman. This re-implements the parts of kube-con
 
 Where it is generous to the HPA: it reads the current bin's demand with no scrape or ``rate()``
 window lag. A real HPA sees demand tens of seconds late, so real reactive results are worse.
+
+``QueueHPA`` is the HPA as the reference deployments of vLLM configure it: a ``Pods`` metric,
+``vllm:num_requests_waiting``, with ``target.averageValue`` (10 in the reference). It runs the same
+algorithm (``calcPlainMetricReplicas``): the usage ratio is the waiting requests averaged over the
+Ready pods (the simulated queue, ``autoscaler.simulation.queue``, as it stands at the sync; Ready
+pods share it evenly behind the Service) over the target, so ``desired = ceil(ready * avg / target)``
+= ``ceil(waiting / target)`` outside the 10% tolerance, with the same treatment of starting pods
+(pending: left out, and counted as 0 on a scale-up), the same stabilisation windows and rate
+limits. With no queue the metric is 0 and the recommendation is 0 (then min replicas once the
+300 s scale-down window has passed): the reference HPA scales on backlog, never ahead of it.
 """
 
 from __future__ import annotations
@@ -33,13 +43,16 @@ from autoscaler.simulation.cluster import Cluster
 _CEIL_TOLERANCE = 1e-9
 
 
-class ReactiveHPA:
-    """One HorizontalPodAutoscaler with a utilisation target in (0, 1]."""
+class _HPA:
+    """The replica calculation, stabilisation and rate limits of kube-controller-manager's HPA, for one metric.
+
+    Subclasses give the usage ratio (metric over target, averaged over Ready pods) and a name.
+    """
+
+    name: str
 
     def __init__(
         self,
-        target: float,
-        capacity_per_replica: float,
         tick_seconds: int,
         min_replicas: int = 1,
         max_replicas: int = 100,
@@ -47,11 +60,6 @@ class ReactiveHPA:
         sync_seconds: int = 15,
         scale_down_stabilization_seconds: int = 300,
     ) -> None:
-        if not (math.isfinite(target) and 0 < target <= 1):
-            raise ValueError(f"reactive target utilisation must be in (0, 1], got {target!r}")
-        self.name = f"reactive@{target:g}"
-        self.target = float(target)
-        self.capacity = float(capacity_per_replica)
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
         self.tolerance = tolerance
@@ -59,11 +67,14 @@ class ReactiveHPA:
         self._window_ticks = math.ceil(scale_down_stabilization_seconds / tick_seconds)
         self._recs: deque[tuple[int, int]] = deque()
 
-    def _recommend(self, current: int, ready: int, demand: float) -> int:
-        ratio = demand / (ready * self.capacity) / self.target  # usage ratio over Ready pods
+    def _ratio(self, ready: int, demand: float) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _recommend(self, current: int, ready: int, ratio: float) -> int:
+        """``ratio`` is the usage ratio over the Ready pods (metric / target)."""
         starting = current - ready
         if starting > 0 and ratio > 1.0:
-            # scale-up with unready pods: they count as 0 % and the ratio is taken over all pods
+            # scale-up with unready pods: they count as 0 and the ratio is taken over all pods
             new_ratio = ratio * ready / current
             if abs(1.0 - new_ratio) <= self.tolerance or new_ratio < 1.0:
                 return current
@@ -83,7 +94,7 @@ class ReactiveHPA:
         ready = cluster.ready
         if ready == 0 or not math.isfinite(demand):
             return current
-        rec = self._recommend(current, ready, demand)
+        rec = self._recommend(current, ready, self._ratio(ready, demand))
         recs = self._recs
         recs.append((k, rec))
         cutoff = k - self._window_ticks
@@ -97,3 +108,61 @@ class ReactiveHPA:
         if stabilized > current:
             stabilized = min(stabilized, max(2 * current, current + 4))
         return min(max(stabilized, self.min_replicas), self.max_replicas)
+
+
+class ReactiveHPA(_HPA):
+    """One HorizontalPodAutoscaler with a utilisation target in (0, 1]."""
+
+    def __init__(
+        self,
+        target: float,
+        capacity_per_replica: float,
+        tick_seconds: int,
+        min_replicas: int = 1,
+        max_replicas: int = 100,
+        tolerance: float = 0.1,
+        sync_seconds: int = 15,
+        scale_down_stabilization_seconds: int = 300,
+    ) -> None:
+        if not (math.isfinite(target) and 0 < target <= 1):
+            raise ValueError(f"reactive target utilisation must be in (0, 1], got {target!r}")
+        super().__init__(tick_seconds, min_replicas, max_replicas, tolerance, sync_seconds,
+                         scale_down_stabilization_seconds)
+        self.name = f"reactive@{target:g}"
+        self.target = float(target)
+        self.capacity = float(capacity_per_replica)
+
+    def _ratio(self, ready: int, demand: float) -> float:
+        return demand / (ready * self.capacity) / self.target  # utilisation over Ready pods / target
+
+
+class QueueHPA(_HPA):
+    """The HPA on the ``Pods`` metric ``vllm:num_requests_waiting`` with ``averageValue: target``.
+
+    The engine shows it the queue before each decision (``observe_queue``).
+    """
+
+    def __init__(
+        self,
+        target: float,
+        tick_seconds: int,
+        min_replicas: int = 1,
+        max_replicas: int = 100,
+        tolerance: float = 0.1,
+        sync_seconds: int = 15,
+        scale_down_stabilization_seconds: int = 300,
+    ) -> None:
+        if not (math.isfinite(target) and target > 0):
+            raise ValueError(f"waiting-requests target must be a number > 0, got {target!r}")
+        super().__init__(tick_seconds, min_replicas, max_replicas, tolerance, sync_seconds,
+                         scale_down_stabilization_seconds)
+        self.name = f"hpa-queue@{target:g}"
+        self.target = float(target)
+        self.waiting = 0.0
+
+    def observe_queue(self, waiting: float) -> None:
+        """Requests waiting in the Deployment's queue now (vLLM's gauge, summed over its pods)."""
+        self.waiting = max(0.0, float(waiting))
+
+    def _ratio(self, ready: int, demand: float) -> float:
+        return self.waiting / ready / self.target  # average over the Ready pods / averageValue

@@ -165,12 +165,18 @@ def test_nodepool_limit_follows_the_ceiling_but_never_below_what_runs() -> None:
         nodepool_limit(shape, -1, 0)
 
 
-def test_ceiling_gpus_adds_what_the_remaining_budget_buys() -> None:
+def test_ceiling_gpus_adds_the_whole_nodes_the_remaining_budget_buys() -> None:
     asks = [WorkloadAsk("ml/chat", "ml", 100, 1, 0, 4, 0, "replicas", "a100")]
     prices = gpu_prices(SHAPES.values(), PRICES)
-    report = enforce_ceilings(asks, [], Ceilings(cluster=30.0), prices)  # 4 x $4 kept, $14 left
-    assert ceiling_gpus(report, SHAPES["a100"]) == 4 + 3
-    assert ceiling_gpus(report, SHAPES["l4"]) == 0 + 17
+    # 4 GPUs kept on one $32 node of 8; $38 left buys one more node (not 9 more GPUs at $4).
+    report = enforce_ceilings(asks, [], Ceilings(cluster=70.0), prices)
+    assert report.cluster_dollars_per_hour == 32.0
+    assert ceiling_gpus(report, SHAPES["a100"]) == 8 + 8
+    assert ceiling_gpus(report, SHAPES["l4"]) == 0 + 47  # $38 / $0.80 per 1-GPU node
+    # Below one node's price nothing fits: the 4 GPUs would cost a whole $32 node.
+    report = enforce_ceilings(asks, [], Ceilings(cluster=30.0), prices)
+    assert report.gpus_by_pool["a100"] == 0
+    assert ceiling_gpus(report, SHAPES["a100"]) == 0
     assert ceiling_gpus(enforce_ceilings(asks, [], Ceilings(), prices), SHAPES["a100"]) is None
 
 

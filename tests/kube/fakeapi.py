@@ -22,6 +22,7 @@ What it does like the real API server:
 * Lease ``acquireTime``/``renewTime`` must be ``MicroTime`` with exactly six fractional digits, as the
   real decoder demands (``400`` otherwise) - a whole-second ``isoformat()`` would fail in production;
 * Events need ``involvedObject.namespace`` equal to the Event's namespace, and ``generateName`` works;
+* pods are listed and merge-patched (the ``pod-deletion-cost`` marks of a scale-down);
 * custom resources are served only for CRDs installed with ``install_crd`` (the real YAML from
   /work/shared/crds): discovery (``GET /apis/GROUP/VERSION``) lists them and answers ``404`` for a group
   version nobody installed; list/get/create/merge-patch/delete work at the CRD's scope; every object
@@ -382,6 +383,8 @@ class FakeKubeAPI:
                 return 200, self._list(resource, ns, query, kind, "v1")
             if resource == "events" and method == "POST" and ns is not None:
                 return 201, self._create_event(ns, body)
+            if resource == "pods" and method == "PATCH" and ns is not None and name is not None:
+                return 200, self._patch("pods", ns, name, ctype, body)
         if lease:
             ns, name = lease.groups()
             if method == "GET" and name is not None:

@@ -14,7 +14,10 @@ CapacityBuffers, Kueue and Volcano. This module holds what those tests share:
   the forecasts come from real Prometheus answers; ``research/qwen-eval`` carries a contradictory annotation;
   a GPU NodePool; a held, scheduled Kueue Workload and a scheduled Volcano PodGroup;
 * :func:`snapshot`: every object's resourceVersion, to prove what a tick did *not* write;
-* :func:`run_cli` / :func:`run_cli_process`: the CLI in this process (fast) or as a child process (real stderr).
+* :func:`run_cli` / :func:`run_cli_process`: the CLI in this process (fast) or as a child process (real stderr);
+* :func:`replicaset_pods` (a ReplicaSet and its pods, with the status a kubelet would write) and
+  :func:`sa_controller` (the loop as the ServiceAccount, keeping its memory between ticks): a scale-down and the
+  ``pod-deletion-cost`` marks it sets on the idlest pods.
 
 There is no controller-manager: the Deployments' ``status`` is written here, as a rollout would.
 """
@@ -37,9 +40,12 @@ import yaml
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
-from autoscaler.adapters.kube import MERGE_PATCH
+from autoscaler.adapters.kube import MERGE_PATCH, KubeCluster, api_client_from_config
+from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.cli import main
+from autoscaler.config import load_config
 from autoscaler.domain.annotations import PREFIX
+from autoscaler.runtime.loop import Controller
 from tests.kube.conftest import deployment, nodepool
 from tests.kubeserver import REPO, ensure_namespace
 
@@ -58,6 +64,8 @@ BUFFER = "llama-chat-headroom"  # the CapacityBuffer the controller names after 
 PLACEHOLDER = f"headroom-{POOL}"  # the placeholder Deployment for the pool
 PLACEHOLDER_CLASS = "predictive-autoscaler-headroom"
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")
+LOCAL_QUEUES = ("kueue.x-k8s.io", "v1beta1", "localqueues")
+CLUSTER_QUEUES = ("kueue.x-k8s.io", "v1beta1", "clusterqueues")
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 KARPENTER = ("karpenter.sh", "v1", "nodepools")
 BUFFERS = ("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers")
@@ -78,6 +86,7 @@ profiles:
   default:
     history: 1d
     horizon: 30m
+    scale_down_stabilization: {stabilization}
 prometheus:
   url: {url}
   retries: 0
@@ -98,15 +107,20 @@ karpenter:
 
 
 def write_config(path: Path, prometheus_url: str, *, headroom: str = "capacitybuffer",
-                 lease_namespace: str = CONTROLLER_NAMESPACE, ceiling: float = 1000.0) -> Path:
+                 lease_namespace: str = CONTROLLER_NAMESPACE, ceiling: float = 1000.0,
+                 stabilization: str = "10m") -> Path:
     """The operator configuration of these tests: one day of 1-minute history, a 30-minute horizon (longer than
     the cold start, pod + node), a cluster ceiling (so NodePool limits are managed), headroom as asked, the
     Lease and placeholder pods in the controller's namespace.
 
     A 20-minute node start-up: headroom is asked for the replicas needed one node start-up beyond the plan's
-    own lead, and over 20 minutes of the backfill's daily cycle the forecast rises by more than a replica."""
+    own lead, and over 20 minutes of the backfill's daily cycle the forecast rises by more than a replica.
+
+    ``stabilization``: the scale-down window (a first decision never scales down, so a scale-down needs two ticks
+    of one controller more than the window apart: :func:`sa_controller`)."""
     path.write_text(CONFIG.format(url=prometheus_url, lease=LEASE, lease_namespace=lease_namespace,
-                                  ceiling=ceiling, headroom=headroom, namespace=CONTROLLER_NAMESPACE),
+                                  ceiling=ceiling, headroom=headroom, namespace=CONTROLLER_NAMESPACE,
+                                  stabilization=stabilization),
                     encoding="utf-8")
     return path
 
@@ -207,6 +221,7 @@ def seed_fleet(api: client.ApiClient, *, workload_start: int, podgroup_start: in
         },
     }
     custom.create_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], workload)
+    seed_queues(custom)
     podgroup = {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
@@ -216,6 +231,72 @@ def seed_fleet(api: client.ApiClient, *, workload_start: int, podgroup_start: in
         "status": {"phase": "Pending"},
     }
     custom.create_namespaced_custom_object(*VOLCANO[:2], TRAINING, VOLCANO[2], podgroup)
+
+
+def seed_queues(custom: client.CustomObjectsApi, *, gpus: int = 16) -> None:
+    """Kueue's queues for the held Workload's ``spec.queueName``: LocalQueue ``training/gpu-queue`` -> ClusterQueue
+    ``gpu`` with ``gpus`` of GPU quota, so Kueue could admit it (and nodes may be held for it ahead)."""
+    custom.create_cluster_custom_object(*CLUSTER_QUEUES, {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "gpu"},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+            {"name": "default-flavor", "resources": [{"name": GPU, "nominalQuota": gpus}]}]}]},
+    })
+    custom.create_namespaced_custom_object(*LOCAL_QUEUES[:2], TRAINING, LOCAL_QUEUES[2], {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+        "metadata": {"name": "gpu-queue", "namespace": TRAINING}, "spec": {"clusterQueue": "gpu"},
+    })
+
+
+# ---- pods of a Deployment (no controller-manager: a ReplicaSet and its pods are created here) ----------------
+
+LLAMA_HASH = "7d9f8b6c5d"  # the backfilled llama-chat pods are llama-chat-7d9f8b6c5d-{x7k2p,q9w4z}
+HOLD_FINALIZER = "predictive-autoscaler.io/test-hold"  # keeps a deleted pod Terminating (reset_fleet drops it)
+
+
+def replicaset_pods(api: client.ApiClient, namespace: str, deployment: str, template_hash: str,
+                    pods: Mapping[str, int | None], *, terminating: Sequence[str] = ()) -> dict[str, str]:
+    """A ReplicaSet ``<deployment>-<template_hash>`` and its pods, as the Deployment and ReplicaSet controllers
+    would make them: labels matching the Deployment's selector plus ``pod-template-hash``, a controlling
+    ownerReference, and the status a kubelet would write. ``pods`` maps a pod-name suffix to the Unix time it
+    turned Ready (None: scheduled, still starting). Suffixes in ``terminating`` are deleted at once (held by a
+    finalizer, so they stay Terminating). Returns suffix -> pod name."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    labels = {"app": deployment, "pod-template-hash": template_hash}
+    rs_name = f"{deployment}-{template_hash}"
+    container = {"name": "server", "image": "vllm/vllm-openai:v0.6.0"}
+    rs = apps.create_namespaced_replica_set(namespace, {
+        "metadata": {"name": rs_name, "labels": labels},
+        "spec": {"replicas": len(pods), "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}},
+    })
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name, "uid": rs.metadata.uid,
+             "controller": True, "blockOwnerDeletion": True}
+    names: dict[str, str] = {}
+    for suffix, ready_at in pods.items():
+        name = names[suffix] = f"{rs_name}-{suffix}"
+        meta: dict[str, Any] = {"name": name, "labels": labels, "ownerReferences": [owner]}
+        if suffix in terminating:
+            meta["finalizers"] = [HOLD_FINALIZER]
+        core.create_namespaced_pod(namespace, {"metadata": meta, "spec": {"containers": [container]}})
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(ready_at or 0)}
+        ready = {"type": "Ready", "status": "True" if ready_at is not None else "False",
+                 "lastTransitionTime": iso(ready_at or 0)}
+        core.patch_namespaced_pod_status(name, namespace, {"status": {
+            "phase": "Running" if ready_at is not None else "Pending", "conditions": [scheduled, ready]}})
+        if suffix in terminating:
+            core.delete_namespaced_pod(name, namespace)
+    return names
+
+
+def sa_controller(kubeconfig: Path, config: Path, *, dry_run: bool = False) -> tuple[Controller, PrometheusSource]:
+    """The control loop in this process, as the ServiceAccount of ``kubeconfig`` (RBAC enforced, audited), with the
+    configuration at ``config`` and no money-stage adapters. Unlike ``run --once`` it keeps its memory between
+    ticks, which a scale-down needs (a first decision holds: nothing shows the stabilisation window agreed).
+    Close the source."""
+    cfg = load_config(config)
+    source = PrometheusSource(cfg.prometheus.url, retries=0, timeout_seconds=10, queries=cfg.prometheus.queries)
+    cluster = KubeCluster(api_client_from_config(kubeconfig), instance="sa-controller")
+    return Controller(cluster, source, lambda: cfg, dry_run=dry_run), source
 
 
 def reset_fleet(api: client.ApiClient) -> None:
@@ -228,14 +309,21 @@ def reset_fleet(api: client.ApiClient) -> None:
     for namespace in (SERVING, RESEARCH, TRAINING):
         ensure_namespace(api, namespace)
         apps.delete_collection_namespaced_deployment(namespace)
+        for pod in core.list_namespaced_pod(namespace).items:
+            if pod.metadata.finalizers:
+                core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"finalizers": None}})
+        core.delete_collection_namespaced_pod(namespace)
+        apps.delete_collection_namespaced_replica_set(namespace)
         core.delete_collection_namespaced_event(namespace)
         custom.delete_collection_namespaced_custom_object(*BUFFERS[:2], namespace, BUFFERS[2])
         custom.delete_collection_namespaced_custom_object(*KUEUE[:2], namespace, KUEUE[2])
+        custom.delete_collection_namespaced_custom_object(*LOCAL_QUEUES[:2], namespace, LOCAL_QUEUES[2])
         custom.delete_collection_namespaced_custom_object(*VOLCANO[:2], namespace, VOLCANO[2])
     apps.delete_collection_namespaced_deployment(CONTROLLER_NAMESPACE,
                                                  label_selector="app.kubernetes.io/managed-by=predictive-autoscaler")
     core.delete_collection_namespaced_event(CONTROLLER_NAMESPACE)
     custom.delete_collection_cluster_custom_object(*KARPENTER)
+    custom.delete_collection_cluster_custom_object(*CLUSTER_QUEUES)
     with contextlib.suppress(client.exceptions.NotFoundException):
         client.SchedulingV1Api(api).delete_priority_class(PLACEHOLDER_CLASS)
     with contextlib.suppress(client.exceptions.NotFoundException):

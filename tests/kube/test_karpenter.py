@@ -9,6 +9,7 @@ against the Kubernetes schemas of ``kubernetes-validate``.
 from __future__ import annotations
 
 import copy
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -225,6 +226,21 @@ def test_mode_follows_api_discovery_and_is_cached(
     assert len(karpenter_api.calls("GET", r"^/apis/autoscaling")) == 2
 
 
+def test_the_fallback_to_placeholders_when_the_crd_vanishes_is_logged_once(
+    karpenter_api: FakeKubeAPI, capacity: KarpenterCapacity, ticker: Ticker, caplog: pytest.LogCaptureFixture
+) -> None:
+    karpenter_api.install_crd(BUFFER_CRD)
+    assert capacity.headroom_mode() == "capacitybuffer"
+    karpenter_api.uninstall_crd("autoscaling.x-k8s.io", "capacitybuffers")
+    with caplog.at_level(logging.WARNING, logger="autoscaler.adapters.karpenter"):
+        for _ in range(3):
+            ticker.t += 301
+            assert capacity.headroom_mode() == "placeholder"
+    (record,) = caplog.records
+    assert record.getMessage() == ("autoscaling.x-k8s.io/v1beta1 capacitybuffers are no longer served: headroom is "
+                                   "held as placeholder pods from now on")
+
+
 def test_discovery_errors_other_than_404_are_reported(karpenter_api: FakeKubeAPI, capacity: KarpenterCapacity) -> None:
     karpenter_api.fail("GET", r"^/apis/autoscaling\.x-k8s\.io/v1beta1$", 503)
     with pytest.raises(KubeReadError, match=r"discover autoscaling.x-k8s.io/v1beta1: HTTP 503"):
@@ -344,7 +360,7 @@ def test_list_headroom_ignores_objects_that_are_not_ours(
 
 
 def test_buffers_need_the_api(karpenter_api: FakeKubeAPI, capacity: KarpenterCapacity) -> None:
-    with pytest.raises(HeadroomError, match=r"capacitybuffers is not served .* use PoolHeadroom"):
+    with pytest.raises(HeadroomError, match=r"capacitybuffers is not served .* set karpenter.headroom to placeholder"):
         capacity.ensure_headroom(DeploymentHeadroom("serving", "llama"), 1)
     assert capacity.remove_headroom(DeploymentHeadroom("serving", "llama")) is False
     assert karpenter_api.writes() == []

@@ -29,6 +29,7 @@ from kubernetes import client
 from autoscaler.adapters.karpenter import DEFAULT_PAUSE_IMAGE, SPEC_HASH_ANNOTATION
 from autoscaler.domain.annotations import EVENT_REASON_INVALID, PREFIX, STATUS_ANNOTATION
 from autoscaler.domain.gangs import ACTIVATED_ANNOTATION, PLANNED_START_ANNOTATION
+from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION
 from tests.kube.real_fleet import (
     BUFFER,
     BUFFERS,
@@ -37,6 +38,7 @@ from tests.kube.real_fleet import (
     KARPENTER,
     KUEUE,
     LEASE,
+    LLAMA_HASH,
     PLACEHOLDER,
     PLACEHOLDER_CLASS,
     PODGROUP,
@@ -57,9 +59,11 @@ from tests.kube.real_fleet import (
     authorizes,
     bound_grants,
     changes,
+    replicaset_pods,
     reset_fleet,
     run_cli,
     run_cli_process,
+    sa_controller,
     seed_fleet,
     set_ready,
     snapshot,
@@ -165,6 +169,48 @@ def scene(controller_cluster: ControllerCluster, prometheus_server: PrometheusSe
 
 def by_name(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {w["name"]: w for w in plan["workloads"]}
+
+
+@dataclass(frozen=True)
+class Shrinking:
+    """llama-chat at 4 replicas that need 2 (capacity 100 req/s per replica, ``min-replicas`` 2, no warm pool), with
+    the pods of ReplicaSet ``llama-chat-7d9f8b6c5d``: the two backfilled ones (their in-flight requests are in
+    Prometheus; ``idle`` has fewer than ``busy`` at t1), ``unknown`` Ready for an hour without a series,
+    ``starting`` scheduled but not Ready, and ``leaving`` Terminating."""
+
+    idle: str
+    busy: str
+    unknown: str
+    starting: str
+    leaving: str
+    config: Path
+
+
+def shrink_llama_chat(scene: Scene) -> Shrinking:
+    apps = scene.apps()
+    apps.patch_namespaced_deployment("llama-chat", SERVING, {"metadata": {"annotations": {
+        PREFIX + "capacity-per-replica": "100", PREFIX + "min-replicas": "2", PREFIX + "warm-pool": "0"}}})
+    apps.patch_namespaced_deployment_scale("llama-chat", SERVING, {"spec": {"replicas": 4}})
+    set_ready(scene.api, SERVING, "llama-chat", 4)
+    t1, backfill = scene.t1, scene.prometheus.backfill
+    ready = {"x7k2p": t1 - 7200, "q9w4z": t1 - 5400, "n3wpd": t1 - 3600, "f5g6h": None, "t3rmn": t1 - 9000}
+    names = replicaset_pods(scene.api, SERVING, "llama-chat", LLAMA_HASH, ready, terminating=["t3rmn"])
+    k = (t1 - backfill.start) // 60
+    load = {p.pod: int(p.waiting[k] + p.running[k]) for p in backfill.pods_of(SERVING, "llama-chat")}
+    # Fewest in flight first; on a tie the most recently Ready (q9w4z).
+    idle, busy = sorted((names["q9w4z"], names["x7k2p"]), key=lambda n: load[n])
+    return Shrinking(idle, busy, names["n3wpd"], names["f5g6h"], names["t3rmn"],
+                     write_config(scene.tmp / "config-shrinking.yaml", scene.prometheus.url, stabilization="1m"))
+
+
+def pod_annotations(scene: Scene, name: str) -> dict[str, str]:
+    pod = client.CoreV1Api(scene.api).read_namespaced_pod(name, SERVING)
+    return dict(pod.metadata.annotations or {})
+
+
+def pod_versions(scene: Scene) -> dict[str, str]:
+    return {p.metadata.name: p.metadata.resource_version
+            for p in client.CoreV1Api(scene.api).list_namespaced_pod(SERVING).items}
 
 
 # ---------------------------------------------------------------------------------------------- a full tick
@@ -395,6 +441,72 @@ def test_placeholder_pods_pass_admission_and_drift_is_put_back(scene: Scene) -> 
     assert scene.refused() == []
 
 
+# ---------------------------------------------------------------------------------------------- scale-down
+
+
+def test_a_scale_down_marks_the_idlest_pods_first_and_clears_the_marks_once_it_landed(scene: Scene) -> None:
+    """As the ServiceAccount, on pods made as the controllers would make them: the dry run marks nothing and says
+    what it would mark; the tick gives the not-Ready pod and then the pod with the fewest in-flight requests a
+    negative ``pod-deletion-cost`` (Ready pods without a series, the busier pod and the Terminating one are not
+    written) before scaling 4 -> 2; the marks stay while the ReplicaSet still has pods to remove and are cleared
+    once it has removed them."""
+    shrinking = shrink_llama_chat(scene)
+    dry, dry_source = sa_controller(scene.cluster.sa_kubeconfig, shrinking.config, dry_run=True)
+    ctl, source = sa_controller(scene.cluster.sa_kubeconfig, shrinking.config)
+    with dry_source, source:
+        before = snapshot(scene.api)
+        dry.tick(scene.t1 - 120)
+        plan = dry.tick(scene.t1).to_dict()
+        assert changes(before, snapshot(scene.api)) == {"created": [], "changed": [], "deleted": []}, \
+            "--dry-run marks no pod"
+        llama = by_name(plan)["llama-chat"]
+        assert plan["errors"] == []
+        assert llama["desired_replicas"] == 2
+        marks = llama["scale_down_marks"]
+        assert [(m["pod"], m["cost"]) for m in marks["marked"]] == [(shrinking.starting, -2), (shrinking.idle, -1)]
+        assert marks["unknown_load"] == [shrinking.unknown]
+        assert llama["actions"][:2] == [f"would mark pod {shrinking.starting} -2 (not Ready)",
+                                        f"would mark pod {shrinking.idle} -1 ({marks['marked'][1]['why']})"]
+
+        report = ctl.tick(scene.t1 - 120)  # the first decision holds
+        assert report.ok, report.errors
+        versions = pod_versions(scene)
+        report = ctl.tick(scene.t1)
+        assert report.ok, report.errors
+        assert scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas == 2
+        for name, cost in ((shrinking.starting, "-2"), (shrinking.idle, "-1")):
+            annotations = pod_annotations(scene, name)
+            assert annotations[DELETION_COST_ANNOTATION] == cost
+            assert json.loads(annotations[MARK_ANNOTATION]) == {"cost": int(cost), "markedAt": scene.t1}
+        after = pod_versions(scene)
+        assert {n for n in versions if versions[n] != after[n]} == {shrinking.starting, shrinking.idle}, \
+            "the busier pod, the one of unknown load and the Terminating one are not written"
+        (event,) = [e for e in scene.events(SERVING) if e.reason == "ScaledDown"]
+        assert f"idlest pods marked for removal: {shrinking.starting} (not Ready), {shrinking.idle} (" in event.message
+
+        # The ReplicaSet has not acted yet (4 pods for 2 replicas): the marks stay.
+        report = ctl.tick(scene.t1 + 60)
+        assert report.ok, report.errors
+        assert pod_versions(scene) == after
+
+        # It removes the starting pod and the one of unknown load (as a ReplicaSet may, e.g. when that one failed
+        # its readiness probe meanwhile): the surviving mark is cleared; nothing else is written.
+        core = client.CoreV1Api(scene.api)
+        for name in (shrinking.starting, shrinking.unknown):
+            core.delete_namespaced_pod(name, SERVING)
+        set_ready(scene.api, SERVING, "llama-chat", 2)
+        report = ctl.tick(scene.t1 + 120)
+        assert report.ok, report.errors
+        cleared = pod_versions(scene)
+        assert {n for n in cleared if cleared[n] != after[n]} == {shrinking.idle}
+        assert DELETION_COST_ANNOTATION not in pod_annotations(scene, shrinking.idle)
+        assert MARK_ANNOTATION not in pod_annotations(scene, shrinking.idle)
+        report = ctl.tick(scene.t1 + 180)
+        assert report.ok, report.errors
+        assert pod_versions(scene) == cleared, "nothing left to clear"
+    assert scene.refused() == []
+
+
 # ---------------------------------------------------------------------------------------------- RBAC
 
 
@@ -402,7 +514,8 @@ def test_rbac_grants_exactly_what_the_controller_uses(scene: Scene) -> None:
     """Least privilege, measured: the audit log of every request the ServiceAccount made over ticks that take
     every path (first Lease, scale, status, Events, NodePool limit, CapacityBuffer create / resize / delete,
     placeholder PriorityClass and Deployment create / delete, gang annotations with PodGroups ranked by
-    PriorityClass) is compared with what deploy/rbac.yaml grants: each grant must be used, each use granted."""
+    PriorityClass, a scale-down marking the idlest pod and clearing the mark) is compared with what
+    deploy/rbac.yaml grants: each grant must be used, each use granted."""
     custom = scene.custom()
     scene.once(scene.t1)  # capacitybuffer mode: the buffer is created
     custom.patch_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER, {"spec": {"replicas": 99}},
@@ -428,6 +541,20 @@ def test_rbac_grants_exactly_what_the_controller_uses(scene: Scene) -> None:
     with pytest.raises(client.exceptions.NotFoundException):
         scene.apps().read_namespaced_deployment(PLACEHOLDER, CONTROLLER_NAMESPACE)
     custom.get_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER)
+
+    # A scale-down (the loop in this process: a first decision holds, so it takes two ticks of one memory): the
+    # pod-deletion-cost marks are set, then cleared once the ReplicaSet removed pods -- patch on pods, no get.
+    shrinking = shrink_llama_chat(scene)
+    ctl, source = sa_controller(scene.cluster.sa_kubeconfig, shrinking.config)
+    with source:
+        ctl.tick(scene.t1 - 120)
+        assert ctl.tick(scene.t1).ok
+        assert pod_annotations(scene, shrinking.idle)[DELETION_COST_ANNOTATION] == "-1"
+        for name in (shrinking.starting, shrinking.unknown):
+            client.CoreV1Api(scene.api).delete_namespaced_pod(name, SERVING)
+        set_ready(scene.api, SERVING, "llama-chat", 2)
+        assert ctl.tick(scene.t1 + 120).ok
+        assert DELETION_COST_ANNOTATION not in pod_annotations(scene, shrinking.idle)
 
     events = audit_events(scene.cluster.audit_log, offset=scene.audit_offset)
     uses, discovery = audit_uses(events)

@@ -293,8 +293,8 @@ def test_nodepool_gpu_limit_follows_the_ceiling_and_never_drops_below_running(
                                                priority="production", nodepool="h100"))
     cluster = 200.0
     rig.configure(ceilings={"cluster": cluster}, karpenter={"headroom": "off"})
-    gpu_hour = 98.32 / 8  # p5.48xlarge from the packaged price table
-    expected = math.ceil(math.floor(cluster / gpu_hour) / 8) * 8  # GPUs the ceiling buys, in whole 8-GPU nodes
+    node_hour = 98.32  # p5.48xlarge (8 GPUs) from the packaged price table
+    expected = math.floor(cluster / node_hour) * 8  # the whole 8-GPU nodes the ceiling buys: 2 x $98.32 <= $200
 
     # A standby reads but does not write the limit.
     rig.tick(now, acting=False)
@@ -308,10 +308,12 @@ def test_nodepool_gpu_limit_follows_the_ceiling_and_never_drops_below_running(
     stored = rig.fake.get("nodepools.karpenter.sh", "", "h100")
     assert stored is not None
     assert stored["spec"]["limits"][GPU] == str(expected) == "16"
-    # The projected cost is priced at the pool's GPU-hour, not the default.
+    # The projected cost is the pool's whole nodes at its instance type's price, not GPUs at the default.
     llama = desired(report, "llama-chat")
     assert rig.metric("predictive_autoscaler_projected_cost_dollars_per_hour", {"scope": "cluster", "team": ""}) \
-        == pytest.approx(llama * gpu_hour)
+        == pytest.approx(math.ceil(llama / 8) * node_hour)
+    assert rig.metric("predictive_autoscaler_projected_cost_dollars_per_hour", {"scope": "cluster", "team": ""}) \
+        <= cluster
 
     # Steady state writes nothing.
     rig.tick(now + 1)

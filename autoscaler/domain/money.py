@@ -1,0 +1,519 @@
+"""The money decisions of a tick, as pure functions of data: what the plan asks, which ceilings it breaks,
+which gangs count, each NodePool's GPU limit, the headroom to hold, the GPUs workloads wait for, the alerts.
+
+Why a module of its own: ``autoscaler.runtime.money.MoneyStage`` reads the NodePools and the training gangs,
+calls these functions and applies what they return (limits, headroom, gang patches, alerts), the way the replica
+planner (``autoscaler.domain.planner``) is kept apart from the loop that scales, and Karpenter keeps ``Solve``
+apart from acting. Everything here is deterministic and reads no clock; the plain values that cross the ports
+(``autoscaler.ports``: ``WorkloadView``, ``NodePoolView``, the headroom targets, ``Alert``) are stdlib-only
+dataclasses, so this module may use them without importing any I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from autoscaler.domain.annotations import WorkloadSpec
+from autoscaler.domain.capacity import forecast_need
+from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, PriceTable, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.gangs import Gang, holds_gpus, placement_window, scheduled
+from autoscaler.domain.kueue import KueueQueues, admission_block
+from autoscaler.domain.nodes import (
+    GPU_COUNT_KEY,
+    NodePoolError,
+    PoolShape,
+    ceiling_gpus,
+    headroom_plan,
+    nodepool_limit,
+    pool_shape,
+)
+from autoscaler.domain.stabilize import History, stabilize, update_history
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy
+from autoscaler.ports import Alert, DeploymentHeadroom, HeadroomTarget, NodePoolView, PoolHeadroom, WorkloadView
+from models.types import Forecast
+
+# The alert names deploy/prometheusrule.yaml also raises (autoscaler.adapters.alertmanager.ALERT_NAMES); spelled
+# here so the domain does not import an HTTP adapter, and tests/runtime/test_money.py keeps the two equal.
+PROJECTED_BREACH = "GPUCostCeilingProjectedBreach"
+CUTTING_INFERENCE = "GPUCostCeilingCuttingInference"
+GPUS_UNAVAILABLE = "GPUsUnavailable"
+
+HeadroomKind = Literal["capacitybuffer", "placeholder"]
+
+
+def utc(ts: float) -> datetime:
+    """A Unix timestamp as an aware UTC datetime (a conversion, not a clock read)."""
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class PlannedWorkload:
+    """One Deployment's plan as the money stage needs it (built by the loop after ``plan_replicas``).
+
+    ``ahead_replicas``: the replicas the plan needs by ``now + node start-up + lead`` (``ahead_replicas()``),
+    what headroom is asked for; ``unschedulable``: its pods Pending unschedulable right now.
+    """
+
+    view: WorkloadView
+    spec: WorkloadSpec
+    decision: ScalingDecision
+    ahead_replicas: int
+    unschedulable: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.view.namespace}/{self.view.name}"
+
+
+def ahead_replicas(
+    forecast: Forecast | None, policy: ScalingPolicy, decision: ScalingDecision, node_lead_seconds: float, now: int
+) -> int:
+    """Replicas the forecast needs one node start-up beyond the plan's own lead: the peak over
+    ``[now + lead + node start-up, + look-ahead]`` plus the warm pool kept as replicas, never below the
+    decision and clamped to ``[min, max]`` of the policy. Without a usable forecast: the decision."""
+    desired = decision.desired_replicas
+    if forecast is None or decision.missing_metrics or policy.level not in forecast.quantiles:
+        return desired
+    try:
+        need = forecast_need(forecast, policy, now, decision.lead_seconds + max(0.0, node_lead_seconds))
+    except (KeyError, ValueError):
+        return desired
+    warm = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
+    return max(desired, min(max(need.replicas + warm, policy.min_replicas), policy.max_replicas))
+
+
+# ---------------------------------------------------------------------------------------------- pure helpers
+
+
+def scope_of(team: str, ceilings: Ceilings) -> tuple[str, ...]:
+    return ("cluster", f"team {team}") if team in ceilings.teams else ("cluster",)
+
+
+def asked_by_scope(
+    asks: Iterable[WorkloadAsk], gangs: Iterable[Gang], prices: GpuPrices
+) -> dict[str, float]:
+    """$/h the plan asks for *before* the ceilings: ``"cluster"`` (whole nodes per pool, as billed) and
+    ``"team NAME"`` (the team's GPUs' share) for every team seen."""
+    out: dict[str, float] = {}
+    pool_gpus: dict[str | None, int] = {}
+
+    def add(team: str, pool: str | None, gpus: int) -> None:
+        out[f"team {team}"] = out.get(f"team {team}", 0.0) + gpus * prices.per_gpu_hour(pool)
+        pool_gpus[pool or None] = pool_gpus.get(pool or None, 0) + gpus
+
+    for a in asks:
+        add(a.team, a.nodepool, (a.base_replicas + a.warm_units) * a.gpus_per_replica)
+    for g in gangs:
+        if not g.inactive:
+            add(g.team, g.nodepool, g.gpus)
+    return {"cluster": round(prices.bill(pool_gpus), 6), **{k: round(v, 6) for k, v in out.items()}}
+
+
+def breaches(asked: Mapping[str, float], ceilings: Ceilings) -> dict[str, tuple[float, float]]:
+    """Scopes whose asked $/h exceeds their ceiling: ``scope -> (asked, ceiling)``."""
+    limits: dict[str, float] = {f"team {t}": v for t, v in ceilings.teams.items()}
+    if ceilings.cluster is not None:
+        limits["cluster"] = ceilings.cluster
+    return {s: (asked.get(s, 0.0), lim) for s, lim in sorted(limits.items()) if asked.get(s, 0.0) > lim + 1e-6}
+
+
+def nodepool_as_dict(view: NodePoolView) -> dict[str, Any]:
+    """The part of a NodePool ``pool_shape`` reads, rebuilt from the adapter's plain view.
+
+    ``NodeCapacity`` hands out ``NodePoolView`` values while ``nodes.pool_shape`` reads the API dict; a GPU
+    count the view found only in the template's labels is added as a requirement so both agree.
+    """
+    reqs = [{"key": r.key, "operator": r.operator, "values": list(r.values)} for r in view.requirements]
+    if view.gpus_per_node is not None and not any(r["key"] == GPU_COUNT_KEY for r in reqs):
+        reqs.append({"key": GPU_COUNT_KEY, "operator": "In", "values": [str(view.gpus_per_node)]})
+    return {"metadata": {"name": view.name}, "spec": {"template": {"spec": {"requirements": reqs}}}}
+
+
+def pool_shapes(
+    views: Sequence[NodePoolView], prices: PriceTable, wanted: Iterable[str] = ()
+) -> tuple[dict[str, PoolShape], list[str]]:
+    """Shapes of the cluster's pools, of the pools only the config describes, and the problems found.
+
+    A pool whose GPUs per node cannot be known is a problem only when it matters: a workload or gang names
+    it, the config prices it, or it has GPUs (a limit or GPUs in use); otherwise it is a CPU pool.
+    """
+    wanted = set(wanted)
+    shapes: dict[str, PoolShape] = {}
+    problems: list[str] = []
+    for v in views:
+        try:
+            shapes[v.name] = pool_shape(v.name, nodepool_as_dict(v), prices)
+        except NodePoolError as exc:
+            if v.name in wanted or v.name in prices.nodepools or v.gpu_limit is not None or (v.gpus_in_use or 0):
+                problems.append(str(exc))
+    for name in sorted({*prices.nodepools, *wanted} - set(shapes) - {v.name for v in views}):
+        try:
+            shapes[name] = pool_shape(name, None, prices)
+        except NodePoolError as exc:
+            if name in prices.nodepools:
+                problems.append(str(exc))
+    return shapes, problems
+
+
+@dataclass(frozen=True)
+class GangPlacement:
+    """Where a scheduled gang was placed, for the report, the annotation, the metric and the activation."""
+
+    key: str
+    team: str
+    start: int
+    peak_gpus: float
+    fits: bool
+    capacity_gpus: float
+    frozen: bool
+    counts_from: int  # start - node start-up: from then on its GPUs count in the ceiling and in headroom
+    detail: str
+
+    def to_dict(self, now: int, held: bool) -> dict[str, Any]:
+        return {
+            "planned_start": utc(self.start).isoformat(),
+            "planned_start_unix": self.start,
+            "counts_from": utc(self.counts_from).isoformat(),
+            "peak_gpus": round(self.peak_gpus, 1),
+            "capacity_gpus": None if math.isinf(self.capacity_gpus) else round(self.capacity_gpus, 1),
+            "fits": self.fits,
+            "frozen": self.frozen,
+            "counting": now >= self.counts_from,
+            "held": held,
+            "detail": self.detail,
+        }
+
+
+def latest_start(gang: Gang, now: int, fixed: Mapping[str, int]) -> int:
+    """The latest start a scheduled gang may get at ``now`` (its frozen start once its window is gone)."""
+    window = placement_window(gang, now)
+    return window[1] if window is not None else fixed.get(gang.key, now)
+
+
+def counting_gangs(
+    gangs: Iterable[Gang], placements: Mapping[str, GangPlacement], now: int, horizon_seconds: int,
+    node_startup_seconds: float,
+) -> list[Gang]:
+    """The gangs whose GPUs count at ``now`` (``domain.gangs.holds_gpus``; a placed gang from its planned start
+    minus one node start-up)."""
+    return [g for g in gangs if holds_gpus(g, now, horizon_seconds,
+                                           placements[g.key].start if g.key in placements else None,
+                                           node_startup_seconds)]
+
+
+def unplaced_deferred(
+    asks: Iterable[WorkloadAsk], gangs: Sequence[Gang], ceilings: Ceilings, prices: GpuPrices, now: int,
+    horizon_seconds: int,
+) -> frozenset[str]:
+    """Keys of the pending gangs without a placement (no window to place them in) that the ceilings defer now.
+
+    Scheduled gangs are placed on top of the other live gangs of their pool; a pending gang the plan defers holds
+    no GPUs, so it must not be counted there as always running (issue 11: a deferred 16-GPU gang kept a held gang
+    from ever fitting under a binding ceiling). Which pending gangs the plan runs is what ``enforce_ceilings``
+    decides for the inference asks, the admitted gangs and those pending gangs, before any scheduled gang counts.
+    Empty without a ceiling or without a scheduled gang to place."""
+    live = [g for g in gangs if not g.inactive]
+    unplaced = [g for g in live if not g.admitted and not scheduled(g) and holds_gpus(g, now, horizon_seconds)]
+    if not ceilings.any or not unplaced or not any(scheduled(g) for g in live):
+        return frozenset()
+    report = enforce_ceilings(asks, [g for g in live if g.admitted] + unplaced, ceilings, prices)
+    pending = {g.key for g in unplaced}
+    return frozenset(g.key for g in report.gangs_deferred if g.key in pending)
+
+
+@dataclass(frozen=True)
+class GangHeadroom:
+    """Which reserved gangs nodes are held for (``held``), which not and why (``blocked``), and the pending gangs
+    whose held nodes ran past the time limit at this tick (``expired``, also in ``blocked``)."""
+
+    held: tuple[Gang, ...]
+    blocked: Mapping[str, str]
+    expired: tuple[Gang, ...] = ()
+
+
+def gang_headroom(
+    gangs: Sequence[Gang], queues: KueueQueues | str | None, now: int, held_since: Mapping[str, int],
+    limit_seconds: float,
+) -> GangHeadroom:
+    """The gangs to hold nodes for, of the reserved ones that count now (issue 11: no idle nodes for a gang that
+    will not start).
+
+    An admitted gang's pods request its GPUs: always kept (Karpenter provisions for them; the headroom plan only
+    subtracts them). A pending Kueue Workload gets nodes only when Kueue can admit it now (``domain.kueue``:
+    its LocalQueue exists, its ClusterQueue has the quota free); ``queues`` None = not checked (Kueue's queues are
+    not served), a string = they could not be read (the reason; no nodes for pending Workloads). A pending gang
+    whose nodes have been held since ``held_since[key]`` for more than ``limit_seconds`` without it starting gets
+    none any more (``expired``). PodGroups are not checked against Volcano's queues."""
+    held: list[Gang] = []
+    blocked: dict[str, str] = {}
+    expired: list[Gang] = []
+    for g in gangs:
+        if g.admitted or g.inactive:
+            held.append(g)
+            continue
+        why: str | None = None
+        if g.kind == "Workload" and isinstance(queues, KueueQueues):
+            why = admission_block(g, queues)
+        elif g.kind == "Workload" and isinstance(queues, str):
+            why = queues
+        if why is None and g.key in held_since and now - held_since[g.key] > limit_seconds:
+            why = (f"nodes held since {utc(held_since[g.key]).isoformat()} ({(now - held_since[g.key]) / 3600:.1f} h) "
+                   f"and it has not started: released after {limit_seconds / 3600:.1f} h")
+            expired.append(g)
+        if why is None:
+            held.append(g)
+        else:
+            blocked[g.key] = why
+    return GangHeadroom(tuple(held), blocked, tuple(expired))
+
+
+def placement_capacity(pool: str | None, ceilings: Ceilings, prices: GpuPrices) -> float:
+    """GPUs the cluster ceiling buys in ``pool``, in whole nodes (unbounded without a cluster ceiling or with free
+    GPUs)."""
+    node = prices.node_hour(pool)
+    if ceilings.cluster is None or node <= 0:
+        return math.inf
+    return float(math.floor(ceilings.cluster / node + 1e-9) * prices.per_node(pool))
+
+
+def pool_limits(
+    report: CostReport, shapes: Mapping[str, PoolShape], views: Sequence[NodePoolView]
+) -> dict[str, tuple[int, str]]:
+    """``pool -> (GPU limit, why)`` for every pool with a shape, when there is a cluster ceiling.
+
+    A static NodePool (``spec.replicas``) gets none: it keeps a fixed node count, does not provision on demand,
+    and its CRD refuses any limit but ``limits.nodes`` (a GPU limit would be a 422 on every tick).
+    """
+    out: dict[str, tuple[int, str]] = {}
+    for v in views:
+        shape = shapes.get(v.name)
+        if shape is None or v.static:
+            continue
+        allowed = ceiling_gpus(report, shape)
+        if allowed is None:
+            continue
+        running = v.gpus_in_use or 0
+        limit = nodepool_limit(shape, allowed, running)
+        out[v.name] = (limit, f"ceiling allows {allowed // shape.gpus_per_node} node(s) of {shape.gpus_per_node} "
+                              f"GPU(s) at ${shape.node_hour:,.2f}/node-h; nodes have {running} GPU(s) -> limit {limit}")
+    return out
+
+
+@dataclass(frozen=True)
+class HeadroomWant:
+    """Headroom the plan wants: a target, its amount (buffer replicas or placeholder nodes), and why."""
+
+    target: HeadroomTarget
+    amount: int
+    detail: str
+
+    @property
+    def ident(self) -> tuple[str, str]:
+        if isinstance(self.target, DeploymentHeadroom):
+            return ("CapacityBuffer", f"{self.target.namespace}/{self.target.deployment}")
+        return ("Deployment", self.target.pool.name)
+
+
+def plan_headroom(
+    planned: Sequence[PlannedWorkload],
+    decisions: Mapping[str, ScalingDecision],
+    allowed_ahead: Mapping[str, int],
+    shapes: Mapping[str, PoolShape],
+    views: Sequence[NodePoolView],
+    gangs: Sequence[Gang],
+    limits: Mapping[str, int],
+    kind: HeadroomKind,
+) -> tuple[list[HeadroomWant], dict[str, int]]:
+    """The headroom to hold now, and per workload the extra replicas it was asked for.
+
+    Per workload, extra = ``allowed_ahead - max(spec.replicas, desired now)`` (advisory workloads and
+    workloads without GPUs ask nothing). Per pool, the GPUs those extras need beyond what the pods request
+    and the pool's nodes already have (``headroom_plan``, capped by the pool's limit) become placeholder
+    nodes, or are shared out as CapacityBuffer replicas, higher priority first. A workload whose pool is
+    unknown gets its whole extra as a buffer (its node size is unknown, a buffer of pods is still right).
+    ``gangs`` are the reserved ones that count now: an admitted gang's GPUs are requested by its pods, a
+    pending one's (placed, within one node start-up of its start) are planned but not yet requested, so
+    placeholder nodes are held for it, in both modes (a CapacityBuffer needs a workload to scale). A static
+    NodePool (``spec.replicas``: a fixed node count, Karpenter adds none) gets no placeholder nodes; the caller gives
+    it the GPUs of its nodes as its limit, so a buffer there only takes the room its nodes have.
+    """
+    by_view = {v.name: v for v in views}
+    extra: dict[str, int] = {}
+    planned_gpus: dict[str, int] = {}
+    requested: dict[str, int] = {}
+    members: dict[str, list[PlannedWorkload]] = {}
+    for p in planned:
+        gpr = p.spec.gpus_per_replica
+        pool = p.spec.nodepool or ""
+        now_count = max(p.view.replicas, decisions[p.key].desired_replicas)
+        wanted = 0 if p.spec.advisory or gpr == 0 else max(0, allowed_ahead.get(p.key, 0) - now_count)
+        extra[p.key] = wanted
+        planned_gpus[pool] = planned_gpus.get(pool, 0) + (now_count + wanted) * gpr
+        requested[pool] = requested.get(pool, 0) + now_count * gpr
+        if wanted:
+            members.setdefault(pool, []).append(p)
+    for g in gangs:  # an admitted gang's pods request its GPUs; a pending one has no pods yet: nodes ahead
+        pool = g.nodepool or ""
+        planned_gpus[pool] = planned_gpus.get(pool, 0) + g.gpus
+        if g.admitted:
+            requested[pool] = requested.get(pool, 0) + g.gpus
+    have = {pool: max(gpus, by_view[pool].gpus_in_use or 0) if pool in by_view else gpus
+            for pool, gpus in requested.items()}
+    known = {pool: s for pool, s in shapes.items() if pool in planned_gpus}
+    plan = headroom_plan(known, planned_gpus, have, dict(limits))
+    wants: list[HeadroomWant] = []
+    if kind == "placeholder":
+        for pool, room in plan.items():
+            if room.spare_nodes > 0 and pool in by_view and not by_view[pool].static:
+                wants.append(HeadroomWant(PoolHeadroom(by_view[pool], room.gpus_per_node), room.spare_nodes,
+                                          room.detail))
+        return wants, extra
+    # CapacityBuffer mode: a buffer scales a Deployment's pods, and a pending gang has no workload to point one at,
+    # so its nodes are held as placeholder pods on its pool (whole nodes, first: the ceiling has already reserved
+    # the gang whole, and an inference buffer can use what is left).
+    gang_nodes: dict[str, int] = {}
+    for g in gangs:
+        pool = g.nodepool or ""
+        h = plan.get(pool)
+        if not g.admitted and h is not None and h.spare_nodes > 0 and pool in by_view and not by_view[pool].static:
+            gang_nodes[pool] = gang_nodes.get(pool, 0) + math.ceil(g.gpus / h.gpus_per_node)
+    for pool, nodes in sorted(gang_nodes.items()):
+        h = plan[pool]
+        nodes = min(nodes, h.spare_nodes)
+        gang_nodes[pool] = nodes
+        wants.append(HeadroomWant(PoolHeadroom(by_view[pool], h.gpus_per_node), nodes,
+                                  f"{nodes} node(s) for pending gang(s) placed to start within one node start-up; "
+                                  f"{h.detail}"))
+    for pool, ps in members.items():
+        h = plan.get(pool)
+        remaining = None if h is None else h.spare_gpus if h.spare_nodes > 0 else 0
+        if remaining is not None and h is not None:
+            remaining = max(0, remaining - gang_nodes.get(pool, 0) * h.gpus_per_node)
+        for p in sorted(ps, key=lambda q: (-q.spec.priority, q.key)):
+            amount = extra[p.key]
+            if remaining is not None:
+                amount = min(amount, math.ceil(remaining / p.spec.gpus_per_replica))
+                remaining = max(0, remaining - amount * p.spec.gpus_per_replica)
+            if amount > 0:
+                why = (f"{extra[p.key]} replica(s) needed by now + node start-up + lead; "
+                       + (h.detail if h is not None else "pool unknown: whole extra buffered"))
+                wants.append(HeadroomWant(DeploymentHeadroom(p.view.namespace, p.view.name, p.view.uid or None),
+                                          amount, why))
+    return wants, extra
+
+
+def unavailable_gpus(
+    planned: Sequence[PlannedWorkload],
+    decisions: Mapping[str, ScalingDecision],
+    gangs: Sequence[Gang],
+    limits: Mapping[str, int],
+) -> dict[str, int]:
+    """GPUs each workload waits for: its unschedulable pods, or its share of a pool's demand above the limit.
+
+    A pool's shortfall (plan GPUs - limit) is attributed to the not-yet-ready replicas of its workloads,
+    lowest priority first (they are the ones the scheduler leaves Pending).
+    """
+    out = {p.key: p.unschedulable * p.spec.gpus_per_replica for p in planned}
+    demand: dict[str, int] = {}
+    for p in planned:
+        pool = p.spec.nodepool or ""
+        demand[pool] = demand.get(pool, 0) + max(p.view.replicas, decisions[p.key].desired_replicas) * \
+            p.spec.gpus_per_replica
+    for g in gangs:
+        demand[g.nodepool or ""] = demand.get(g.nodepool or "", 0) + g.gpus
+    for pool, limit in limits.items():
+        short = demand.get(pool, 0) - limit
+        if short <= 0:
+            continue
+        for p in sorted((p for p in planned if (p.spec.nodepool or "") == pool),
+                        key=lambda q: (q.spec.priority, q.key)):
+            waiting = max(0, decisions[p.key].desired_replicas - p.view.ready_replicas) * p.spec.gpus_per_replica
+            take = min(short, waiting)
+            out[p.key] = max(out[p.key], take)
+            short -= take
+            if short <= 0:
+                break
+    return out
+
+
+def alerts_for(
+    report: CostReport,
+    asked: Mapping[str, float],
+    ceilings: Ceilings,
+    unavailable: Mapping[str, int],
+    teams: Mapping[str, str],
+) -> list[Alert]:
+    """The alerts the tick's state calls for (identity = name + labels; ``teams``: cut key -> team)."""
+    alerts: list[Alert] = []
+    for scope, (want, ceiling) in breaches(asked, ceilings).items():
+        team = scope.removeprefix("team ") if scope.startswith("team ") else ""
+        who = f"team {team}" if team else "the cluster"
+        labels = {"scope": "team", "team": team} if team else {"scope": "cluster"}
+        alerts.append(Alert(
+            PROJECTED_BREACH, "warning",
+            f"Projected GPU spend of {who} is above its ceiling: ${want:,.2f}/h > ${ceiling:,.2f}/h",
+            f"The plan needs ${want:,.2f}/h within the next {report.horizon_seconds}s; the {scope} ceiling is "
+            f"${ceiling:,.2f}/h. Lower-priority replicas, warm pools and gangs are held back to fit.",
+            labels,
+        ))
+    cut_by_team: dict[str, list[str]] = {}
+    for c in report.cuts:
+        if c.kind == "replicas":
+            cut_by_team.setdefault(teams.get(c.key, ""), []).append(
+                f"{c.key} -{c.count} replica(s) ({c.gpus} GPU, ${c.dollars_per_hour:,.2f}/h, {c.ceiling} ceiling)")
+    for team, lines in sorted(cut_by_team.items()):
+        alerts.append(Alert(
+            CUTTING_INFERENCE, "critical",
+            f"The cost ceiling is cutting inference replicas of team {team}",
+            "Withheld: " + "; ".join(lines) + ". Latency objectives are at risk: raise the ceiling or stop "
+            "lower-priority work.",
+            {"team": team},
+        ))
+    for key, gpus in sorted(unavailable.items()):
+        if gpus > 0:
+            namespace, name = key.split("/", 1)
+            alerts.append(Alert(
+                GPUS_UNAVAILABLE, "warning", f"{key} is waiting for {gpus} GPU(s)",
+                f"Replicas of {key} cannot get GPUs (pods Pending unschedulable or the NodePool at its limit); "
+                "the controller stops adding Pending replicas.",
+                {"namespace": namespace, "deployment": name},
+            ))
+    return alerts
+
+
+
+def stabilize_ahead(
+    planned: Sequence[PlannedWorkload],
+    held: Mapping[str, int],
+    history: Mapping[str, History],
+    now: int,
+    windows: Mapping[str, int],
+) -> tuple[list[PlannedWorkload], dict[str, History]]:
+    """``planned`` with each ``ahead_replicas`` given the replicas' scale-down stabilisation (``domain.stabilize``),
+    so the headroom asked for ahead of them does not churn nodes.
+
+    What headroom stands for is the replicas the forecast needs one node start-up ahead; that count is what wobbles
+    with the forecast, so it is what is stabilised (per workload, with its profile's ``scale_down_stabilization``
+    window from ``windows``): a rise applies at once, a fall only to the highest count of the window, so a buffer is
+    not created and deleted a minute later, nor resized 2 -> 3 -> 2. The headroom is then what that count needs
+    beyond the pods and nodes already there: when the replicas land it goes at once (fulfilled, not a forecast
+    wobble), and the ceiling and the pool's limit still cap it every tick (``plan_headroom``). ``held``: the
+    stabilised counts of the last tick. Returns the adjusted plans and the new histories (of these workloads only:
+    a gone workload's memory is dropped)."""
+    out: list[PlannedWorkload] = []
+    new_history: dict[str, History] = {}
+    for p in planned:
+        window = windows.get(p.key, 0)
+        hist = update_history(history.get(p.key, ()), now, p.ahead_replicas, window)
+        new_history[p.key] = hist
+        count = stabilize(p.ahead_replicas, held.get(p.key, p.ahead_replicas), hist, window).replicas
+        count = max(count, p.decision.desired_replicas)
+        out.append(p if count == p.ahead_replicas else replace(p, ahead_replicas=count))
+    return out, new_history

@@ -1,0 +1,74 @@
+"""KubeCluster and pods for a scale-down: the plain ``PodView`` of each listed pod (owner ReplicaSet, template hash,
+readiness, termination, annotations) and the merge patch of the ``pod-deletion-cost`` marks, on the wire."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.kube import MERGE_PATCH, KubeCluster, KubeWriteError
+from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION
+from tests.kube.conftest import T0, pod
+from tests.kube.fakeapi import FakeKubeAPI
+
+
+@pytest.fixture
+def cluster(api_client: client.ApiClient) -> KubeCluster:
+    return KubeCluster(api_client, instance="controller-0", sleep=lambda _: None)
+
+
+def owned(obj: dict[str, object], rs: str, template_hash: str) -> dict[str, object]:
+    meta = obj["metadata"]
+    assert isinstance(meta, dict)
+    meta["labels"]["pod-template-hash"] = template_hash
+    meta["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": "u1", "controller": True},
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-the-controller", "uid": "u2"},
+    ]
+    return obj
+
+
+def test_pod_startups_lists_every_pod_as_a_plain_view(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
+    ready = owned(pod("ml", "llama-7d9f-aaaaa", "llama", created=T0, ready_at=T0 + timedelta(seconds=90)),
+                  "llama-7d9f", "7d9f")
+    ready["metadata"]["annotations"] = {DELETION_COST_ANNOTATION: "-1"}  # type: ignore[index]
+    leaving = owned(pod("ml", "llama-7d9f-bbbbb", "llama", created=T0, ready_at=T0), "llama-7d9f", "7d9f")
+    leaving["metadata"]["deletionTimestamp"] = "2025-03-01T12:10:00Z"  # type: ignore[index]
+    for obj in (ready, leaving, pod("ml", "llama-bare", "llama", created=T0)):
+        fake_api.add("pods", obj)
+
+    views = {p.name: p for p in cluster.pod_startups("ml", "app=llama", T0 + timedelta(seconds=600)).pods}
+
+    assert set(views) == {"llama-7d9f-aaaaa", "llama-7d9f-bbbbb", "llama-bare"}
+    a = views["llama-7d9f-aaaaa"]
+    assert (a.owner_replicaset, a.template_hash, a.terminating, a.phase) == ("llama-7d9f", "7d9f", False, "Running")
+    assert (a.created, a.ready_since) == (T0.timestamp(), T0.timestamp() + 90)
+    assert a.ready
+    assert dict(a.annotations) == {DELETION_COST_ANNOTATION: "-1"}
+    assert views["llama-7d9f-bbbbb"].terminating
+    bare = views["llama-bare"]
+    assert (bare.owner_replicaset, bare.template_hash, bare.ready_since) == (None, None, None)
+
+
+def test_patch_pod_annotations_is_one_merge_patch_without_a_read(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
+    fake_api.add("pods", pod("ml", "llama-7d9f-aaaaa", "llama", created=T0))
+    cluster.patch_pod_annotations("ml", "llama-7d9f-aaaaa", {DELETION_COST_ANNOTATION: "-2", MARK_ANNOTATION: "{}"})
+    cluster.patch_pod_annotations("ml", "llama-7d9f-aaaaa", {DELETION_COST_ANNOTATION: None})
+    cluster.patch_pod_annotations("ml", "llama-7d9f-aaaaa", {})  # nothing to change: nothing sent
+
+    assert [c.method for c in fake_api.calls(path="/pods/")] == ["PATCH", "PATCH"], "no GET: RBAC grants patch only"
+    first, second = fake_api.calls("PATCH", "/pods/")
+    assert first.path == "/api/v1/namespaces/ml/pods/llama-7d9f-aaaaa"
+    assert first.content_type == MERGE_PATCH
+    assert first.body == {"metadata": {"annotations": {DELETION_COST_ANNOTATION: "-2", MARK_ANNOTATION: "{}"}}}
+    assert second.body == {"metadata": {"annotations": {DELETION_COST_ANNOTATION: None}}}
+    stored = fake_api.get("pods", "ml", "llama-7d9f-aaaaa")
+    assert stored is not None
+    assert stored["metadata"]["annotations"] == {MARK_ANNOTATION: "{}"}
+
+
+def test_a_failed_pod_patch_is_a_write_error_naming_the_pod(cluster: KubeCluster) -> None:
+    with pytest.raises(KubeWriteError, match=r"annotate pod ml/gone: HTTP 404"):
+        cluster.patch_pod_annotations("ml", "gone", {DELETION_COST_ANNOTATION: "-1"})
