@@ -36,6 +36,7 @@ import numpy as np
 
 from models._residuals import check_horizon, check_state, floats_from_json, floats_to_json
 from models.base import DEFAULT_LEVELS, Forecaster, InsufficientHistoryError, NotFittedError
+from models.catalog import make, member_from_state
 from models.clean import OUTAGE_WINDOW_SECONDS, continuation, prepare, prepare_tail, sanitize
 from models.types import Forecast, TrafficSeries
 
@@ -191,9 +192,6 @@ class FallbackChain:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        from models.registry import from_state as model_from_state  # the registry imports this module
-        from models.registry import make
-
         check_state(state, CHAIN_STATE)
         try:
             models: list[Forecaster] = []
@@ -204,7 +202,7 @@ class FallbackChain:
                     models.append(make(str(member["alias"])))
                     fitted.append(False)
                 else:
-                    models.append(model_from_state(member["state"]))
+                    models.append(member_from_state(member["state"]))
                     fitted.append(True)
                 notes.append(None if member["note"] is None else str(member["note"]))
             chain = cls(models, clean=bool(state["clean"]))
