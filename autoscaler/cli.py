@@ -26,7 +26,7 @@ from autoscaler import __version__
 from autoscaler.plot_files import check_plot_path
 from autoscaler.traces import TraceError, parse_duration
 
-COMMANDS = ("backtest", "simulate", "export", "run", "explain")
+COMMANDS = ("backtest", "simulate", "export", "capacity", "run", "explain")
 
 
 class UserError(Exception):

@@ -156,6 +156,19 @@ class ForecastProfile:
     warm_pool_quantile: int = 95
     scale_down_stabilization_seconds: int = 10 * 60
     look_ahead_seconds: int = 5 * 60
+    # The latency objective a Deployment on this profile gets unless its annotations state its own: a request
+    # should start within ``slo_wait_seconds``, for ``slo_attainment`` of requests (a fraction in (0, 1)).
+    slo_wait_seconds: int = 2
+    slo_attainment: float = 0.99
+    # Self-tuning (autoscaler.simulation.tuning): each day the controller replays a Deployment's own recent
+    # history at these ``warm_pool_quantile`` values and runs the cheapest that meets its objective with a
+    # margin. ``self_tune: false`` pins ``warm_pool_quantile`` (the operator's cost knob, still available).
+    self_tune: bool = True
+    tune_quantiles: tuple[int, ...] = (80, 90, 95, 99)
+    # The reactive floor's utilisation (1: observed demand at 100%); self-tuning also tries the lowest tune quantile
+    # with each of ``tune_utilisations`` (a margin over observed demand, which bursty traffic needs).
+    reactive_utilisation: float = 1.0
+    tune_utilisations: tuple[float, ...] = (0.85, 0.7)
 
     def scaling_policy(
         self, capacity_per_replica: float, min_replicas: int, max_replicas: int, warm_pool: int | None = None
@@ -173,6 +186,7 @@ class ForecastProfile:
             warm_pool_level=self.warm_pool_quantile if warm is None else self.quantile,
             lookahead_window_seconds=self.look_ahead_seconds,
             scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
+            reactive_utilisation=self.reactive_utilisation,
         )
 
 
@@ -322,6 +336,12 @@ class Config:
                     "warm_pool_quantile": p.warm_pool_quantile,
                     "scale_down_stabilization": format_duration(p.scale_down_stabilization_seconds),
                     "look_ahead": format_duration(p.look_ahead_seconds),
+                    "slo_wait": format_duration(p.slo_wait_seconds),
+                    "slo_attainment": round(p.slo_attainment * 100, 6),
+                    "self_tune": p.self_tune,
+                    "tune_quantiles": list(p.tune_quantiles),
+                    "reactive_utilisation": p.reactive_utilisation,
+                    "tune_utilisations": list(p.tune_utilisations),
                 }
                 for name, p in self.profiles.items()
             },
@@ -495,7 +515,8 @@ def _describe(value: object) -> str:
 _LOOP_KEYS = ("interval", "history", "step")
 _PROFILE_KEYS = (
     "model", "horizon", "history", "refit", "quantile", "warm_pool", "warm_pool_quantile", "scale_down_stabilization",
-    "look_ahead",
+    "look_ahead", "slo_wait", "slo_attainment", "self_tune", "tune_quantiles", "reactive_utilisation",
+    "tune_utilisations",
 )
 _COLD_START_KEYS = ("pod_startup", "node_startup", "percentile", "min_samples")
 _PROMETHEUS_KEYS = ("url", "bearer_token_file", "ca_file", "timeout", "retries", "arrival_rate_query", "queries")
@@ -557,7 +578,57 @@ def _parse_profile(p: _Parser, name: str, raw: Mapping[str, Any], base: Forecast
             raw, "scale_down_stabilization", path, base.scale_down_stabilization_seconds
         ),
         look_ahead_seconds=p.duration(raw, "look_ahead", path, base.look_ahead_seconds),
+        **_parse_slo(p, raw, path, base),
     )
+
+
+def _parse_slo(p: _Parser, raw: Mapping[str, Any], path: str, base: ForecastProfile) -> dict[str, Any]:
+    """A profile's latency objective and self-tuning keys (``slo_wait``, ``slo_attainment`` as a percentage,
+    ``self_tune``, ``tune_quantiles``, ``reactive_utilisation``, ``tune_utilisations``)."""
+    out: dict[str, Any] = {}
+    if "slo_wait" in raw:
+        out["slo_wait_seconds"] = p.duration(raw, "slo_wait", path, base.slo_wait_seconds)
+    if "slo_attainment" in raw:
+        value = raw["slo_attainment"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value < 100:
+            hint = f" (did you mean {value * 100:g}?)" if isinstance(value, float) and 0 < value < 1 else ""
+            p.error(f"{path}.slo_attainment", f"expected a percentage in [1, 100), e.g. 99 or 99.9, got "
+                                              f"{_describe(value)}{hint}")
+        else:
+            out["slo_attainment"] = float(value) / 100
+    if "self_tune" in raw:
+        if isinstance(raw["self_tune"], bool):
+            out["self_tune"] = raw["self_tune"]
+        else:
+            p.error(f"{path}.self_tune", f"expected true or false, got {_describe(raw['self_tune'])}")
+    if "tune_quantiles" in raw:
+        values = raw["tune_quantiles"]
+        if (not isinstance(values, list) or not values
+                or any(isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 99 for v in values)):
+            p.error(f"{path}.tune_quantiles", f"expected a non-empty list of integers between 1 and 99, got "
+                                              f"{_describe(values)}")
+        else:
+            out["tune_quantiles"] = tuple(sorted(set(values)))
+    if "reactive_utilisation" in raw:
+        value = raw["reactive_utilisation"]
+        if _utilisation(value):
+            out["reactive_utilisation"] = float(value)
+        else:
+            p.error(f"{path}.reactive_utilisation", f"expected a utilisation in (0, 1], e.g. 0.8, got "
+                                                    f"{_describe(value)}")
+    if "tune_utilisations" in raw:
+        values = raw["tune_utilisations"]
+        if not isinstance(values, list) or not all(_utilisation(v) for v in values):
+            p.error(f"{path}.tune_utilisations", f"expected a list of utilisations in (0, 1], e.g. [0.85, 0.7], got "
+                                                 f"{_describe(values)}")
+        else:
+            out["tune_utilisations"] = tuple(sorted({float(v) for v in values}, reverse=True))
+    return out
+
+
+def _utilisation(value: object) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+            and 0 < value <= 1)
 
 
 def _parse_profiles(p: _Parser, data: Mapping[str, Any]) -> dict[str, ForecastProfile]:

@@ -29,9 +29,10 @@ The command-line side (flags, one-line errors, the progress bar on a terminal) i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TextIO
@@ -49,12 +50,14 @@ from autoscaler.adapters.prometheus import (
 )
 from autoscaler.cli import UserError, duration_flag
 from autoscaler.config import Config, ConfigError, PrometheusConfig, load_config
+from autoscaler.domain.learned_capacity import CapacityInputs
 from autoscaler.progress import ProgressBar
 from autoscaler.runtime.clock import SystemClock
 from autoscaler.traces import Trace, trace_from_rates
 from models.types import TrafficSeries
 
 __all__ = [
+    "CAPACITY_INPUTS",
     "FLEET_POINTS_PER_REQUEST",
     "TOKEN_QUERIES",
     "DeploymentHistory",
@@ -65,10 +68,13 @@ __all__ = [
     "check_source_flags",
     "fetch_fleet",
     "history_window",
+    "no_series",
     "parse_args",
     "parse_deployment",
     "parse_time",
+    "prometheus_errors",
     "prometheus_source",
+    "read_capacity_inputs",
     "read_deployment",
     "read_from_args",
     "series_of",
@@ -253,6 +259,51 @@ def read_deployment(
     return DeploymentHistory(namespace, name, start, end, step, answer[key], token_series, sources=sources)
 
 
+# CapacityInputs field -> the named query (``prometheus.queries``) that gives it, per Deployment and bin.
+CAPACITY_INPUTS: Mapping[str, str] = {
+    "completed": "completion_rate",
+    "replicas": "serving_replicas",
+    "waiting": "requests_waiting",
+    "kv_cache": "kv_cache_usage",
+    "ttft": "ttft_p90",
+}
+
+
+def read_capacity_inputs(
+    source: FleetSource,
+    prometheus: PrometheusConfig,
+    namespaces: Iterable[str],
+    start: int,
+    end: int,
+    step: int,
+    *,
+    chunk_bins: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[Key, CapacityInputs]:
+    """The capacity estimator's series (:data:`CAPACITY_INPUTS`) on ``[start, end)`` for every Deployment of
+    ``namespaces`` that has completions (the others are absent), one fleet query per series: the loop's read and
+    the ``capacity`` command's, with the same mapping, restriction and missing-data policies as the demand's. A
+    series a Deployment lacks (an engine without the KV-cache gauge, say) is all NaN: one signal fewer.
+    ``progress`` gets the bins done over all the queries. Raises :class:`QueryFailed` for a refused query."""
+    n_bins = (end - start) // step
+    answers: dict[str, Mapping[Key, TrafficSeries]] = {}
+    for i, (field_name, query) in enumerate(CAPACITY_INPUTS.items()):
+        def done(bins: int, base: int = i * n_bins) -> None:
+            if progress is not None:
+                progress(base + bins)
+
+        try:
+            answers[field_name] = fetch_fleet(source, query, namespaces, start, end, step, chunk_bins=chunk_bins,
+                                              progress=done)
+        except (PrometheusQueryError, promql.TemplateError) as exc:
+            raise QueryFailed(query, exc) from exc
+    out: dict[Key, CapacityInputs] = {}
+    for key in answers["completed"]:
+        series = {f: series_of(answers[f], key, start, end, step).values for f in CAPACITY_INPUTS}
+        out[key] = CapacityInputs(start, step, **series)
+    return out
+
+
 def prometheus_source(cfg: PrometheusConfig, url: str | None = None, *,
                       max_points_per_request: int = FLEET_POINTS_PER_REQUEST) -> PrometheusSource:
     """The adapter as the controller builds it from its config (``url`` overrides ``prometheus.url``)."""
@@ -402,7 +453,8 @@ def parse_args(args: argparse.Namespace, config: Config | None = None, *, now: f
     return HistoryArgs(config, args.prometheus_url, namespace, name, since, step, start, end)
 
 
-def _no_series(h: HistoryArgs, url: str, history: DeploymentHistory) -> UserError:
+def no_series(h: HistoryArgs, url: str, history: DeploymentHistory, *, query: str | None = None) -> UserError:
+    """The one line for a Deployment ``query`` (default: the arrival rate query) has no series for."""
     who = f"{h.namespace}/{h.name}"
     if history.dropped is not None:
         return UserError(f"Deployment {who}: {_one_line(history.dropped)}")
@@ -413,9 +465,24 @@ def _no_series(h: HistoryArgs, url: str, history: DeploymentHistory) -> UserErro
         seen = f"no Deployment in namespace {h.namespace} has series"
     return UserError(
         f"no series for Deployment {who} in Prometheus at {url} over the last {_human(h.since)} "
-        f"(query {h.config.prometheus.arrival_rate_query}; {seen}): check the namespace and name, and that its "
-        f"pods are named {h.name}-<hash>-<suffix> and their vLLM metrics carry the namespace and pod labels"
+        f"(query {query or h.config.prometheus.arrival_rate_query}; {seen}): check the namespace and name, and that "
+        f"its pods are named {h.name}-<hash>-<suffix> and their vLLM metrics carry the namespace and pod labels"
     )
+
+
+@contextlib.contextmanager
+def prometheus_errors(h: HistoryArgs, url: str) -> Iterator[None]:
+    """Every failure of a read from Prometheus at ``url`` for ``h``'s Deployment as a one-line ``UserError``."""
+    try:
+        yield
+    except PrometheusUnavailable as exc:
+        raise UserError(f"cannot read from Prometheus: {_one_line(str(exc))}") from None
+    except QueryFailed as exc:
+        where = f"prometheus.queries.{exc.query}" if isinstance(exc.cause, promql.TemplateError) else (
+            f"query {exc.query} for {h.namespace}/{h.name}")
+        raise UserError(f"{where}: {_one_line(str(exc.cause))}") from None
+    except PrometheusError as exc:
+        raise UserError(f"Prometheus at {url}: {_one_line(str(exc))}") from None
 
 
 def read_from_args(
@@ -429,22 +496,14 @@ def read_from_args(
     queries = [h.config.prometheus.arrival_rate_query, *(TOKEN_QUERIES.values() if tokens else ())]
     bar = ProgressBar(n_bins * len(queries), queries, stream, title) if stream.isatty() else None
     try:
-        with source:
+        with prometheus_errors(h, source.url), source:
             history = read_deployment(source, h.config.prometheus, h.namespace, h.name, h.start, h.end, h.step,
                                       tokens=tokens, progress=bar)
-    except PrometheusUnavailable as exc:
-        raise UserError(f"cannot read from Prometheus: {_one_line(str(exc))}") from None
-    except QueryFailed as exc:
-        where = f"prometheus.queries.{exc.query}" if isinstance(exc.cause, promql.TemplateError) else (
-            f"query {exc.query} for {h.namespace}/{h.name}")
-        raise UserError(f"{where}: {_one_line(str(exc.cause))}") from None
-    except PrometheusError as exc:
-        raise UserError(f"Prometheus at {source.url}: {_one_line(str(exc))}") from None
     finally:
         if bar is not None:
             bar.close()
     if history.requests is None:
-        raise _no_series(h, source.url, history)
+        raise no_series(h, source.url, history)
     return history, source.url
 
 

@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 __all__ = [
+    "CAPACITY_QUERIES",
     "DEFAULT_QUERIES",
     "DEGRADED_SOURCES",
     "DURATION_PLACEHOLDERS",
@@ -311,6 +312,38 @@ def _arrival_rate() -> str:
     return f"clamp_min({_ON_DEPLOYMENT.join(branches)}, 0)"
 
 
+# The series the capacity estimate reads (autoscaler.domain.learned_capacity; autoscaler.history.CAPACITY_INPUTS),
+# besides completion_rate. Per Deployment and bin: what the replicas did, and whether they were saturated.
+_KV_CACHE_OLD = "vllm:gpu_cache_usage_perc"  # vLLM before 0.10
+_KV_CACHE_NEW = "vllm:kv_cache_usage_perc"
+
+
+def _kv_cache_usage() -> str:
+    """KV-cache usage (0..1 per pod, averaged over the bin) summed over the Deployment's pods; per pod the older
+    metric name where it is exported, else the newer (a pod exporting both is counted once)."""
+    def per_pod(metric: str) -> str:
+        return f"max by (namespace, pod) (avg_over_time({metric}{{{_FLEET}}}[{{window}}]))"
+
+    return _by_deployment(f"({per_pod(_KV_CACHE_OLD)} or on (namespace, pod) {per_pod(_KV_CACHE_NEW)})")
+
+
+CAPACITY_QUERIES: Mapping[str, str] = MappingProxyType(
+    {
+        # Pods of the Deployment exporting vLLM's running gauge: the replicas serving.
+        "serving_replicas": _by_deployment(f"group by (namespace, pod) ({_RUNNING}{{{_FLEET}}})"),
+        # Requests waiting, averaged over the bin, summed over the Deployment's pods.
+        "requests_waiting": _by_deployment(f"avg_over_time({_WAITING}{{{_FLEET}}}[{{window}}])"),
+        # KV-cache usage summed over the pods (divide by serving_replicas for the mean).
+        "kv_cache_usage": _kv_cache_usage(),
+        # 90th percentile of time-to-first-token over the bin, seconds (NaN without requests).
+        "ttft_p90": (
+            "histogram_quantile(0.9, sum by (namespace, deployment, le) (label_replace(rate("
+            f'vllm:time_to_first_token_seconds_bucket{{{_FLEET}}}[{{window}}]), "deployment", "$1", "pod", '
+            f'"{POD_TO_DEPLOYMENT_REGEX}")))'
+        ),
+    }
+)
+
 DEFAULT_QUERIES: Mapping[str, str] = MappingProxyType(
     {
         # Requests per second arriving: completions plus growth of waiting + running, clamped at 0; completions
@@ -332,8 +365,11 @@ DEFAULT_QUERIES: Mapping[str, str] = MappingProxyType(
             'sum(vllm:num_requests_waiting{namespace="{namespace}", pod=~"{pods}"})'
             ' + sum(vllm:num_requests_running{namespace="{namespace}", pod=~"{pods}"})'
         ),
+        # The capacity estimate's series (above): serving_replicas, requests_waiting, kv_cache_usage, ttft_p90.
+        **CAPACITY_QUERIES,
     }
 )
+
 
 # Default queries answered per (namespace, pod) rather than per (namespace, deployment).
 PER_POD_QUERIES = frozenset({"pod_in_flight"})

@@ -58,10 +58,12 @@ from tests.servers import (  # noqa: E402
     prometheus_server,
     prometheus_tls_server,
 )
+from tests.synthetic_vllm import capacity_prometheus  # noqa: E402
 
 __all__ = [
     "alertmanager_server",
     "alertmanager_tls_server",
+    "capacity_prometheus",
     "in_ci",
     "prometheus_server",
     "prometheus_tls_server",

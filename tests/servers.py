@@ -100,6 +100,14 @@ class FakePod:
     # export a gauge at all, or start exporting it late (the completions-only fallback of the arrival rate).
     waiting_present: np.ndarray | None = None
     running_present: np.ndarray | None = None
+    # Optional series (written only when given, so the other backfills stay byte for byte as they were): KV-cache
+    # usage (0..1) under ``kv_cache_metric``, and the time-to-first-token histogram as per-minute increments of
+    # each cumulative bucket (columns: ``ttft_le`` then +Inf) with its ``_sum`` increments.
+    kv_cache: np.ndarray | None = None
+    kv_cache_metric: str = "vllm:gpu_cache_usage_perc"
+    ttft_le: tuple[float, ...] = ()
+    ttft_buckets: np.ndarray | None = None
+    ttft_sum: np.ndarray | None = None
 
     def gauge_present(self, gauge: str) -> np.ndarray:
         """Minutes at which gauge ``waiting`` or ``running`` has a sample."""
@@ -265,6 +273,22 @@ def write_openmetrics(backfill: Backfill, directory: Path, window_minutes: int =
             lines.append(f"# TYPE {gauge} gauge")
             for p in backfill.pods:
                 series(gauge, base(p), getattr(p, attr), p.gauge_present(attr))
+        for metric in sorted({p.kv_cache_metric for p in backfill.pods if p.kv_cache is not None}):
+            lines.append(f"# TYPE {metric} gauge")
+            for p in backfill.pods:
+                if p.kv_cache is not None and p.kv_cache_metric == metric:
+                    series(metric, base(p), p.kv_cache, p.present)
+        if any(p.ttft_buckets is not None for p in backfill.pods):
+            family = "vllm:time_to_first_token_seconds"
+            lines.append(f"# TYPE {family} histogram")
+            for p in backfill.pods:
+                if p.ttft_buckets is None or p.ttft_sum is None:
+                    continue
+                cumulative = np.cumsum(p.ttft_buckets, axis=0)
+                for j, le in enumerate([*(f"{b:g}" for b in p.ttft_le), "+Inf"]):
+                    series(f"{family}_bucket", f'{base(p)},le="{le}"', cumulative[:, j], p.present)
+                series(f"{family}_count", base(p), cumulative[:, -1], p.present)
+                series(f"{family}_sum", base(p), np.cumsum(p.ttft_sum), p.present)
         lines.append("# EOF")
         path = directory / f"backfill-{first:06d}.om.txt"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")

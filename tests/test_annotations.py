@@ -159,10 +159,30 @@ def test_min_greater_than_max() -> None:
 def test_every_missing_required_key_is_reported() -> None:
     result = parse({PREFIX + "mode": "scale"})
     assert result.spec is None
-    required = ("min-replicas", "max-replicas", "capacity-per-replica")
+    required = ("min-replicas", "max-replicas")  # capacity-per-replica is optional: auto (learned) by default
     assert {e.key for e in result.errors} == {PREFIX + k for k in required}
     assert all(e.value is None and "missing" in e.message for e in result.errors)
     assert "<missing>" in str(result.errors[0])
+
+
+@pytest.mark.parametrize("raw", [None, "auto", " AUTO ", "Auto"])
+def test_capacity_is_auto_when_absent_or_said(raw: str | None) -> None:
+    ann = {k: v for k, v in BASE.items() if k != PREFIX + "capacity-per-replica"}
+    if raw is not None:
+        ann[PREFIX + "capacity-per-replica"] = raw
+    result = parse(ann)
+    assert result.problems == ()
+    assert result.spec is not None
+    assert result.spec.capacity_per_replica is None  # None = auto: learned, never guessed
+
+
+def test_a_given_capacity_is_kept_and_a_bad_one_is_still_an_error() -> None:
+    spec = parse(BASE).spec
+    assert spec is not None
+    assert spec.capacity_per_replica == 12.5
+    (err,) = parse({**BASE, PREFIX + "capacity-per-replica": "automatic"}).errors
+    assert err.key == PREFIX + "capacity-per-replica"
+    assert err.message.startswith("not a number")
 
 
 def test_all_bad_keys_reported_together() -> None:
@@ -268,7 +288,7 @@ def test_parser_never_raises_and_errors_name_keys(raw: dict[str, str]) -> None:
         assert err.key.startswith(PREFIX)
         assert err.value == annotations.get(err.key)
     # Each bad key is reported (at least) once, each missing required key exactly once.
-    for key in ("min-replicas", "max-replicas", "capacity-per-replica"):
+    for key in ("min-replicas", "max-replicas"):
         if key not in raw:
             assert sum(e.key == PREFIX + key for e in result.errors) == 1
 
@@ -301,3 +321,41 @@ def test_unknown_keys_are_warnings_never_errors(suffix: str) -> None:
     result = parse_workload("ns", "d", LABELS, {**BASE, key: "1"}, template())
     assert result.spec is not None
     assert [w.key for w in result.warnings] == [key]
+
+
+# ---- the latency objective (slo-wait, slo-attainment) ------------------------------------------------------
+
+
+def test_an_slo_is_optional_and_read_as_a_wait_and_a_fraction() -> None:
+    spec = parse(BASE).spec
+    assert spec is not None
+    assert spec.slo_wait_seconds is None
+    assert spec.slo_attainment is None
+    for wait, seconds in (("2s", 2.0), ("500ms", 0.5), ("1m", 60.0), ("1.5", 1.5)):
+        for share, fraction in (("99%", 0.99), ("99.9", 0.999), (" 95 % ", 0.95)):
+            spec = parse({**BASE, PREFIX + "slo-wait": wait, PREFIX + "slo-attainment": share}).spec
+            assert spec is not None
+            assert spec.slo_wait_seconds == pytest.approx(seconds)
+            assert spec.slo_attainment == pytest.approx(fraction)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("slo-wait", "fast", "not a duration"),
+        ("slo-wait", "0s", "must be a wait > 0"),
+        ("slo-wait", "-2s", "not a duration"),
+        ("slo-wait", "xms", "not a duration"),
+        ("slo-attainment", "high", "not a percentage"),
+        ("slo-attainment", "100%", "must be a percentage in [1, 100)"),
+        ("slo-attainment", "0.99", "did you mean 99%?"),
+        ("slo-attainment", "nan", "must be a percentage"),
+    ],
+)
+def test_a_bad_slo_is_an_error_naming_key_and_value(key: str, value: str, message: str) -> None:
+    result = parse({**BASE, PREFIX + key: value})
+    assert result.spec is None
+    (problem,) = result.errors
+    assert problem.key == PREFIX + key
+    assert problem.value == value
+    assert message in problem.message

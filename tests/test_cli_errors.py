@@ -74,7 +74,7 @@ def test_only_values_after_value_flags_are_joined() -> None:
         (["explain"], "the following arguments are required: NAMESPACE/DEPLOYMENT"),
         (["run", "--once", "--at", "yesterday"], "argument --at: not Unix seconds or an ISO 8601 time"),
         (["teleport"], "invalid choice: 'teleport'"),
-        ([], "no command given; choose one of backtest, simulate, export, run, explain"),
+        ([], "no command given; choose one of backtest, simulate, export, capacity, run, explain"),
     ],
 )
 def test_argparse_errors_are_one_line_without_the_usage_block(

@@ -161,3 +161,51 @@ def test_explain_errors_are_one_line_with_exit_2(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"predictive-autoscaler explain: error: {message}\n"
+
+
+def test_render_shows_the_self_tuned_point_its_candidates_and_the_objective() -> None:
+    status = {
+        "mode": "scale", "desiredReplicas": 4, "steps": [],
+        "tuning": {
+            "chosen": 95, "met": True, "slo_wait_seconds": 2.0, "slo_attainment": 0.99, "at": 1_700_000_000,
+            "reason": "warm_pool_quantile 95: cheapest of 3 meeting 99% within 2s on the last 24 h",
+            "candidates": [
+                {"warm_pool_quantile": 80, "gpu_hours": 70.0, "slo_attainment": 0.981, "wait_p99_seconds": 4.2},
+                {"warm_pool_quantile": 95, "gpu_hours": 82.5, "slo_attainment": 0.9951, "wait_p99_seconds": 0.0},
+                {"warm_pool_quantile": 99, "gpu_hours": 99.0, "slo_attainment": 1.0, "wait_p99_seconds": 0.0},
+                {"warm_pool_quantile": 80, "reactive_utilisation": 0.85, "gpu_hours": 90.0, "slo_attainment": 0.999,
+                 "wait_p99_seconds": 0.0},
+            ],
+            "days_pooled": 3,
+        },
+    }
+    lines = render("ns", "llm", status, [])
+    text = "\n".join(lines)
+    assert "self-tuning (objective: 99% of requests start within 2s; replayed up to 22:13 UTC): warm_pool_quantile 95" \
+        in text
+    (chosen,) = [line for line in lines if "<- chosen" in line]
+    assert chosen.split()[:4] == ["95", "1.0", "82.50", "99.51%"]
+    assert any(line.split()[:4] == ["80", "1.0", "70.00", "98.10%"] for line in lines)  # older statuses: 1.0
+    assert any(line.split()[:4] == ["80", "0.85", "90.00", "99.90%"] for line in lines)
+    assert "(pooled over 3 replayed day(s))" in text
+    # no tuning (self_tune off, or a status from an older controller): nothing about it
+    assert not any("self-tuning" in line for line in render("ns", "llm", {"mode": "scale"}, []))
+
+
+def test_render_shows_the_capacity_planned_with_and_the_learned_evidence() -> None:
+    learned = {"estimate": 2.98, "reason": "2.98 req/s per replica from 15.8 h saturated in 6 episode(s)",
+               "saturated_bins": 949, "usable_bins": 2879, "step_seconds": 60, "episodes": 6,
+               "signals": {"waiting": 943, "kv_cache": 916, "ttft": 943}, "confidence": 0.92,
+               "at": "2023-11-16T00:00:00+00:00"}
+    lines = render("ns", "llm", {"capacity": {"perReplica": 2.98, "source": "learned", "learned": learned}}, [])
+    assert "capacity: 2.98 req/s per replica (learned)" in lines
+    assert ("  learned (2023-11-16T00:00:00+00:00): 2.98 req/s per replica from 15.8 h saturated in 6 "
+            "episode(s)") in lines
+    assert ("  evidence: 949 saturated bins of 2879 (60s each) in 6 episode(s), by signal waiting 943, kv_cache 916, "
+            "ttft 943; confidence 0.92") in lines
+    held = {"perReplica": None, "source": None, "learned": None,
+            "note": "capacity not learned yet: not enough evidence: the replicas were never saturated"}
+    lines = render("ns", "llm", {"capacity": held}, [])
+    assert ("capacity not learned yet: not enough evidence: the replicas were never saturated (replicas held, never "
+            "scaled on a guess)") in lines
+    assert not any(line.startswith("capacity") for line in render("ns", "llm", {"mode": "scale"}, []))

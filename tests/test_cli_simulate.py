@@ -538,3 +538,26 @@ def test_queue_durations_are_checked_before_the_trace_loads(capsys: pytest.Captu
     err = capsys.readouterr().err.strip()
     assert err == f"predictive-autoscaler simulate: error: {flag}: {message}"
     assert len(err.splitlines()) == 1
+
+
+def test_the_predictive_row_self_tunes_like_the_controller_and_a_pinned_profile_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # four days of 10-minute bins with a daily cycle and noise: a day of warm-up before each replayed day
+    rng = np.random.default_rng(5)
+    t = np.arange(4 * 144)
+    counts = rng.poisson(600 + 450 * np.sin(2 * np.pi * t / 144))
+    trace = _write_trace(tmp_path / "daily.csv", counts, step=600)
+    base = ["simulate", "--trace", str(trace), "--reactive-targets", "0.7", "--policies", "predictive"]
+    assert main([*base, "--sweep", "warm_pool_quantile=90,99"]) == 0
+    out = capsys.readouterr().out
+    (note,) = [line for line in out.splitlines() if "self-tuned daily" in line]
+    assert "objective 99% within 2s" in note
+    assert "warm_pool_quantile" in note
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text("profiles:\n  default:\n    self_tune: false\n")
+    assert main([*base, "--config", str(pinned), "--json", "--sweep", "warm_pool_quantile=95"]) == 0
+    policies = json.loads(capsys.readouterr().out)["policies"]
+    assert policies["predictive"] == policies["predictive@warm_pool_quantile=95"]  # pinned: the profile as set
+    assert main([*base, "--config", str(pinned)]) == 0
+    assert "self-tuned" not in capsys.readouterr().out

@@ -599,3 +599,39 @@ def test_alerts_credentials_or_a_ca_over_plain_http_are_warned_about() -> None:
 def test_alerts_and_karpenter_errors_name_their_key_path(text: str, expected: str) -> None:
     errors = errors_of(text)
     assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_a_profiles_objective_and_self_tuning_keys() -> None:
+    default = parse_config_text("{}").profile("default")
+    assert (default.slo_wait_seconds, default.slo_attainment, default.self_tune) == (2, 0.99, True)
+    assert default.tune_quantiles == (80, 90, 95, 99)
+    assert (default.reactive_utilisation, default.tune_utilisations) == (1.0, (0.85, 0.7))
+    cfg = parse_config_text("profiles:\n  default:\n    slo_wait: 5s\n    slo_attainment: 99.9\n"
+                            "    self_tune: false\n    tune_quantiles: [99, 90, 90]\n    reactive_utilisation: 0.8\n"
+                            "    tune_utilisations: [0.7, 0.9]\n")
+    p = cfg.profile("default")
+    assert (p.slo_wait_seconds, p.slo_attainment, p.self_tune, p.tune_quantiles) == (5, pytest.approx(0.999), False,
+                                                                                      (90, 99))
+    assert (p.reactive_utilisation, p.tune_utilisations) == (0.8, (0.9, 0.7))
+    assert p.scaling_policy(1.0, 1, 5).reactive_utilisation == 0.8
+    # round trip through the file's own spelling
+    assert parse_config(cfg.to_dict(), "again").profile("default") == p
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("slo_wait: 0s", "profiles.default.slo_wait: invalid duration '0s': must be positive"),
+        ("slo_attainment: 0.99", "did you mean 99?"),
+        ("slo_attainment: 100", "expected a percentage in [1, 100)"),
+        ("self_tune: yes please", "profiles.default.self_tune: expected true or false"),
+        ("tune_quantiles: []", "profiles.default.tune_quantiles: expected a non-empty list"),
+        ("tune_quantiles: [90, 100]", "integers between 1 and 99"),
+        ("reactive_utilisation: 0", "profiles.default.reactive_utilisation: expected a utilisation in (0, 1]"),
+        ("tune_utilisations: [0.8, 1.2]", "profiles.default.tune_utilisations: expected a list of utilisations"),
+    ],
+)
+def test_bad_objective_and_self_tuning_keys_name_their_path(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(f"profiles:\n  default:\n    {text}\n")
+    assert any(message in e for e in info.value.errors), info.value.errors

@@ -74,9 +74,11 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
         )
     else:
         lines.append("forecast: none (metrics missing: replicas are held, never scaled down blindly)")
+    lines.extend(_capacity_lines(status.get("capacity")))
     lines.append("why:")
     for i, step in enumerate(status.get("steps") or [], 1):
         lines.append(f"  {i}. {step.get('name')!s:<22} -> {step.get('replicas')!s:>4}  {step.get('detail')}")
+    lines.extend(_tuning_lines(status.get("tuning")))
     for p in problems:
         lines.append(f"problem: {p}")
     track = [e for e in status.get("track") or [] if isinstance(e, dict) and isinstance(e.get("t"), int | float)]
@@ -91,6 +93,50 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
                 f"  {_hhmm(e['t'])}  {_num(e.get('actual'))}  {_num(made.get('mean') if close and made else None)}"
                 f"  {_num(made.get('upper') if close and made else None)}"
             )
+    return lines
+
+
+def _tuning_lines(tuning: Any) -> list[str]:
+    """The self-tuned operating point: the objective, each candidate replayed (GPU-hours, attainment), the choice."""
+    if not isinstance(tuning, dict):
+        return []
+    wait, target = tuning.get("slo_wait_seconds"), tuning.get("slo_attainment")
+    objective = (f"{target * 100:g}% of requests start within {wait:g}s"
+                 if isinstance(wait, int | float) and isinstance(target, int | float) else "?")
+    at = tuning.get("at")
+    lines = [f"self-tuning (objective: {objective}; replayed up to {_hhmm(at)} UTC): {tuning.get('reason')}"]
+    candidates = [c for c in tuning.get("candidates") or [] if isinstance(c, dict)]
+    if candidates:
+        days = tuning.get("days_pooled")
+        lines.append("   warm_pool_quantile  utilisation    GPU-h   attained   wait p99"
+                     + (f"   (pooled over {days} replayed day(s))" if isinstance(days, int) else ""))
+        chosen = (tuning.get("chosen"), tuning.get("chosen_utilisation", 1.0))
+        for c in candidates:
+            util = c.get("reactive_utilisation", 1.0)
+            mark = "  <- chosen" if (c.get("warm_pool_quantile"), util) == chosen else ""
+            attained = c.get("slo_attainment")
+            shown = f"{attained * 100:8.2f}%" if isinstance(attained, int | float) else "       -"
+            lines.append(f"   {c.get('warm_pool_quantile')!s:>18}  {util!s:>11} {_num(c.get('gpu_hours'))}  {shown}  "
+                         f"{_num(c.get('wait_p99_seconds'))}s{mark}")
+    return lines
+
+
+def _capacity_lines(capacity: Any) -> list[str]:
+    """Requests/s per replica planned with and where it came from, and the learned estimate with its evidence."""
+    if not isinstance(capacity, dict):
+        return []
+    used, source = capacity.get("perReplica"), capacity.get("source")
+    learned = capacity.get("learned") if isinstance(capacity.get("learned"), dict) else None
+    if isinstance(used, int | float):
+        lines = [f"capacity: {used:g} req/s per replica ({source})"]
+    else:
+        lines = [f"{capacity.get('note') or 'capacity not learned yet'} (replicas held, never scaled on a guess)"]
+    if learned is not None:
+        signals = ", ".join(f"{k} {v}" for k, v in (learned.get("signals") or {}).items())
+        lines.append(f"  learned ({learned.get('at', '?')}): {learned.get('reason')}")
+        lines.append(f"  evidence: {learned.get('saturated_bins')} saturated bins of {learned.get('usable_bins')} "
+                     f"({learned.get('step_seconds')}s each) in {learned.get('episodes')} episode(s), by signal "
+                     f"{signals or '-'}; confidence {learned.get('confidence')}")
     return lines
 
 

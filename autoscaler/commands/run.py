@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     source = prometheus_source(cfg.prometheus, args.prometheus_url)
     money = MoneyStage(capacity=_capacity(api, cfg.karpenter), training=_training(api, cfg), alerts=_sink(cfg.alerts))
     controller = Controller(KubeCluster(api, instance=args.identity), source, store.current, dry_run=args.dry_run,
-                            money=money)
+                            money=money, learn_capacity=True)
     clock = SystemClock()
     leader = None
     if not (args.dry_run or args.no_leader_election):

@@ -29,6 +29,9 @@ adds one predictive run per value of one profile key, named ``predictive@KEY=V``
 the HPA's at the same GPU-hours. Why a sweep and not one "best" setting: the simulator cannot know what an
 unserved request costs the operator; the curve shows the trade, the operator picks the point. With the
 default automatic warm pool, ``warm_pool_quantile`` (not ``quantile``) is the knob that moves the point.
+With the profile's ``self_tune`` (the default) the ``predictive`` row picks its own point along that curve, as the
+controller does: after each daily refit it replays its last day (``autoscaler/simulation/tuning.py``) for the
+objective ``--slo-wait`` at the profile's ``slo_attainment``; a swept quantile or warm pool is pinned instead.
 
 The queue (``autoscaler/simulation/queue.py``): requests above Ready capacity wait first in first out and are
 dropped after ``--timeout`` (default 60 s); every policy reports ``slo_attainment`` (started within ``--slo-wait``,
@@ -205,7 +208,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also run the predictive policy once per value of one profile key (quantile, warm_pool, "
         "warm_pool_quantile, look_ahead, scale_down_stabilization, model, refit, history), e.g. "
         "warm_pool_quantile=90,95,99: one row each ('predictive@warm_pool_quantile=90', ...), scored like the "
-        "others, to choose an operating point on your own history",
+        "others, to see the cost/attainment curve on your own history (a swept quantile or warm pool is pinned; "
+        "the 'predictive' row self-tunes along the curve when the profile's self_tune is on, the default)",
     )
     parser.add_argument(
         "--model", default=None, help="forecast model for the predictive policy (default: the profile's model)"
@@ -251,38 +255,31 @@ def _policies(spec: str) -> tuple[str, ...]:
     return names
 
 
-def _targets(spec: str) -> tuple[float, ...]:
-    targets: list[float] = []
+def _numbers(flag: str, spec: str, ok: Callable[[float], bool], out_of_range: str, example: str) -> tuple[float, ...]:
+    """A comma-separated list of numbers for ``flag`` (sorted, without repeats); one-line errors."""
+    values: list[float] = []
     for raw in spec.split(","):
         if not raw.strip():
             continue
         try:
             value = float(raw)
         except ValueError:
-            raise UserError(f"--reactive-targets: {raw.strip()!r} is not a number (e.g. 0.5,0.7,0.9)") from None
-        if not (math.isfinite(value) and 0 < value <= 1):
-            raise UserError(f"--reactive-targets: {raw.strip()} is out of range; a utilisation target is in (0, 1]")
-        targets.append(value)
-    if not targets:
-        raise UserError("--reactive-targets: no target given (e.g. 0.5,0.7,0.9)")
-    return tuple(sorted(set(targets)))
+            raise UserError(f"{flag}: {raw.strip()!r} is not a number (e.g. {example})") from None
+        if not (math.isfinite(value) and ok(value)):
+            raise UserError(f"{flag}: {raw.strip()} is out of range; {out_of_range}")
+        values.append(value)
+    if not values:
+        raise UserError(f"{flag}: no target given (e.g. {example.split(' or ')[0]})")
+    return tuple(sorted(set(values)))
+
+
+def _targets(spec: str) -> tuple[float, ...]:
+    return _numbers("--reactive-targets", spec, lambda v: 0 < v <= 1, "a utilisation target is in (0, 1]",
+                    "0.5,0.7,0.9")
 
 
 def _queue_targets(spec: str) -> tuple[float, ...]:
-    targets: list[float] = []
-    for raw in spec.split(","):
-        if not raw.strip():
-            continue
-        try:
-            value = float(raw)
-        except ValueError:
-            raise UserError(f"--queue-targets: {raw.strip()!r} is not a number (e.g. 10 or 5,10,20)") from None
-        if not (math.isfinite(value) and value > 0):
-            raise UserError(f"--queue-targets: {raw.strip()} is out of range; a waiting-requests target is > 0")
-        targets.append(value)
-    if not targets:
-        raise UserError("--queue-targets: no target given (e.g. 10)")
-    return tuple(sorted(set(targets)))
+    return _numbers("--queue-targets", spec, lambda v: v > 0, "a waiting-requests target is > 0", "10 or 5,10,20")
 
 
 def _bin_shape(value: str) -> str:
@@ -426,6 +423,7 @@ SWEEP_KEYS: dict[str, str] = {
     "model": "model",
     "refit": "refit_seconds",
     "history": "history_seconds",
+    "reactive_utilisation": "reactive_utilisation",
 }
 
 
@@ -463,8 +461,12 @@ def parse_sweep(spec: str, base: ForecastProfile, config: Config) -> tuple[tuple
         except ConfigError as exc:
             raise UserError(f"--sweep {key}={raw}: {exc.errors[0] if exc.errors else exc}") from None
         field_name = SWEEP_KEYS[key]
+        # A swept row is pinned at its value: self-tuning would move the very knob being swept.
+        pinned = base.self_tune and field_name in ("quantile", "warm_pool", "warm_pool_quantile",
+                                                   "reactive_utilisation")
         out.append((f"predictive@{key}={raw}", replace(base, **{field_name: getattr(parsed.profile("default"),
-                                                                                   field_name)})))
+                                                                                   field_name)},
+                                                       self_tune=base.self_tune and not pinned)))
     return tuple(out)
 
 
@@ -743,8 +745,17 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--sweep varies the predictive policy: keep 'predictive' in --policies")
 
     def predictive_for(profile: ForecastProfile) -> PredictiveFactory:
-        return factory(_model_factory(profile.model), decision_interval_seconds=tune.interval_seconds,
-                       profile=profile)
+        make_model = _model_factory(profile.model)
+        retune = None
+        if profile.self_tune and profile.warm_pool == "auto":
+            from autoscaler.simulation.tuning import retuner
+
+            # The objective scored here (--slo-wait) at the profile's attainment, as the controller tunes it.
+            retune = retuner(make_model, quantiles=profile.tune_quantiles, utilisations=profile.tune_utilisations,
+                             slo_wait_seconds=config.queue.slo_wait_seconds, slo_attainment=profile.slo_attainment,
+                             warmup_seconds=profile.history_seconds, gpus_per_node=config.cluster.gpus_per_node,
+                             timeout_seconds=config.queue.timeout_seconds)
+        return factory(make_model, decision_interval_seconds=tune.interval_seconds, profile=profile, retune=retune)
 
     predictive = predictive_for(tune.profile) if "predictive" in config.policies else None
     persistence = (

@@ -8,13 +8,17 @@ the control loop can turn every mistake into a Warning Event the team sees with 
 Contract (prefix ``predictive-autoscaler.io/``):
 
 * label ``enabled: "true"`` opts a Deployment in (any other value, or no label: not ours);
-* required annotations ``min-replicas`` (integer >= 0), ``max-replicas`` (integer >= 1, >= min) and
-  ``capacity-per-replica`` (requests/s one replica serves within its SLO, a finite number > 0);
-* optional: ``mode`` (``scale`` | ``advisory``; default ``scale``), ``cold-start`` (prior start-up
-  duration: ``180``, ``180s``, ``3m``, ``1m30s``, ``1h``; default 180 s), ``warm-pool`` (integer >= 0
-  or ``auto``; default ``auto`` = ``None``, the planner sizes it), ``forecast-profile`` (operator profile
-  name; default ``default``), ``team`` (default: the namespace), ``priority`` (default ``standard``),
-  ``nodepool`` (Karpenter NodePool name; default none);
+* required annotations ``min-replicas`` (integer >= 0) and ``max-replicas`` (integer >= 1, >= min);
+* optional: ``capacity-per-replica`` (requests/s one replica serves within its SLO, a finite number > 0, or
+  ``auto``; default ``auto`` = ``None``: learned from the Deployment's own vLLM history by
+  ``autoscaler.domain.learned_capacity``), ``mode`` (``scale`` | ``advisory``; default ``scale``),
+  ``cold-start`` (prior start-up duration: ``180``, ``180s``, ``3m``, ``1m30s``, ``1h``; default 180 s),
+  ``warm-pool`` (integer >= 0 or ``auto``; default ``auto`` = ``None``, the planner sizes it),
+  ``forecast-profile`` (operator profile name; default ``default``), ``team`` (default: the namespace),
+  ``priority`` (default ``standard``), ``nodepool`` (Karpenter NodePool name; default none), ``slo-wait`` (the
+  latency objective: how long a request may wait before it starts, a duration such as ``2s`` or ``500ms``;
+  default: the profile's) and ``slo-attainment`` (the share of requests that must start within it, a
+  percentage such as ``99%`` or ``99.5``; default: the profile's);
 * ``status`` is written by the controller itself and is therefore a known key.
 
 Priority: an integer 0..1000 (higher = more important: the cost ceiling sheds lower priorities first)
@@ -68,6 +72,8 @@ PROFILE = "forecast-profile"
 TEAM = "team"
 PRIORITY = "priority"
 NODEPOOL = "nodepool"
+SLO_WAIT = "slo-wait"
+SLO_ATTAINMENT = "slo-attainment"
 STATUS = "status"
 KNOWN_KEYS = (
     MIN_REPLICAS,
@@ -80,9 +86,12 @@ KNOWN_KEYS = (
     TEAM,
     PRIORITY,
     NODEPOOL,
+    SLO_WAIT,
+    SLO_ATTAINMENT,
     STATUS,
 )
-REQUIRED_KEYS = (MIN_REPLICAS, MAX_REPLICAS, CAPACITY)
+REQUIRED_KEYS = (MIN_REPLICAS, MAX_REPLICAS)
+CAPACITY_AUTO = "auto"
 
 Severity = Literal["error", "warning"]
 
@@ -123,7 +132,8 @@ class WorkloadSpec:
     name: str
     min_replicas: int
     max_replicas: int
-    capacity_per_replica: float
+    # None = ``auto``: learned from the Deployment's history (the controller holds its replicas until it is).
+    capacity_per_replica: float | None
     mode: Mode = Mode.SCALE
     cold_start_seconds: float = DEFAULT_COLD_START_SECONDS
     warm_pool: int | None = None  # None = "auto": the planner sizes the warm pool
@@ -132,6 +142,10 @@ class WorkloadSpec:
     priority: int = PRIORITY_TIERS[DEFAULT_PRIORITY_TIER]
     nodepool: str | None = None
     gpus_per_replica: int = 0
+    # The latency objective (None: the profile's): the wait a request may have before it starts, and the
+    # share of requests that must start within it (a fraction in (0, 1)).
+    slo_wait_seconds: float | None = None
+    slo_attainment: float | None = None
 
     @property
     def advisory(self) -> bool:
@@ -212,7 +226,10 @@ def _count(c: _Collector, key: str, raw: str, minimum: int) -> int | None:
 
 
 def _capacity(c: _Collector, raw: str) -> float | None:
+    """A number > 0, or None for ``auto`` (and after an error, which ``c`` then holds)."""
     key = PREFIX + CAPACITY
+    if raw.strip().lower() == CAPACITY_AUTO:
+        return None
     try:
         value = float(raw.strip())
     except ValueError:
@@ -225,6 +242,37 @@ def _capacity(c: _Collector, raw: str) -> float | None:
         c.error(key, raw, "must be > 0 requests/s")
         return None
     return value
+
+
+def _slo_wait(c: _Collector, raw: str) -> float | None:
+    key = PREFIX + SLO_WAIT
+    text = raw.strip().lower()
+    try:
+        millis = text.endswith("ms") and bool(text[:-2].strip())
+        value = float(text[:-2]) / 1000 if millis else parse_duration_seconds(text)
+    except ValueError:
+        c.error(key, raw, "not a duration (how long a request may wait to start, e.g. 2s, 500ms, 1m)")
+        return None
+    if not math.isfinite(value) or value <= 0:
+        c.error(key, raw, "must be a wait > 0 (e.g. 2s)")
+        return None
+    return value
+
+
+def _slo_attainment(c: _Collector, raw: str) -> float | None:
+    key = PREFIX + SLO_ATTAINMENT
+    text = raw.strip()
+    number = text[:-1].strip() if text.endswith("%") else text
+    try:
+        value = float(number)
+    except ValueError:
+        c.error(key, raw, "not a percentage (the share of requests that must start within slo-wait, e.g. 99%)")
+        return None
+    if not math.isfinite(value) or not 1 <= value < 100:
+        hint = f" (did you mean {value * 100:g}%?)" if math.isfinite(value) and 0 < value < 1 else ""
+        c.error(key, raw, f"must be a percentage in [1, 100), e.g. 99% or 99.9{hint}")
+        return None
+    return value / 100
 
 
 def _priority(c: _Collector, raw: str) -> int | None:
@@ -376,11 +424,14 @@ def parse_workload(
         if not _DNS_SUBDOMAIN.match(nodepool):
             c.error(PREFIX + NODEPOOL, ann[NODEPOOL], "not a valid NodePool name (a DNS subdomain)")
 
+    slo_wait = _slo_wait(c, ann[SLO_WAIT]) if SLO_WAIT in ann else None
+    slo_attainment = _slo_attainment(c, ann[SLO_ATTAINMENT]) if SLO_ATTAINMENT in ann else None
+
     gpus = _gpus_per_replica(c, pod_template)
 
     if any(p.severity == "error" for p in c.problems):
         return ParseResult(None, tuple(c.problems))
-    if lo is None or hi is None or capacity is None or priority is None:  # pragma: no cover - each logged an error
+    if lo is None or hi is None or priority is None:  # pragma: no cover - each logged an error
         raise AssertionError("unreachable: a missing value without an error")
     spec = WorkloadSpec(
         namespace=namespace,
@@ -396,6 +447,8 @@ def parse_workload(
         priority=priority,
         nodepool=nodepool,
         gpus_per_replica=gpus,
+        slo_wait_seconds=slo_wait,
+        slo_attainment=slo_attainment,
     )
     return ParseResult(spec, tuple(c.problems))
 

@@ -137,15 +137,17 @@ def plan_replicas(
     # 4. reactive floor
     reactive = 0
     if state.demand_known and state.current_demand is not None:
-        reactive = reactive_floor(state.current_demand, policy.capacity_per_replica)
+        util = policy.reactive_utilisation
+        reactive = reactive_floor(state.current_demand, policy.capacity_per_replica * util)
         base = forecast_total if forecast_total is not None else 0
         raw = max(base, reactive)
         who = "forecast" if base >= reactive else "observed demand"
+        at = "" if util == 1 else f" at {util:g} utilisation"
         steps.append(
             Step(
                 "reactive_floor",
                 raw,
-                f"observed {state.current_demand:.1f} req/s / {policy.capacity_per_replica:g} req/s per replica "
+                f"observed {state.current_demand:.1f} req/s / {policy.capacity_per_replica:g} req/s per replica{at} "
                 f"-> {reactive}; max({base}, {reactive}) = {raw} ({who} decides)",
             )
         )

@@ -55,6 +55,10 @@ class ScalingPolicy:
     # present in the forecast; without one, the spread band(level) - mean stands in, see capacity.py). The
     # default is the config profile's ``warm_pool_quantile`` default, chosen on the simulate benchmark.
     warm_pool_level: int = 95
+    # Added: the utilisation the reactive floor sizes observed demand at (1.0: exactly what it needs now). Below 1
+    # the floor keeps an HPA-like headroom over what is observed (``ceil(demand / (capacity * target))``), which a
+    # bursty service with an objective in seconds needs on top of what a forecast can see.
+    reactive_utilisation: float = 1.0
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica
@@ -103,6 +107,11 @@ class ScalingPolicy:
             self.max_scale_up_step is None or (_is_int(self.max_scale_up_step) and self.max_scale_up_step >= 1),
             f"ScalingPolicy.max_scale_up_step must be None (unlimited) or an integer >= 1, "
             f"got {self.max_scale_up_step!r}",
+        )
+        util = self.reactive_utilisation
+        _require(
+            isinstance(util, int | float) and math.isfinite(util) and 0 < util <= 1,
+            f"ScalingPolicy.reactive_utilisation must be in (0, 1], got {util!r}",
         )
         frac = self.max_scale_down_fraction
         _require(

@@ -36,6 +36,11 @@ Failure policy (nothing is lost, nothing scales down blindly):
   (``pod_load``) or a pod patch fails (``pod_mark``), it is counted and reported and the Deployment is scaled
   anyway, in the ReplicaSet's default order (no worse than without marks). A dry run marks nothing and lists
   what it would mark in ``scale_down_marks``.
+- ``capacity-per-replica: auto`` (or absent): the capacity is learned from the Deployment's own vLLM history
+  (``autoscaler.domain.learned_capacity``, read at start and then daily when ``learn_capacity`` is on, as ``run``
+  sets it); until the evidence is enough its replicas are held (a ``capacity_unknown`` step says why), never scaled
+  on a guess, with one ``CapacityNotLearned``/``CapacityLearned`` Event per transition. A failed evidence read is
+  counted (``capacity_estimate``) and reported; the last estimates stand and it is retried ten minutes later.
 """
 
 from __future__ import annotations
@@ -57,14 +62,16 @@ from autoscaler.config import Config, ForecastProfile
 from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
+from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, LearnedCapacity, estimate_capacity
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.scaledown import MARK_ANNOTATION, ScaleDownMarks, plan_clear, plan_marks
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
-from autoscaler.history import fetch_fleet, history_window, series_of
+from autoscaler.history import fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PlannedWorkload, ahead_replicas
+from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
 from models.base import Forecaster
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -82,6 +89,21 @@ MIN_FIT_BUDGET_SECONDS = 5.0  # whatever the interval, a tick makes real progres
 TRACK_EVERY_SECONDS = 300
 TRACK_LENGTH = 48  # 4 hours of forecast-vs-actual points at 5-minute spacing, for `explain`
 REFETCH_BINS = 2  # the newest bins may still change as late scrapes land: fetch them again
+# Learned capacity (capacity-per-replica auto; autoscaler.domain.learned_capacity): re-estimated this often, from
+# this much history (at most loop.history), and retried this soon after a failed read. Daily, not every tick: the
+# estimate reads five series over days and moves only as the workload's mix does.
+CAPACITY_EVERY_SECONDS = 86_400
+CAPACITY_HISTORY_SECONDS = 7 * 86_400
+CAPACITY_RETRY_SECONDS = 600
+CAPACITY_BATCH = 100  # Deployments a tick reads the evidence of (whole namespaces, until reached; _learn_capacity)
+# A Deployment whose capacity is not learned yet is still forecast (for its status and track), with a policy whose
+# capacity shapes nothing: no replica count is derived from it (the plan is a hold, _capacity_hold).
+FORECAST_ONLY_CAPACITY = 1.0
+# Self-tuning (autoscaler.simulation.tuning): a Deployment's operating point is re-chosen this often, after each
+# refit of its model, and when its objective changes; an attempt that could not replay (too little history)
+# is retried after TUNE_RETRY_SECONDS.
+TUNE_EVERY_SECONDS = 86_400
+TUNE_RETRY_SECONDS = 3_600
 
 
 class MetricsSource(Protocol):
@@ -131,6 +153,22 @@ class _Memory:
     # The last pod listing showed scale-down marks of ours (or we just wrote some): pods are listed every tick
     # until they are cleared (autoscaler.domain.scaledown), instead of every STARTUP_RECHECK_SECONDS.
     marks_seen: bool = False
+    # Learned capacity: the last estimate (None: none yet) and when it was made, when the evidence was last read
+    # (or a failed read is to be retried), why the last read failed, and the learned / not learned state the last
+    # landed Event told (None: none told, or the Deployment has a capacity annotation).
+    capacity: LearnedCapacity | None = None
+    capacity_at: float = -math.inf
+    capacity_checked: float = -math.inf
+    capacity_error: str | None = None
+    capacity_told: bool | None = None
+    capacity_wait: float | None = None  # the latency objective the estimate was made for (a change re-estimates)
+    # Self-tuning: the last replay (``chosen`` None: it could not replay), when it was tried and for what
+    # objective and sizing, whether the Event for the current met/unmet state landed, and one waiting to be posted.
+    tuning: Tuning | None = None
+    tuning_tried: float = -math.inf
+    tuning_inputs: tuple[float, ...] | None = None  # objective and sizing it was tuned for: a change re-tunes
+    tuning_reported: bool | None = None
+    tuning_event: tuple[EventType, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -221,9 +259,29 @@ def _deciding_step(decision: ScalingDecision) -> Step:
     return steps[min(last_other + 1, len(steps) - 1)]
 
 
-def _policy(spec: WorkloadSpec, profile: ForecastProfile) -> ScalingPolicy:
-    """The profile's policy for this Deployment (the one mapping ``simulate --config`` also uses)."""
-    return profile.scaling_policy(spec.capacity_per_replica, spec.min_replicas, spec.max_replicas, spec.warm_pool)
+def _policy(spec: WorkloadSpec, profile: ForecastProfile, capacity: float) -> ScalingPolicy:
+    """The profile's policy for this Deployment at ``capacity`` req/s per replica (the annotation's or the learned
+    one): the one mapping ``simulate --config`` also uses."""
+    return profile.scaling_policy(capacity, spec.min_replicas, spec.max_replicas, spec.warm_pool)
+
+
+def _capacity_hold(view: WorkloadView, spec: WorkloadSpec, reason: str, recommendations: tuple[tuple[int, int], ...],
+                   lead_seconds: float, now: int) -> ScalingDecision:
+    """The decision for a Deployment whose capacity is auto and not learned yet: its replicas as they are (within
+    its own min/max), never a count derived from a guessed capacity. ``missing_metrics`` says why, so the money
+    stage asks for no headroom ahead of it either."""
+    held = min(max(view.replicas, spec.min_replicas), spec.max_replicas)
+    why = f"capacity not learned yet: {reason}"
+    steps = [Step("capacity_unknown", view.replicas,
+                  f"{why}; holding {view.replicas} replicas (never scaled on a guessed capacity)")]
+    if held != view.replicas:
+        steps.append(Step("min_max_clamp", held, f"clamped to [min {spec.min_replicas}, max {spec.max_replicas}] "
+                                                 "(the Deployment's own bounds)"))
+    return ScalingDecision(
+        desired_replicas=held, forecast_demand=None, lead_seconds=lead_seconds, warm_pool_replicas=0,
+        warm_pool_as="replicas", reactive_replicas=0, steps=tuple(steps), recommendations=recommendations, now=now,
+        raw_replicas=view.replicas, missing_metrics=(why,),
+    )
 
 
 @dataclass(frozen=True)
@@ -237,6 +295,7 @@ class _Plan:
     demand: float | None
     blocked: int
     ahead: int
+    capacity: float | None = None  # req/s per replica planned with (None: not learned yet, the replicas held)
 
 
 class _GangForecasts:
@@ -274,7 +333,7 @@ class _GangForecasts:
             gpr = p.spec.gpus_per_replica
             memory = self._memory.get(key)
             model = None if memory is None else memory.forecaster
-            if memory is None or model is None or memory.history is None:
+            if memory is None or model is None or memory.history is None or p.capacity is None:
                 series.append([(start, float(p.view.replicas * gpr))])
                 continue
             step = memory.history.step_seconds
@@ -289,7 +348,7 @@ class _GangForecasts:
                 continue
             band = forecast.quantiles.get(50, forecast.mean)
             series.append(replica_gpu_points(
-                forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=p.spec.capacity_per_replica,
+                forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=p.capacity,
                 min_replicas=p.spec.min_replicas, max_replicas=p.spec.max_replicas, gpus_per_replica=gpr,
             ))
         return sum_points(series) or None
@@ -311,8 +370,12 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         dry_run: bool = False,
         money: MoneyStage | None = None,
+        learn_capacity: bool = False,
     ) -> None:
         self.cluster = cluster
+        # Whether capacities are learned from the metrics source (the capacity evidence queries, daily): ``run``
+        # turns it on; off, a Deployment without a capacity annotation is held, and says why.
+        self.learn_capacity = learn_capacity
         self.money = money if money is not None else MoneyStage()
         self.source = source
         self._config = config
@@ -360,6 +423,9 @@ class Controller:
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         self._report_outage(valid, metrics_ok, now, write, errors)
         self._report_demand_source(valid, now, write, errors)
+        if metrics_ok:
+            self._learn_capacity(cfg, valid, int(now), errors)
+        self._report_capacity(valid, now, write, errors)
         budget = self.fit_budget_seconds
         self._fit_deadline = time.perf_counter() + (
             max(cfg.loop.interval_seconds * FIT_BUDGET_SHARE, MIN_FIT_BUDGET_SECONDS) if budget is None else budget
@@ -645,7 +711,8 @@ class Controller:
         """First pass: forecast and plan one workload on its own (no writes)."""
         key = (view.namespace, view.name)
         memory = self._memory[key]
-        policy = _policy(spec, profile)
+        capacity = self._capacity_of(spec, memory)
+        policy = _policy(spec, profile, capacity if capacity is not None else FORECAST_ONLY_CAPACITY)
         startups = self._startups(view, now, errors)
         cold = ColdStartProfile(
             prior_seconds=spec.cold_start_seconds,
@@ -654,6 +721,8 @@ class Controller:
             percentile=float(cfg.cold_start.percentile),
             min_samples=cfg.cold_start.min_samples,
         )
+        if capacity is not None:  # a replay at a guessed capacity would tune on a guess
+            policy = self._tuned(view, spec, profile, policy, cold, now, errors)
         forecast = self._forecast(key, profile, policy, cold, int(now), errors) if metrics_ok else None
         demand: float | None = None
         if metrics_ok and memory.history is not None and len(memory.history):
@@ -666,7 +735,8 @@ class Controller:
             gpus_per_replica=spec.gpus_per_replica,
             recommendations=memory.recommendations,
         )
-        decision = plan_replicas(forecast, state, policy, cold, int(now))
+        decision = plan_replicas(forecast, state, policy, cold, int(now)) if capacity is not None else _capacity_hold(
+            view, spec, self._capacity_reason(memory), memory.recommendations, cold.lead_seconds(False), int(now))
         memory.recommendations = decision.recommendations
         blocked = startups.pending_unschedulable
         if blocked and decision.desired_replicas > view.replicas:
@@ -684,15 +754,95 @@ class Controller:
         self._track(memory, summary, demand, now)
         ahead = decision.desired_replicas if blocked else ahead_replicas(
             forecast, policy, decision, cold.node_lead_seconds(), int(now))
-        return _Plan(view, spec, decision, summary, demand, blocked, ahead)
+        return _Plan(view, spec, decision, summary, demand, blocked, ahead, capacity)
+
+    def _tuned(
+        self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
+        cold: ColdStartProfile, now: float, errors: list[str],
+    ) -> ScalingPolicy:
+        """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``).
+
+        Re-tuned daily, after a refit of its model and when its objective or sizing changes, within what is left of
+        the tick's fitting budget (over it, the replay waits for a later tick); the days replayed before are pooled
+        with the newest while the objective and sizing stay the same. Without self-tuning (the profile's
+        ``self_tune: false``, or a fixed warm pool) or before the first replay, ``policy`` as it is.
+        """
+        key = (view.namespace, view.name)
+        memory = self._memory[key]
+        if not profile.self_tune or policy.warm_pool is not None:
+            memory.tuning = None
+            return policy
+        wait = spec.slo_wait_seconds if spec.slo_wait_seconds is not None else float(profile.slo_wait_seconds)
+        target = spec.slo_attainment if spec.slo_attainment is not None else profile.slo_attainment
+        inputs = (wait, target, policy.capacity_per_replica, policy.min_replicas, policy.max_replicas)
+        last = memory.tuning
+        if last is None or last.chosen is None:
+            due = now - memory.tuning_tried >= TUNE_RETRY_SECONDS
+        else:
+            due = (now - memory.tuning_tried >= TUNE_EVERY_SECONDS or memory.fitted_at > memory.tuning_tried)
+        due = due or inputs != memory.tuning_inputs
+        history = memory.history
+        # Fitting comes first: a Deployment without a model yet is fitted (this or a later tick) before it is
+        # tuned, and a replay only uses what is left of the tick's fitting budget (over it, a later tick tunes).
+        if (due and history is not None and len(history) > 1 and memory.forecaster is not None
+                and time.perf_counter() <= self._fit_deadline):
+            try:
+                # the days replayed before are pooled with this one while the objective and sizing stay the same
+                previous = last if last is not None and inputs == memory.tuning_inputs else None
+                result = tune(
+                    history.slice(0, len(history) - 1), policy, cold, lambda: make_chain(profile.model),
+                    quantiles=profile.tune_quantiles, utilisations=profile.tune_utilisations,
+                    slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=max(1, spec.gpus_per_replica),
+                    warmup_seconds=profile.history_seconds, previous=previous,
+                )
+            except Exception as exc:  # a replay bug must not stop the fleet: keep the last operating point
+                self.metrics.errors.labels("tuning").inc()
+                errors.append(f"{key[0]}/{key[1]}: self-tuning failed ({type(exc).__name__}: {exc}); "
+                              "keeping the last operating point")
+                memory.tuning_tried, memory.tuning_inputs = now, inputs
+            else:
+                memory.tuning_tried, memory.tuning_inputs = now, inputs
+                if result.chosen is not None or last is None or last.chosen is None:
+                    memory.tuning = result
+                self._note_tuning(key, memory, result)
+        tuned = memory.tuning
+        if tuned is None or tuned.chosen is None:
+            return policy
+        return candidate_policy(policy, tuned.chosen, tuned.chosen_utilisation)
+
+    def _note_tuning(self, key: Key, memory: _Memory, result: Tuning) -> None:
+        """Export a replay's outcome and queue an Event when the objective becomes unreachable (or reachable
+        again): one per transition, not per replay."""
+        if result.chosen is None:
+            return
+        chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
+        self.metrics.tuned_quantile.labels(*key).set(result.chosen)
+        self.metrics.tuned_utilisation.labels(*key).set(result.chosen_utilisation)
+        self.metrics.slo_met.labels(*key).set(1 if result.met else 0)
+        self.metrics.replay_attainment.labels(*key).set(chosen.slo_attainment)
+        told = memory.tuning_reported  # the state the landed Events told (None: none yet; reachable is assumed)
+        if result.met and told is None:
+            memory.tuning_reported, memory.tuning_event = True, None
+        elif result.met == told:
+            memory.tuning_event = None  # back where the last Event left it: nothing new to say
+        elif result.met:
+            memory.tuning_event = ("Normal", "SLOReachable", result.reason)
+        else:
+            memory.tuning_event = ("Warning", "SLOUnreachable", result.reason)
 
     def _conclude(self, plan: _Plan, decision: ScalingDecision, now: float, write: bool,
                   errors: list[str], loads: Mapping[Key, float] | None = None) -> WorkloadOutcome:
         """Second pass: apply ``decision`` (the plan after the money stage) and export it."""
         view, spec = plan.view, plan.spec
+        memory = self._memory[(view.namespace, view.name)]
+        if write and memory.tuning_event is not None:
+            kind, reason, message = memory.tuning_event
+            if self._event(view, kind, reason, message, now, errors):
+                memory.tuning_reported, memory.tuning_event = reason == "SLOReachable", None
         marks = self._marks(view, spec, decision, loads, now, write, errors) if write or self.dry_run else None
         actions = self._apply(view, spec, decision, plan.summary, plan.blocked, now, write, errors, marks)
         self._export((view.namespace, view.name), view, decision, plan.summary, plan.demand, spec)
+        self._export_capacity((view.namespace, view.name), spec, plan.capacity)
         return WorkloadOutcome(
             view.namespace, view.name, view.replicas, view.ready_replicas, str(spec.mode), decision, plan.summary,
             actions=tuple(actions), demand_source=self._memory[(view.namespace, view.name)].demand_source,
@@ -834,13 +984,18 @@ class Controller:
             "demandDegraded": _degraded(memory.demand_source),
             "steps": [s.to_dict() for s in decision.steps],
             "track": memory.track,
+            # Requests/s per replica planned with, where it came from (annotation, learned; null: not learned yet, the
+            # replicas held) and the learned estimate with its evidence (also beside an annotation, for comparison).
+            "capacity": self._capacity_status(spec, memory),
+            # The self-tuned operating point: the candidates replayed, their GPU-hours and attainment, the choice.
+            "tuning": memory.tuning.to_dict() if memory.tuning is not None else None,
         }
         # Written when the decision changes (replica counts, mode, warm pool, which rules set which count) and
         # otherwise every
         # STATUS_REFRESH_SECONDS: the forecast's numbers move every bin, and a PATCH per Deployment per
         # tick would be a thousand writes every 30 s on a large fleet for nothing anyone acts on.
         decided = {k: status[k] for k in ("mode", "desiredReplicas", "currentReplicas", "readyReplicas", "warmPool",
-                                          "demandSource")}
+                                          "demandSource", "tuning", "capacity")}
         decided["trail"] = [(step.name, step.replicas) for step in decision.steps]
         if decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
             try:
@@ -885,6 +1040,151 @@ class Controller:
         for band, value in values.items():
             m.forecast.labels(*key, band).set(value)
         memory.exported_bands = frozenset(values)
+
+    # ------------------------------------------------------------------ learned capacity
+
+    @staticmethod
+    def _capacity_of(spec: WorkloadSpec, memory: _Memory) -> float | None:
+        """Requests/s per replica to plan with: the annotation's, else the learned estimate once it has enough
+        evidence, else None (not learned yet: the replicas are held)."""
+        if spec.capacity_per_replica is not None:
+            return spec.capacity_per_replica
+        return None if memory.capacity is None else memory.capacity.estimate
+
+    def _capacity_reason(self, memory: _Memory) -> str:
+        """Why there is no learned capacity to plan with (one line)."""
+        if memory.capacity is not None:
+            return memory.capacity.reason
+        if memory.capacity_error is not None:
+            return f"its evidence could not be read ({memory.capacity_error})"
+        if not self.learn_capacity:
+            return "this controller does not learn capacities; annotate capacity-per-replica"
+        return "no estimate yet (the evidence is read once metrics are)"
+
+    def _learn_capacity(
+        self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: int, errors: list[str]
+    ) -> None:
+        """Re-estimate the capacity of the Deployments due (never estimated, a day ago, or for another latency
+        objective than theirs now: within ``CAPACITY_RETRY_SECONDS`` of the change), annotated or not.
+
+        One fleet query per evidence series (``autoscaler.history.read_capacity_inputs``, the ``capacity``
+        command's read) over the last ``CAPACITY_HISTORY_SECONDS`` (at most ``loop.history``); each Deployment
+        judged against its own latency objective (``slo-wait``, else its profile's). A failed read is counted
+        (``capacity_estimate``) and reported; the last estimates stand and the read is retried in
+        ``CAPACITY_RETRY_SECONDS``.
+        """
+        if not self.learn_capacity:
+            return
+
+        def wait_of(spec: WorkloadSpec, profile: ForecastProfile) -> float:
+            return spec.slo_wait_seconds if spec.slo_wait_seconds is not None else float(profile.slo_wait_seconds)
+
+        def is_due(memory: _Memory, wait: float) -> bool:
+            age = now - memory.capacity_checked
+            changed = memory.capacity_wait is not None and memory.capacity_wait != wait
+            return age >= CAPACITY_EVERY_SECONDS or (changed and age >= CAPACITY_RETRY_SECONDS)
+
+        due = [(v, s, p) for v, s, p in valid if is_due(self._memory[(v.namespace, v.name)], wait_of(s, p))]
+        if not due:
+            return
+        # Whole namespaces (one fleet query covers a namespace), stalest first, taken until CAPACITY_BATCH Deployments
+        # are reached: the evidence of a thousand Deployments at once would hold ~400 MB of series in memory.
+        due.sort(key=lambda d: self._memory[(d[0].namespace, d[0].name)].capacity_checked)
+        per_namespace: dict[str, int] = {}
+        for view, _, _ in due:
+            per_namespace[view.namespace] = per_namespace.get(view.namespace, 0) + 1
+        namespaces: set[str] = set()
+        taken = 0
+        for view, _, _ in due:
+            if view.namespace in namespaces:
+                continue
+            if taken >= CAPACITY_BATCH:
+                break
+            namespaces.add(view.namespace)
+            taken += per_namespace[view.namespace]
+        due = [d for d in due if d[0].namespace in namespaces]
+        step = cfg.loop.step_seconds
+        start, end = history_window(now, step, min(CAPACITY_HISTORY_SECONDS, cfg.loop.history_seconds))
+        if start >= end:
+            return
+        try:
+            answer = read_capacity_inputs(self.source, cfg.prometheus, namespaces, start, end, step)
+        except PrometheusError as exc:
+            self.metrics.errors.labels("capacity_estimate").inc()
+            text = " ".join(str(exc).split())
+            errors.append(f"reading the capacity evidence failed (the last estimates stand; retried in "
+                          f"{CAPACITY_RETRY_SECONDS // 60}m): {text}")
+            for view, _, _ in due:
+                memory = self._memory[(view.namespace, view.name)]
+                memory.capacity_checked = now - CAPACITY_EVERY_SECONDS + CAPACITY_RETRY_SECONDS
+                memory.capacity_error = text
+            return
+        for view, spec, profile in due:
+            key = (view.namespace, view.name)
+            memory = self._memory[key]
+            wait = wait_of(spec, profile)
+            inputs = answer.get(key) or CapacityInputs.empty(start, step, (end - start) // step)
+            memory.capacity = estimate_capacity(inputs, EvidenceRules(slo_wait_seconds=wait))
+            memory.capacity_at = memory.capacity_checked = now
+            memory.capacity_error, memory.capacity_wait = None, wait
+
+    def _report_capacity(
+        self, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: float, write: bool,
+        errors: list[str],
+    ) -> None:
+        """For a Deployment with capacity auto: a Warning Event when it is held for want of a learned capacity, a
+        Normal one when it has one; once per transition (an Event counts once it landed), not per tick."""
+        for view, spec, _ in valid:
+            memory = self._memory[(view.namespace, view.name)]
+            if spec.capacity_per_replica is not None:
+                memory.capacity_told = None
+                continue
+            learned = memory.capacity.estimate if memory.capacity is not None else None
+            if not write or memory.capacity_told == (learned is not None):
+                continue
+            if learned is not None:
+                message = (f"capacity learned: {learned:.4g} req/s per replica, now planned with "
+                           f"({self._capacity_reason(memory)})")
+                landed = self._event(view, "Normal", "CapacityLearned", message[:1000], now, errors)
+            else:
+                message = (f"capacity-per-replica is auto and not learned yet: {self._capacity_reason(memory)}; "
+                           f"replicas are held at {view.replicas}, never scaled on a guess, until the evidence is "
+                           "enough (or annotate capacity-per-replica)")
+                landed = self._event(view, "Warning", "CapacityNotLearned", message[:1000], now, errors)
+            if landed:
+                memory.capacity_told = learned is not None
+
+    def _capacity_status(self, spec: WorkloadSpec, memory: _Memory) -> dict[str, Any]:
+        used = self._capacity_of(spec, memory)
+        learned = memory.capacity
+        source = "annotation" if spec.capacity_per_replica is not None else "learned" if used is not None else None
+        return {
+            "perReplica": _finite(used) if used is not None else None,
+            "source": source,
+            "learned": None if learned is None else {**learned.to_dict(), "at": utc(memory.capacity_at).isoformat()},
+            "note": None if used is not None else f"capacity not learned yet: {self._capacity_reason(memory)}",
+        }
+
+    def _export_capacity(self, key: Key, spec: WorkloadSpec, used: float | None) -> None:
+        """The capacity gauges: by source (annotation, learned), whether the Deployment is held for want of one,
+        and the last estimate's evidence; a value that is gone is removed, never left standing."""
+        m = self.metrics
+        learned = self._memory[key].capacity
+        values = {"annotation": spec.capacity_per_replica, "learned": None if learned is None else learned.estimate}
+        for source, value in values.items():
+            if value is not None:
+                m.capacity.labels(*key, source).set(value)
+            else:
+                with contextlib.suppress(KeyError):
+                    m.capacity.remove(*key, source)
+        m.capacity_unknown.labels(*key).set(1 if used is None else 0)
+        if learned is not None:
+            m.capacity_saturated_bins.labels(*key).set(learned.saturated_bins)
+            m.capacity_confidence.labels(*key).set(learned.confidence)
+        else:
+            for gauge in (m.capacity_saturated_bins, m.capacity_confidence):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
 
     def _forget(self, present: set[Key]) -> None:
         for key in list(self._memory):

@@ -66,7 +66,8 @@ class ControllerMetrics:
         self.errors = Counter(
             "predictive_autoscaler_errors_total",
             "Errors by kind (metrics_unavailable, metrics_query, kube_read, kube_write, invalid_annotation, "
-            "forecast, gpu_unavailable, config, tick, alert, invalid_gang, nodepool, pod_load, pod_mark).",
+            "forecast, gpu_unavailable, config, tick, alert, invalid_gang, nodepool, pod_load, pod_mark, "
+            "tuning, capacity_estimate).",
             ["kind"],
             registry=r,
         )
@@ -145,16 +146,78 @@ class ControllerMetrics:
             WORKLOAD,
             registry=r,
         )
+        self.tuned_quantile = Gauge(
+            "predictive_autoscaler_slo_tuned_quantile",
+            "The warm_pool_quantile self-tuning chose for the Deployment: the cheapest operating point whose replay "
+            "of its own last day met its latency objective with a margin (or the safest, when none did).",
+            WORKLOAD,
+            registry=r,
+        )
+        self.tuned_utilisation = Gauge(
+            "predictive_autoscaler_slo_tuned_utilisation",
+            "The reactive floor's utilisation self-tuning chose with it (1: observed demand sized at 100%; below 1 a "
+            "margin over it, like an HPA target).",
+            WORKLOAD,
+            registry=r,
+        )
+        self.slo_met = Gauge(
+            "predictive_autoscaler_slo_tuning_met",
+            "1 when the chosen operating point met the Deployment's latency objective on the replay of its own last "
+            "day, 0 when no operating point did (the safest one runs, and an SLOUnreachable Event says so).",
+            WORKLOAD,
+            registry=r,
+        )
+        self.replay_attainment = Gauge(
+            "predictive_autoscaler_slo_replay_attainment",
+            "Share of requests that started within the objective's wait on the replay, at the chosen point (0..1).",
+            WORKLOAD,
+            registry=r,
+        )
+        # Capacity per replica (capacity-per-replica, autoscaler.domain.learned_capacity): the annotation's, and the
+        # one learned from the Deployment's own vLLM history (exported with enough evidence, for comparison too).
+        self.capacity = Gauge(
+            "predictive_autoscaler_capacity_per_replica",
+            "Requests/s one Ready replica serves within its latency objective, by source: annotation (the "
+            "capacity-per-replica annotation) or learned (from the Deployment's saturated intervals, once the "
+            "evidence is enough). The controller plans with the annotation when there is one, else the learned value.",
+            [*WORKLOAD, "source"],
+            registry=r,
+        )
+        self.capacity_unknown = Gauge(
+            "predictive_autoscaler_capacity_unknown",
+            "1 while a Deployment with capacity-per-replica auto has no learned capacity yet (too little saturation "
+            "evidence): its replicas are held, never scaled on a guess; 0 otherwise.",
+            WORKLOAD,
+            registry=r,
+        )
+        self.capacity_saturated_bins = Gauge(
+            "predictive_autoscaler_capacity_saturated_bins",
+            "Evidence of the last capacity estimate: history bins in which the replicas were saturated.",
+            WORKLOAD,
+            registry=r,
+        )
+        self.capacity_confidence = Gauge(
+            "predictive_autoscaler_capacity_confidence",
+            "Confidence of the last capacity estimate, 0..1 (saturated bins, separate episodes, spread).",
+            WORKLOAD,
+            registry=r,
+        )
         # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
         self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
             self.forecast, self.demand, self.demand_degraded, self.desired, self.current, self.ready, self.lead,
-            self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable,
+            self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable, self.tuned_quantile, self.slo_met,
+            self.replay_attainment, self.tuned_utilisation, self.capacity, self.capacity_unknown,
+            self.capacity_saturated_bins, self.capacity_confidence,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
             id(self.decisions): (*WORKLOAD, "outcome"),
+            id(self.capacity): (*WORKLOAD, "source"),
             **{id(m): WORKLOAD for m in (self.demand, self.demand_degraded, self.desired, self.current, self.ready,
-                                         self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable)},
+                                         self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable,
+                                         self.tuned_quantile, self.slo_met, self.replay_attainment,
+                                         self.tuned_utilisation, self.capacity_unknown, self.capacity_saturated_bins,
+                                         self.capacity_confidence)},
         }
 
     def forget_series(self, metric: Gauge | Counter, namespace: str, deployment: str) -> None:

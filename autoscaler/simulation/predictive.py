@@ -20,6 +20,9 @@ controller loop does, with the trace standing in for Prometheus:
   NASA after two days: the p90 band grows from 5 to 18 replicas over 28 hours while the median keeps
   the daily shape, 2-4), so it rates the earliest start best whatever the day looks like. The median
   finds the trough; the ceiling, enforced every decision, still protects inference if it is wrong;
+* with ``retune`` (the profile's ``self_tune``, on by default, as in the controller), each daily refit is
+  followed by a self-tuning replay of the history so far (``autoscaler.simulation.tuning``): the policy then
+  runs at the operating point chosen for its latency objective, exactly as the controller would;
 * the cold-start profile is the configured pod and node start-ups. The simulated start-ups are
   exactly those, so feeding them back through ``observe`` would change nothing; the controller does
   feed real ones back.
@@ -31,7 +34,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +47,14 @@ from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
+
+if TYPE_CHECKING:
+    from autoscaler.simulation.tuning import Tuning
+
+# Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning) -> the policy
+# to run and the replay's outcome (``autoscaler.simulation.tuning.retuner`` builds one).
+Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, "Tuning | None"],
+                  "tuple[ScalingPolicy, Tuning]"]
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
 FORECAST_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError)
@@ -65,8 +76,13 @@ class PredictivePolicy:
         refit_seconds: int = SECONDS_PER_DAY,
         history_seconds: int = 14 * SECONDS_PER_DAY,
         name: str = "predictive",
+        retune: Retune | None = None,
     ) -> None:
         self.name = name
+        self.base_policy = policy
+        self.retune = retune
+        self.tunings: list[Tuning] = []  # every self-tuning replay, in order
+        self.tuned_bin: int | None = None
         self.series = series
         self.make_model = make_model
         self.policy = policy
@@ -93,7 +109,7 @@ class PredictivePolicy:
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
-        self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0}
+        self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0, "tune": 0.0}
 
     def _refit_due(self, b: int) -> bool:
         if self.model is None:
@@ -111,6 +127,7 @@ class PredictivePolicy:
                 model.fit(self.series.slice(max(0, b - self.history_bins), b))
                 self.model, self.fitted_at = model, b
                 self.fits += 1
+                self._retune(b)
             elif self.model is not None:
                 self.model.update(self.series.slice(b - 1, b))
             if self.model is not None:
@@ -120,10 +137,37 @@ class PredictivePolicy:
             self.errors.append(f"bin {b}: {exc}")
             self.model, self.forecast = None, None
 
+    def _retune(self, b: int) -> None:
+        """After a refit, at most once per refit interval: replay the history so far and run the chosen point."""
+        if self.retune is None or (self.tuned_bin is not None and b - self.tuned_bin < self.refit_bins):
+            return
+        t0 = time.perf_counter()
+        policy, tuning = self.retune(self.series.slice(max(0, b - self.history_bins), b), self.base_policy,
+                                     self.cold_start, self.gpus_per_replica,
+                                     self.tunings[-1] if self.tunings else None)
+        self.timings["tune"] += time.perf_counter() - t0
+        if tuning.chosen is None:
+            return  # too little history yet: retried at the next refit
+        self.tuned_bin = b
+        self.tunings.append(tuning)
+        self.policy = policy
+        self.levels = tuple(sorted({50, policy.level, policy.warm_pool_level}))
+
     def notes(self) -> list[str]:
         """What the forecaster did: models used (bins served) and failures, for the report."""
         used = ", ".join(f"{m} {n} bins" for m, n in sorted(self.models_used.items(), key=lambda kv: -kv[1]))
         out = [f"{self.name} forecasts: {used or 'none'} ({self.fits} fits)"]
+        if self.tunings:
+            chosen: dict[int, int] = {}
+            for t in self.tunings:
+                if t.chosen is not None:
+                    chosen[t.chosen] = chosen.get(t.chosen, 0) + 1
+            met = sum(t.met for t in self.tunings)
+            cpu = sum(t.cpu_seconds for t in self.tunings) / len(self.tunings)
+            picks = ", ".join(f"{q} x{n}" for q, n in sorted(chosen.items()))
+            out.append(f"{self.name} self-tuned daily ({len(self.tunings)} replays, objective "
+                       f"{self.tunings[-1].slo_attainment * 100:g}% within {self.tunings[-1].slo_wait_seconds:g}s): "
+                       f"warm_pool_quantile {picks}; met on {met}; {cpu:.2f} s CPU per replay")
         if self.errors:
             out.append(
                 f"{self.name}: {len(self.errors)} forecaster failure(s), planner fell back; first: {self.errors[0]}"
@@ -200,11 +244,13 @@ def factory(
     policy_overrides: Mapping[str, Any] | None = None,
     profile: ForecastProfile | None = None,
     name: str = "predictive",
+    retune: Retune | None = None,
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
     ``profile`` is the operator's forecast profile (sizing knobs, refit interval and history length);
     ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``). ``name`` names the
-    run (``predictive-persistence`` for the last-value planner: ``make_model`` = persistence)."""
+    run (``predictive-persistence`` for the last-value planner: ``make_model`` = persistence); ``retune`` makes it
+    self-tune after each daily refit (``autoscaler.simulation.tuning.retuner``)."""
     chosen = profile or ForecastProfile()
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
@@ -215,7 +261,7 @@ def factory(
         policy = scaling_policy_for(config, policy_overrides, chosen)
         return PredictivePolicy(
             series, make_model, policy, cold_start, cluster, decision_interval_seconds,
-            refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name,
+            refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name, retune=retune,
         )
 
     return build

@@ -98,6 +98,23 @@ def test_scale_down_never_below_reactive_floor() -> None:
     assert decision.desired_replicas == 7
 
 
+def test_a_reactive_utilisation_below_one_keeps_a_margin_over_observed_demand() -> None:
+    fc = forecast([5.0] * 60)  # the forecast asks for 1 replica
+    plain = ScalingPolicy(capacity_per_replica=10.0, warm_pool=0, scale_down_stabilization_seconds=0)
+    margin = ScalingPolicy(capacity_per_replica=10.0, warm_pool=0, scale_down_stabilization_seconds=0,
+                           reactive_utilisation=0.8)
+    observed = state(current=10, demand=61.0, **WITH_GPU)
+    assert plan_replicas(fc, observed, plain, POD, now=0).desired_replicas == 7  # ceil(61 / 10)
+    decision = plan_replicas(fc, observed, margin, POD, now=0)
+    assert decision.desired_replicas == 8  # ceil(61 / (10 x 0.8)) = ceil(7.6)
+    (step,) = [s for s in decision.steps if s.name == "reactive_floor"]
+    assert "at 0.8 utilisation -> 8" in step.detail
+    # exactly at capacity x utilisation: no replica for float noise
+    assert plan_replicas(fc, state(current=10, demand=64.0, **WITH_GPU), margin, POD, now=0).desired_replicas == 8
+    with pytest.raises(ValueError, match="reactive_utilisation must be in"):
+        ScalingPolicy(capacity_per_replica=10.0, reactive_utilisation=0.0)
+
+
 # --- missing metrics --------------------------------------------------------------------------
 
 

@@ -1,0 +1,155 @@
+"""Self-tuning in the control loop: each Deployment replays its own history from the real Prometheus, runs the
+cheapest operating point meeting its objective, publishes the candidates, and says when none can.
+
+``serving/llama-chat`` has eight days of backfilled history; the loop here keeps three (the profile fits on two),
+so a full replay (a day of warm-up before a day replayed) is possible for it and for no other Deployment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from autoscaler.adapters.kube import KubeCluster
+from autoscaler.config import Config, parse_config_text
+from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.runtime.loop import Controller
+from autoscaler.runtime.metrics import ControllerMetrics
+from tests.kube.fakeapi import FakeKubeAPI
+from tests.runtime.conftest import RecordingTransport, Rig, make_source
+from tests.servers import PrometheusServer
+
+pytestmark = pytest.mark.prometheus
+
+CONFIG = """\
+loop:
+  interval: 30s
+  history: 3d
+  step: 1m
+profiles:
+  default:
+    history: 2d
+    horizon: 15m
+    tune_quantiles: [80, 95, 99]
+    tune_utilisations: [0.8]
+prometheus:
+  url: {url}
+  retries: 0
+  timeout: 20s
+"""
+
+
+def _config(url: str, extra: str = "") -> Config:
+    return parse_config_text(CONFIG.format(url=url) + extra, "tuning-config.yaml")
+
+
+@pytest.fixture
+def tuning_rig(fleet: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer) -> Iterator[Rig]:
+    transport = RecordingTransport()
+    source = make_source(prometheus_server.url, transport)
+    metrics = ControllerMetrics()
+    cfg = _config(prometheus_server.url)
+    controller = Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: cfg, metrics=metrics)
+    controller.fit_budget_seconds = 120.0  # the shared test machine: never let the budget decide this test
+    yield Rig(controller, fleet, transport, source, metrics)
+    source.close()
+
+
+def _status(fake: FakeKubeAPI, namespace: str, name: str) -> dict[str, Any]:
+    dep = fake.get("deployments", namespace, name)
+    assert dep is not None
+    out: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    return out
+
+
+def _annotate(fake: FakeKubeAPI, namespace: str, name: str, **annotations: str) -> None:
+    dep = fake.get("deployments", namespace, name)
+    assert dep is not None
+    dep["metadata"]["annotations"].update({PREFIX + k.replace("_", "-"): v for k, v in annotations.items()})
+    fake.add("deployments", dep)
+
+
+def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_candidates(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    rig.controller.tick(now)  # first tick: models are fitted first, tuning follows once a model exists
+    rig.controller.tick(now + 30)
+    status = _status(rig.fake, "serving", "llama-chat")
+    tuning = status["tuning"]
+    assert tuning is not None
+    assert tuning["chosen"] in (80, 95, 99)
+    points = [(c["warm_pool_quantile"], c["reactive_utilisation"]) for c in tuning["candidates"]]
+    assert points == [(80, 1.0), (80, 0.8), (95, 1.0), (99, 1.0)]  # each quantile, and the lowest with a margin
+    assert (tuning["slo_wait_seconds"], tuning["slo_attainment"]) == (2.0, 0.99)  # the profile's defaults
+    by_point = {p: c for p, c in zip(points, tuning["candidates"], strict=True)}
+    gpu_hours = [by_point[q, 1.0]["gpu_hours"] for q in (80, 95, 99)]
+    assert gpu_hours == sorted(gpu_hours)  # more spare, more GPU-hours
+    assert by_point[80, 0.8]["gpu_hours"] >= by_point[80, 1.0]["gpu_hours"]  # and a margin over demand too
+    # the forecast is asked for the chosen band, and the chosen point is exported
+    assert f"p{tuning['chosen']}" in status["forecast"]["bands"]
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert rig.metric("predictive_autoscaler_slo_tuned_quantile", labels) == tuning["chosen"]
+    assert rig.metric("predictive_autoscaler_slo_tuned_utilisation", labels) == tuning["chosen_utilisation"]
+    assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == (1.0 if tuning["met"] else 0.0)
+    # the others have one day of history or less: nothing replayed, they say why and run the profile as it is
+    short = _status(rig.fake, "serving", "mistral-code")["tuning"]
+    assert short["chosen"] is None
+    assert "not enough history to tune" in short["reason"]
+    # a later tick within the day does not replay again
+    at = tuning["at"]
+    rig.controller.tick(now + 60)
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["at"] == at
+
+
+def test_an_objective_no_point_meets_runs_the_safest_with_one_warning_and_recovers(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    # llama-chat carries ~2.5 req/s; two replicas of 0.4 req/s can never serve it: no point meets any objective
+    _annotate(rig.fake, "serving", "llama-chat", max_replicas="2")
+    rig.controller.tick(now)
+    rig.controller.tick(now + 30)
+    tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert tuning["met"] is False
+    best = max(tuning["candidates"], key=lambda c: (c["slo_attainment"], -c["gpu_hours"]))
+    assert (tuning["chosen"], tuning["chosen_utilisation"]) == (best["warm_pool_quantile"],
+                                                                 best["reactive_utilisation"])
+    warnings = [e for e in rig.events("serving", "llama-chat") if e["reason"] == "SLOUnreachable"]
+    assert len(warnings) == 1
+    assert warnings[0]["type"] == "Warning"
+    assert "no operating point meets 99% within 2s" in warnings[0]["message"]
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == 0.0
+    rig.controller.tick(now + 60)
+    assert len([e for e in rig.events("serving", "llama-chat") if e["reason"] == "SLOUnreachable"]) == 1
+    # the team raises max-replicas and states a looser objective: re-tuned at once, met, and an Event says so
+    _annotate(rig.fake, "serving", "llama-chat", max_replicas="20", slo_wait="5s", slo_attainment="95%")
+    rig.controller.tick(now + 90)
+    tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert tuning["met"] is True
+    assert (tuning["slo_wait_seconds"], tuning["slo_attainment"]) == (5.0, 0.95)
+    assert [e["type"] for e in rig.events("serving", "llama-chat") if e["reason"] == "SLOReachable"] == ["Normal"]
+    assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == 1.0
+
+
+def test_self_tune_false_or_a_fixed_warm_pool_keeps_the_profile_as_it_is(
+    fleet: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer,
+) -> None:
+    source = make_source(prometheus_server.url)
+    cfg = parse_config_text(CONFIG.format(url=prometheus_server.url).replace(
+        "    tune_quantiles: [80, 95, 99]\n", "    self_tune: false\n"), "pinned.yaml")
+    controller = Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: cfg)
+    now = prometheus_server.now - 1800
+    controller.tick(now)
+    controller.tick(now + 30)
+    status = _status(fleet, "serving", "llama-chat")
+    assert status["tuning"] is None
+    assert set(status["forecast"]["bands"]) == {"p50", "p90", "p95"}  # the profile's quantile and warm pool band
+    source.close()
