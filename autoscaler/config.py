@@ -168,7 +168,7 @@ class ForecastProfile:
     # The reactive floor's utilisation (1: observed demand at 100%); self-tuning also tries the lowest tune quantile
     # with each of ``tune_utilisations`` (a margin over observed demand, which bursty traffic needs).
     reactive_utilisation: float = 1.0
-    tune_utilisations: tuple[float, ...] = (0.85, 0.7)
+    tune_utilisations: tuple[float, ...] = (0.85, 0.75, 0.65)
 
     def scaling_policy(
         self, capacity_per_replica: float, min_replicas: int, max_replicas: int, warm_pool: int | None = None

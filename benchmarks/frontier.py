@@ -17,9 +17,10 @@ start-up 180 s:
 
 Reported: (1) GPU-hours saved at the HPA's attainment at targets 0.6, 0.7 and 0.8 (the predictive curve
 interpolated at that attainment); (2) SLO misses cut at equal GPU-hours (the HPA's curve interpolated at each
-predictive point's GPU-hours); (3) whether an HPA point dominates a predictive point (no more GPU-hours and no
-less attainment, one of them strictly); (4) the self-tuned default's attainment against 99% and its GPU-hours
-over the oracle's.
+predictive point's GPU-hours); (3) whether an HPA point dominates a point of the predictive curve (no more
+GPU-hours and no less attainment, one of them strictly; the curve is the points no other predictive point
+dominates, the ones self-tuning can end on) or the self-tuned run; (4) the self-tuned default's attainment
+against 99% and its GPU-hours over the oracle's.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 from autoscaler.config import ForecastProfile
 from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulate
 from autoscaler.simulation.predictive import factory
-from autoscaler.simulation.tuning import retuner
+from autoscaler.simulation.tuning import operating_points, retuner
 from autoscaler.traces import load_trace
 from benchmarks.report import machine, update_section
 from benchmarks.simulate import PEAK_REPLICAS, TRACES, multi_day
@@ -44,8 +45,39 @@ from models import registry
 from models.clean import prepare
 from models.types import SECONDS_PER_DAY
 
+# Measured while building self-tuning (see the section text); kept next to the code that prints it.
+READING = """Reading the frontier (measured 2026-11-25). *GPU-h saved*: the predictive curve interpolated at the \
+attainment the HPA reaches at a target; ">=" where the curve's cheapest point already attains more than the HPA \
+(its saving is then a lower bound); n/a where the curve does not reach that attainment. The queue-driven HPA \
+(`hpa-queue@10`, the vLLM reference's) is far worse than every other policy, as in the simulate section. \
+**The curve is not dominated anywhere**: no HPA target beats a point of the predictive curve. That needed the \
+utilisation floor: the forecast's bands alone were dominated at high attainment on both ServeGen traces \
+(`predictive@99` 1.38x at 99.73% on m_small against `reactive@0.7` 1.38x at 99.95%), because their misses are \
+bursts no forecast sees, and an HPA-like margin over observed demand absorbs them (`predictive@80/u0.75`: 1.37x \
+at 99.97% on m_small, 1.45x at 99.94% on m_mid, both better than `reactive@0.7` on both axes). On NASA the \
+bands are the better knob (p95: 1.54x at 99.90% against u0.65's 1.71x at 99.90%). The **self-tuned default** \
+meets 99% / 2 s on NASA (99.63% at 1.46x the oracle), ServeGen m_mid (99.46% at 1.29x) and m_small (99.06% at \
+1.30x). On m_small that takes the error budget: the replays are exact (a replayed day's attainment equals the \
+realised one to 0.001%), but the trace changes regime (the cheapest point served 100% on days 4-8 and 91.7% on \
+day 9, its second week being much burstier), so the point chosen the evening before misses that day; without the \
+budget the tuner went back to cheap points and the fortnight ended at 98.85% (1.18x); with it, the safest point \
+runs until the bad day leaves the week. The price is visible: on m_small the self-tuned run (1.30x, 99.06%) is \
+dominated by the plain HPA at 0.8 (1.21x, 99.43%), which reacts well enough to this smooth, bin-interpolated \
+traffic. On the Alibaba LoRA trace (70% empty minutes, bursts 20x the typical minute from near zero, 120 s pod \
+start-up) no point meets 99% within 2 s (the best, p99, 98.999% at 3.39x): the tuner runs the safest point and \
+says so (`SLOUnreachable`). **Not met**: >= 90% fewer SLO misses at equal GPU-hours on m_small (76%, at u0.65) \
+and LoRA (75%, self-tuned); >= 30% fewer GPU-hours at equal attainment on any trace (5-16% where the curves \
+overlap; on NASA the curve's cheapest point already attains more than the HPA at 0.7 and 0.8); the self-tuned \
+default within 1.3x the oracle on NASA (1.46x: the curve reaches 99% only from 1.36x, and knowing the future to \
+within 5 minutes already costs 1.17x, see simulate). What would move them: a cheaper way to hold the same margin \
+(our planner holds about 6% more GPU-hours than the HPA at the same utilisation on ServeGen, from its 600 s \
+scale-down stabilisation, lead-gap and look-ahead, which smooth traffic does not need), points between the ones \
+replayed, and for LoRA a faster start (against 120 s cold starts only started-but-idle replicas meet seconds). \
+Self-tuning costs 1.1-1.5 s of CPU per replay (one day of bins, seven points), once a day per Deployment."""
+
 DAYS = 14
-POINTS = ((80, 1.0), (90, 1.0), (95, 1.0), (99, 1.0), (80, 0.85), (80, 0.7))  # (warm_pool_quantile, utilisation)
+# (warm_pool_quantile, reactive utilisation): the default profile's self-tuning candidates
+POINTS = tuple(operating_points(ForecastProfile().tune_quantiles, ForecastProfile().tune_utilisations))
 TARGETS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 SAVING_AT = (0.6, 0.7, 0.8)
 OBJECTIVE = (2.0, 0.99)  # seconds, share
@@ -111,17 +143,22 @@ def run_trace(path: Path) -> Curve:
                  time.perf_counter() - t0)
 
 
-def saving_at(curve: Curve, target: float) -> tuple[float, float] | None:
-    """(HPA attainment at ``target``, GPU-hours saved by the predictive curve at that attainment), or None when
-    that attainment is outside the predictive curve (it is not interpolated beyond its ends)."""
+def saving_at(curve: Curve, target: float) -> tuple[float, float, bool] | None:
+    """(HPA attainment at ``target``, GPU-hours saved by the predictive curve at that attainment, whether that is a
+    lower bound), or None without that target. Along the curve the saving is interpolated; below its cheapest
+    point (which then attains more than the HPA) the saving of that point is a lower bound; above its dearest it
+    is nan (the curve does not reach that attainment)."""
     hpa = next((r for r in curve.hpa if r.name == f"reactive@{target}"), None)
     if hpa is None:
         return None
     att = [r.slo_attainment for r in curve.predictive]
-    if not min(att) <= hpa.slo_attainment <= max(att):
-        return hpa.slo_attainment, math.nan
+    if hpa.slo_attainment > max(att):
+        return hpa.slo_attainment, math.nan, False
+    if hpa.slo_attainment < min(att):
+        cheapest = min(curve.predictive, key=lambda r: r.gpu_hours)
+        return hpa.slo_attainment, 1.0 - cheapest.gpu_hours / hpa.gpu_hours, True
     gpu = _interp(hpa.slo_attainment, att, [r.gpu_hours for r in curve.predictive])
-    return hpa.slo_attainment, 1.0 - gpu / hpa.gpu_hours
+    return hpa.slo_attainment, 1.0 - gpu / hpa.gpu_hours, False
 
 
 def miss_cut(curve: Curve, run: PolicyResult) -> float:
@@ -133,15 +170,24 @@ def miss_cut(curve: Curve, run: PolicyResult) -> float:
     return math.nan if hpa_miss <= 0 else 1.0 - (1.0 - run.slo_attainment) / hpa_miss
 
 
+def _beats(a: PolicyResult, b: PolicyResult) -> bool:
+    """``a`` dominates ``b``: no more GPU-hours and no less attainment, one of them strictly."""
+    return (a.gpu_hours <= b.gpu_hours and a.slo_attainment >= b.slo_attainment
+            and (a.gpu_hours < b.gpu_hours or a.slo_attainment > b.slo_attainment))
+
+
+def efficient(curve: Curve) -> tuple[PolicyResult, ...]:
+    """The predictive curve: the points no other predictive point dominates (the ones self-tuning can end on)."""
+    return tuple(p for p in curve.predictive if not any(_beats(o, p) for o in curve.predictive if o is not p))
+
+
 def dominated(curve: Curve) -> list[str]:
-    """Predictive points some HPA point dominates: no more GPU-hours and no less attainment, one strictly."""
+    """Points of the predictive curve (``efficient``) and the self-tuned run that some HPA point dominates."""
     out = []
-    for p in curve.predictive:
-        for h in curve.hpa:
-            if (h.gpu_hours <= p.gpu_hours and h.slo_attainment >= p.slo_attainment
-                    and (h.gpu_hours < p.gpu_hours or h.slo_attainment > p.slo_attainment)):
-                out.append(f"{p.name} by {h.name}")
-                break
+    for p in (*efficient(curve), curve.tuned):
+        beaten = next((h for h in curve.hpa if _beats(h, p)), None)
+        if beaten is not None:
+            out.append(f"{p.name} by {beaten.name}")
     return out
 
 
@@ -183,14 +229,19 @@ def markdown(curves: list[Curve], seconds: float) -> str:
     for c in curves:
         daily = any(k in c.trace for k in DAILY)
         savings = [saving_at(c, t) for t in SAVING_AT]
-        shown = " / ".join("n/a" if s is None else (f"{_pct(s[1])} (at {_pct(s[0], 2)})") for s in savings)
-        cuts = [miss_cut(c, r) for r in c.predictive]
+        shown = " / ".join("n/a" if s is None else (f"{'>= ' if s[2] else ''}{_pct(s[1])} (at {_pct(s[0], 2)})")
+                           for s in savings)
+        cuts = [miss_cut(c, r) for r in (*c.predictive, c.tuned)]
         best = max((x for x in cuts if math.isfinite(x)), default=math.nan)
         dom = dominated(c)
         ratio = c.tuned.gpu_hours / c.oracle.gpu_hours
         lines.append(f"| {c.trace} | {shown} | {_pct(best)} | {'; '.join(dom) if dom else 'no'} | "
                      f"{_pct(c.tuned.slo_attainment, 3)} | {ratio:.2f}x |")
-        verdicts.append(f"{c.trace}: not dominated {'PASS' if not dom else 'FAIL'}; self-tuned meets 99% "
+        curve_dom = [d for d in dom if not d.startswith(c.tuned.name)]
+        tuned_dom = [d for d in dom if d.startswith(c.tuned.name)]
+        also = f" (the self-tuned run is: {tuned_dom[0]})" if tuned_dom else ""
+        verdicts.append(f"{c.trace}: curve not dominated {'PASS' if not curve_dom else 'FAIL'}{also}; "
+                        "self-tuned meets 99% "
                         f"{'PASS' if c.tuned.slo_attainment >= share else 'FAIL'}" + (
                             f"; misses cut >= 90% {'PASS' if best >= MISS_CUT_TARGET else 'FAIL'}; "
                             f"GPU-h saved >= 30% at equal attainment "
@@ -200,7 +251,7 @@ def markdown(curves: list[Curve], seconds: float) -> str:
     lines += ["", *[f"- {v}" for v in verdicts], ""]
     for c in curves:
         lines += [f"- {n} ({c.trace})" for n in c.notes]
-    lines += ["", f"Whole run: {seconds:.0f} s. Machine: {machine()}."]
+    lines += ["", f"Whole run: {seconds:.0f} s. Machine: {machine()}.", "", READING]
     return "\n".join(lines)
 
 

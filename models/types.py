@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -112,6 +113,8 @@ class Forecast:
     def timestamps(self) -> NDArray[np.int64]:
         return self.start + self.step_seconds * np.arange(self.horizon, dtype=np.int64)
 
-    @property
+    @cached_property
     def is_finite(self) -> bool:
+        """Whether every value is finite (computed once: the planner asks on every decision, and a forecast serves
+        every decision until the next bin)."""
         return bool(np.all(np.isfinite(self.mean)) and all(np.all(np.isfinite(v)) for v in self.quantiles.values()))

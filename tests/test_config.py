@@ -605,7 +605,7 @@ def test_a_profiles_objective_and_self_tuning_keys() -> None:
     default = parse_config_text("{}").profile("default")
     assert (default.slo_wait_seconds, default.slo_attainment, default.self_tune) == (2, 0.99, True)
     assert default.tune_quantiles == (80, 90, 95, 99)
-    assert (default.reactive_utilisation, default.tune_utilisations) == (1.0, (0.85, 0.7))
+    assert (default.reactive_utilisation, default.tune_utilisations) == (1.0, (0.85, 0.75, 0.65))
     cfg = parse_config_text("profiles:\n  default:\n    slo_wait: 5s\n    slo_attainment: 99.9\n"
                             "    self_tune: false\n    tune_quantiles: [99, 90, 90]\n    reactive_utilisation: 0.8\n"
                             "    tune_utilisations: [0.7, 0.9]\n")

@@ -15,6 +15,8 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.tuning import (
     Candidate,
+    Day,
+    budget_requirement,
     candidate_policy,
     choose,
     operating_points,
@@ -244,15 +246,15 @@ def test_each_tuning_pools_the_days_replayed_before_up_to_a_week() -> None:
         last = tune(history.slice(0, d * day_bins), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
                     slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7)
         ends.append(last.at)
-        assert [end for end, _ in last.days] == ends[-7:]
+        assert [d.end for d in last.days] == ends[-7:]
     assert last is not None
     assert len(last.days) == 7
     # the pooled candidates are exactly the pool of the days kept
-    assert last.candidates == pool([day for _, day in last.days])
+    assert last.candidates == pool([d.candidates for d in last.days])
     # a re-tune a few hours after the last one (a refit) replaces the overlapping day instead of counting it twice
     again = tune(history.slice(0, 11 * day_bins + 180), _policy(capacity=5.0), COLD, Persistence,
                  quantiles=(80, 99), slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7)
-    assert [end for end, _ in again.days] == [*ends[-7:-1], again.at]
+    assert [d.end for d in again.days] == [*ends[-7:-1], again.at]
 
 
 def test_operating_points_are_each_quantile_and_the_lowest_with_each_margin() -> None:
@@ -281,3 +283,49 @@ def test_on_bursts_no_forecast_sees_a_margin_over_observed_demand_is_what_meets_
     with pytest.raises(ValueError, match="utilisations must be in"):
         tune(_series(values), _policy(), COLD, Persistence, quantiles=(80,), utilisations=(1.5,),
              slo_wait_seconds=2, slo_attainment=0.99)
+
+
+def _day(end: int, *attained: float, ran: tuple[int, float] | None = (80, 1.0)) -> Day:
+    points = [(80, 1.0), (99, 1.0)]
+    return Day(end, tuple(Candidate(q, 1.0, a, 0.0, 0.0, 100.0, u) for (q, u), a in zip(points, attained, strict=True)),
+               ran)
+
+
+def test_the_error_budget_raises_the_next_days_requirement_once_the_days_behind_spent_it() -> None:
+    assert budget_requirement([], 0.99) == 0.99
+    assert budget_requirement([_day(1, 1.0, 1.0), _day(2, 1.0, 1.0)], 0.99) == 0.99  # nothing spent
+    # three days of 100 requests: the window (and the next day) may miss 4; one day missed 3.5 of them
+    days = [_day(1, 1.0, 1.0), _day(2, 0.965, 1.0), _day(3, 1.0, 1.0)]
+    assert budget_requirement(days, 0.99) == pytest.approx(0.995)
+    assert budget_requirement([_day(1, 0.9, 1.0), _day(2, 1.0, 1.0)], 0.99) == 1.0  # spent: as safe as it gets
+    # what ran counts, not what could have: the same bad day did not happen if the safe point ran
+    assert budget_requirement([_day(1, 0.9, 1.0, ran=(99, 1.0)), _day(2, 1.0, 1.0)], 0.99) == 0.99
+    assert budget_requirement([_day(1, 0.9, 1.0, ran=None)], 0.99) == 0.99  # unknown: not counted
+
+
+def test_after_a_day_that_spent_the_budget_the_safest_point_runs_and_says_why() -> None:
+    # calm days, then a day of bursts the cheap point (which ran) could not serve
+    values = np.full(6 * DAY // STEP, 40.0)
+    rng = np.random.default_rng(9)
+    burst_day = 4 * DAY // STEP
+    for start in rng.choice(np.arange(burst_day, burst_day + DAY // STEP - 30), 60, replace=False):
+        values[start:start + 15] = 70.0
+    history = _series(values)
+    last = None
+    for d in (3, 4, 5):
+        running = None if last is None else (last.chosen, last.chosen_utilisation)
+        last = tune(history.slice(0, d * DAY // STEP), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
+                    utilisations=(0.65,), slo_wait_seconds=2, slo_attainment=0.99, previous=last,
+                    running=running or (80, 1.0))
+        if d < 5:
+            assert last.budget_attainment == 0.99
+            assert (last.chosen, last.chosen_utilisation) == (80, 1.0)
+    assert last is not None
+    lived = last.days[-1].realised()
+    assert lived is not None
+    assert lived.point == (80, 1.0)
+    assert lived.slo_attainment < 0.95
+    assert last.budget_attainment == 1.0
+    safest = max(last.candidates, key=lambda c: (c.slo_attainment, -c.gpu_hours))
+    assert (last.chosen, last.chosen_utilisation) == safest.point != (80, 1.0)
+    assert "the window's error budget is spent" in last.reason

@@ -150,9 +150,13 @@ class WorkloadState:
                 f"WorkloadState.current_demand must be None, NaN (missing) or a rate >= 0, got {demand!r}",
             )
             object.__setattr__(self, "current_demand", value)
-        recs = tuple((int(t), int(r)) for t, r in self.recommendations)
-        for t, r in recs:
-            _require(r >= 0, f"WorkloadState.recommendations entry ({t}, {r}) has a negative replica count")
+        recs = self.recommendations
+        # The planner hands back what it was given plus one entry: already a tuple of int pairs, checked cheaply.
+        if not (type(recs) is tuple and all(type(e) is tuple and len(e) == 2 and type(e[0]) is int
+                                            and type(e[1]) is int for e in recs)):
+            recs = tuple((int(t), int(r)) for t, r in recs)
+        negative = next(((t, r) for t, r in recs if r < 0), None)
+        _require(negative is None, f"WorkloadState.recommendations entry {negative} has a negative replica count")
         object.__setattr__(self, "recommendations", recs)
 
     @property

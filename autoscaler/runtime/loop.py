@@ -51,6 +51,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -104,6 +105,9 @@ FORECAST_ONLY_CAPACITY = 1.0
 # is retried after TUNE_RETRY_SECONDS.
 TUNE_EVERY_SECONDS = 86_400
 TUNE_RETRY_SECONDS = 3_600
+# A replay costs about 1.5 s of CPU: a tick starts replays for at most this share of the loop interval (and only in
+# what its fits left of theirs), so a fleet's daily replays spread over many ticks instead of stretching some.
+TUNE_BUDGET_SHARE = 1 / 10
 
 
 class MetricsSource(Protocol):
@@ -285,6 +289,18 @@ def _capacity_hold(view: WorkloadView, spec: WorkloadSpec, reason: str, recommen
 
 
 @dataclass(frozen=True)
+class _Replay:
+    """A self-tuning replay one Deployment's plan found due (``Controller._replay_due`` runs it after the plans)."""
+
+    key: Key
+    policy: ScalingPolicy  # the profile's own, untuned
+    cold: ColdStartProfile
+    profile: ForecastProfile
+    gpus_per_replica: int
+    inputs: tuple[float, ...]  # (slo wait, attainment, capacity, min, max): a change re-tunes and restarts the pool
+
+
+@dataclass(frozen=True)
 class _Plan:
     """One workload planned on its own (first pass), waiting for the money stage and then to be applied."""
 
@@ -385,6 +401,10 @@ class Controller:
         # per tick; None = FIT_BUDGET_SHARE of the loop interval, at least MIN_FIT_BUDGET_SECONDS
         self.fit_budget_seconds: float | None = None
         self._fit_deadline = math.inf  # set per tick: fitting stops being started after it
+        # per tick; None = TUNE_BUDGET_SHARE of the loop interval: self-tuning replays stop being started after it
+        self.tune_budget_seconds: float | None = None
+        self._tune_deadline = math.inf
+        self._replays: list[_Replay] = []  # self-tuning replays this tick's plans found due
         self._deferred_fits = 0
 
     # ------------------------------------------------------------------ tick
@@ -433,7 +453,11 @@ class Controller:
         self._deferred_fits = 0
         # Stalest models first, so a deferred refit is the first one served by the next tick's budget.
         order = sorted(range(len(valid)), key=lambda i: self._staleness(valid[i][0]))
+        self._tune_deadline = time.perf_counter() + (
+            cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
+            else self.tune_budget_seconds)
         planned = {i: self._plan(*valid[i], cfg, now, metrics_ok, errors) for i in order}
+        self._replay_due(now, errors)
         plans = [planned[i] for i in range(len(valid))]
         self.metrics.deferred_fits.set(self._deferred_fits)
         horizon = max((p.horizon_seconds for _, _, p in valid), default=cfg.profile("default").horizon_seconds)
@@ -722,7 +746,7 @@ class Controller:
             min_samples=cfg.cold_start.min_samples,
         )
         if capacity is not None:  # a replay at a guessed capacity would tune on a guess
-            policy = self._tuned(view, spec, profile, policy, cold, now, errors)
+            policy = self._tuned(view, spec, profile, policy, cold, now)
         forecast = self._forecast(key, profile, policy, cold, int(now), errors) if metrics_ok else None
         demand: float | None = None
         if metrics_ok and memory.history is not None and len(memory.history):
@@ -758,14 +782,15 @@ class Controller:
 
     def _tuned(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
-        cold: ColdStartProfile, now: float, errors: list[str],
+        cold: ColdStartProfile, now: float,
     ) -> ScalingPolicy:
-        """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``).
+        """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``), and a replay
+        queued for ``_replay_due`` when one is due.
 
-        Re-tuned daily, after a refit of its model and when its objective or sizing changes, within what is left of
-        the tick's fitting budget (over it, the replay waits for a later tick); the days replayed before are pooled
-        with the newest while the objective and sizing stay the same. Without self-tuning (the profile's
-        ``self_tune: false``, or a fixed warm pool) or before the first replay, ``policy`` as it is.
+        Due daily, after a refit of its model and when its objective or sizing changes; the replay runs after this
+        tick's plans, in what is left of its budgets, and its choice applies from the next tick. Without self-tuning
+        (the profile's ``self_tune: false``, or a fixed warm pool), ``policy`` as it is; before the first replay
+        too (the profile's own operating point).
         """
         key = (view.namespace, view.name)
         memory = self._memory[key]
@@ -774,41 +799,57 @@ class Controller:
             return policy
         wait = spec.slo_wait_seconds if spec.slo_wait_seconds is not None else float(profile.slo_wait_seconds)
         target = spec.slo_attainment if spec.slo_attainment is not None else profile.slo_attainment
-        inputs = (wait, target, policy.capacity_per_replica, policy.min_replicas, policy.max_replicas)
+        inputs: tuple[float, ...] = (wait, target, policy.capacity_per_replica, policy.min_replicas,
+                                     policy.max_replicas)
         last = memory.tuning
         if last is None or last.chosen is None:
             due = now - memory.tuning_tried >= TUNE_RETRY_SECONDS
         else:
             due = (now - memory.tuning_tried >= TUNE_EVERY_SECONDS or memory.fitted_at > memory.tuning_tried)
-        due = due or inputs != memory.tuning_inputs
-        history = memory.history
-        # Fitting comes first: a Deployment without a model yet is fitted (this or a later tick) before it is
-        # tuned, and a replay only uses what is left of the tick's fitting budget (over it, a later tick tunes).
-        if (due and history is not None and len(history) > 1 and memory.forecaster is not None
-                and time.perf_counter() <= self._fit_deadline):
+        if due or inputs != memory.tuning_inputs:
+            self._replays.append(_Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs))
+        if last is None or last.chosen is None or inputs != memory.tuning_inputs:
+            return policy  # nothing chosen yet for this objective and sizing
+        return candidate_policy(policy, last.chosen, last.chosen_utilisation)
+
+    def _replay_due(self, now: float, errors: list[str]) -> None:
+        """Run the self-tuning replays queued by this tick's plans, least recently tuned first, while the tick's
+        fitting budget and its tuning budget last (fits come first: a replay only uses what they left). The rest
+        wait for a later tick."""
+        deadline = min(self._fit_deadline, self._tune_deadline)
+        for job in sorted(self._replays, key=lambda j: self._memory[j.key].tuning_tried):
+            memory = self._memory.get(job.key)
+            history = memory.history if memory is not None else None
+            if memory is None or history is None or len(history) < 2 or memory.forecaster is None:
+                continue  # no model yet: it is fitted (this or a later tick) before it is tuned
+            if time.perf_counter() > deadline:
+                break
+            last = memory.tuning
+            # the days replayed before are pooled with this one while the objective and sizing stay the same
+            previous = last if last is not None and job.inputs == memory.tuning_inputs else None
+            wait, target = job.inputs[0], job.inputs[1]
+            # what ran during the day about to be replayed: the error budget counts its replay as lived
+            running = (
+                (previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen is not None
+                else (job.policy.warm_pool_level, job.policy.reactive_utilisation))
             try:
-                # the days replayed before are pooled with this one while the objective and sizing stay the same
-                previous = last if last is not None and inputs == memory.tuning_inputs else None
                 result = tune(
-                    history.slice(0, len(history) - 1), policy, cold, lambda: make_chain(profile.model),
-                    quantiles=profile.tune_quantiles, utilisations=profile.tune_utilisations,
-                    slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=max(1, spec.gpus_per_replica),
-                    warmup_seconds=profile.history_seconds, previous=previous,
+                    history.slice(0, len(history) - 1), job.policy, job.cold, partial(make_chain, job.profile.model),
+                    quantiles=job.profile.tune_quantiles, utilisations=job.profile.tune_utilisations,
+                    slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=job.gpus_per_replica,
+                    warmup_seconds=job.profile.history_seconds, previous=previous, running=running,
                 )
             except Exception as exc:  # a replay bug must not stop the fleet: keep the last operating point
                 self.metrics.errors.labels("tuning").inc()
-                errors.append(f"{key[0]}/{key[1]}: self-tuning failed ({type(exc).__name__}: {exc}); "
+                errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(exc).__name__}: {exc}); "
                               "keeping the last operating point")
-                memory.tuning_tried, memory.tuning_inputs = now, inputs
-            else:
-                memory.tuning_tried, memory.tuning_inputs = now, inputs
-                if result.chosen is not None or last is None or last.chosen is None:
-                    memory.tuning = result
-                self._note_tuning(key, memory, result)
-        tuned = memory.tuning
-        if tuned is None or tuned.chosen is None:
-            return policy
-        return candidate_policy(policy, tuned.chosen, tuned.chosen_utilisation)
+                memory.tuning_tried = now
+                continue
+            memory.tuning_tried, memory.tuning_inputs = now, job.inputs
+            if result.chosen is not None or previous is None or previous.chosen is None:
+                memory.tuning = result
+            self._note_tuning(job.key, memory, result)
+        self._replays = []
 
     def _note_tuning(self, key: Key, memory: _Memory, result: Tuning) -> None:
         """Export a replay's outcome and queue an Event when the objective becomes unreachable (or reachable

@@ -158,13 +158,15 @@ class PredictivePolicy:
         used = ", ".join(f"{m} {n} bins" for m, n in sorted(self.models_used.items(), key=lambda kv: -kv[1]))
         out = [f"{self.name} forecasts: {used or 'none'} ({self.fits} fits)"]
         if self.tunings:
-            chosen: dict[int, int] = {}
+            chosen: dict[tuple[int, float], int] = {}
             for t in self.tunings:
                 if t.chosen is not None:
-                    chosen[t.chosen] = chosen.get(t.chosen, 0) + 1
+                    point = (t.chosen, t.chosen_utilisation)
+                    chosen[point] = chosen.get(point, 0) + 1
             met = sum(t.met for t in self.tunings)
             cpu = sum(t.cpu_seconds for t in self.tunings) / len(self.tunings)
-            picks = ", ".join(f"{q} x{n}" for q, n in sorted(chosen.items()))
+            picks = ", ".join(f"{q}{'' if u == 1 else f' at utilisation {u:g}'} x{n}"
+                              for (q, u), n in sorted(chosen.items(), key=lambda kv: (kv[0][0], -kv[0][1])))
             out.append(f"{self.name} self-tuned daily ({len(self.tunings)} replays, objective "
                        f"{self.tunings[-1].slo_attainment * 100:g}% within {self.tunings[-1].slo_wait_seconds:g}s): "
                        f"warm_pool_quantile {picks}; met on {met}; {cpu:.2f} s CPU per replay")

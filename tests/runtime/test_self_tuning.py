@@ -153,3 +153,23 @@ def test_self_tune_false_or_a_fixed_warm_pool_keeps_the_profile_as_it_is(
     assert status["tuning"] is None
     assert set(status["forecast"]["bands"]) == {"p50", "p90", "p95"}  # the profile's quantile and warm pool band
     source.close()
+
+
+def test_replays_wait_for_a_tick_with_budget_left_and_apply_from_the_next_tick(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    rig.controller.tune_budget_seconds = 0.0  # every replay is over this tick's tuning budget
+    rig.controller.tick(now)
+    rig.controller.tick(now + 30)
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"] is None  # due, not run: the profile's point runs
+    assert rig.metric("predictive_autoscaler_slo_tuned_quantile", {"namespace": "serving",
+                                                                   "deployment": "llama-chat"}) is None
+    rig.controller.tune_budget_seconds = 60.0
+    rig.controller.tick(now + 60)  # the replay runs after this tick's plans ...
+    status = _status(rig.fake, "serving", "llama-chat")
+    assert status["tuning"]["chosen"] is not None
+    rig.controller.tick(now + 90)  # ... and the chosen point decides from the next one (its band is forecast)
+    status = _status(rig.fake, "serving", "llama-chat")
+    assert f"p{status['tuning']['chosen']}" in status["forecast"]["bands"]
