@@ -335,7 +335,8 @@ def markdown(rows: list[Row], cpu: float, wall: float, parts: dict[str, float]) 
         "",
         "`python -m benchmarks.simulate`: each multi-day trace through the simulated cluster (replicas sized so the "
         f"peak needs {PEAK_REPLICAS}; pod start-up 120 s, node start-up 180 s, 1 GPU/replica, 8 GPUs/node; "
-        "predictive = the default profile (default model, p90 replicas, automatic warm pool to p95), deciding every "
+        "predictive = the default profile pinned (default model, p90 replicas, automatic warm pool to p95, no "
+        "self-tuning: the self-tuned default is in the frontier section), deciding every "
         "30 s; HPA targets "
         f"{', '.join(f'{t:g}' for t in TARGETS)}). *HPA at same GPU-h* is the HPA's unserved fraction interpolated "
         "between targets at the predictive policy's GPU-hours. *5-min hindsight* is the GPU-hours, over the oracle's, "
