@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autoscaler import __version__
+from autoscaler.domain.demand import DEMAND_UNITS, DemandUnit, TokenWeights
 from autoscaler.plot_files import check_plot_path
 from autoscaler.traces import TraceError, parse_duration
 
@@ -65,6 +66,38 @@ def plot_flag(path: str | Path, flag: str = "--plot") -> str:
         return check_plot_path(path)
     except ValueError as exc:
         raise UserError(f"{flag}: {exc}") from None
+
+
+def add_demand_arguments(parser: argparse.ArgumentParser, capacity_flag: bool = False) -> None:
+    """``--demand requests|tokens`` and ``--token-weights IN,OUT`` (``backtest``, ``simulate``)."""
+    sizing = " (--capacity-per-replica is then tokens/s, --peak-replicas sizes from the token peak)" \
+        if capacity_flag else ""
+    parser.add_argument(
+        "--demand", default=None, metavar="{" + ",".join(DEMAND_UNITS) + "}",
+        help="what demand is counted in: requests/s (default), or tokens/s = input_tokens x IN + output_tokens x OUT "
+        f"(--token-weights), from the trace's token columns or vLLM's token counters{sizing}",
+    )
+    parser.add_argument(
+        "--token-weights", default=None, metavar="IN,OUT",
+        help="with --demand tokens: the weights of input (prompt) and output (generated) tokens (default 1,1)",
+    )
+
+
+def demand_flags(args: argparse.Namespace) -> tuple[DemandUnit, TokenWeights]:
+    """The demand unit and token weights of ``--demand``/``--token-weights``, or a ``UserError`` naming the flag."""
+    raw = "requests" if getattr(args, "demand", None) is None else str(args.demand).strip()
+    if raw not in DEMAND_UNITS:
+        raise UserError(f"--demand: unknown unit {raw!r}; choose from {', '.join(DEMAND_UNITS)}")
+    unit = DemandUnit(raw)
+    weights_text = getattr(args, "token_weights", None)
+    if weights_text is None:
+        return unit, TokenWeights()
+    if unit is not DemandUnit.TOKENS:
+        raise UserError("--token-weights: weighs token demand; add --demand tokens")
+    try:
+        return unit, TokenWeights.parse(str(weights_text))
+    except ValueError as exc:
+        raise UserError(f"--token-weights: {exc}") from None
 
 
 def _value_flags(parser: argparse.ArgumentParser) -> set[str]:

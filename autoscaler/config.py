@@ -55,6 +55,7 @@ from autoscaler.domain.cost import (
     NodePoolPricing,
     PriceTable,
 )
+from autoscaler.domain.demand import TokenWeights
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.traces import parse_duration
 
@@ -169,6 +170,9 @@ class ForecastProfile:
     # with each of ``tune_utilisations`` (a margin over observed demand, which bursty traffic needs).
     reactive_utilisation: float = 1.0
     tune_utilisations: tuple[float, ...] = (0.85, 0.75, 0.65)
+    # A Deployment sized on tokens/s (annotation demand-unit: tokens): the weights of prompt (input) and generated
+    # (output) tokens in its demand, ``autoscaler.domain.demand``.
+    token_weights: TokenWeights = field(default_factory=TokenWeights)
 
     def scaling_policy(
         self, capacity_per_replica: float, min_replicas: int, max_replicas: int, warm_pool: int | None = None
@@ -342,6 +346,7 @@ class Config:
                     "tune_quantiles": list(p.tune_quantiles),
                     "reactive_utilisation": p.reactive_utilisation,
                     "tune_utilisations": list(p.tune_utilisations),
+                    "token_weights": {"input": p.token_weights.input, "output": p.token_weights.output},
                 }
                 for name, p in self.profiles.items()
             },
@@ -516,7 +521,7 @@ _LOOP_KEYS = ("interval", "history", "step")
 _PROFILE_KEYS = (
     "model", "horizon", "history", "refit", "quantile", "warm_pool", "warm_pool_quantile", "scale_down_stabilization",
     "look_ahead", "slo_wait", "slo_attainment", "self_tune", "tune_quantiles", "reactive_utilisation",
-    "tune_utilisations",
+    "tune_utilisations", "token_weights",
 )
 _COLD_START_KEYS = ("pod_startup", "node_startup", "percentile", "min_samples")
 _PROMETHEUS_KEYS = ("url", "bearer_token_file", "ca_file", "timeout", "retries", "arrival_rate_query", "queries")
@@ -623,6 +628,17 @@ def _parse_slo(p: _Parser, raw: Mapping[str, Any], path: str, base: ForecastProf
                                                  f"{_describe(values)}")
         else:
             out["tune_utilisations"] = tuple(sorted({float(v) for v in values}, reverse=True))
+    if "token_weights" in raw:
+        value = raw["token_weights"]
+        keys = ("input", "output")
+        if not isinstance(value, dict) or set(value) - set(keys) or not value:
+            p.error(f"{path}.token_weights", f"expected a mapping with input and/or output, e.g. {{input: 1, output: "
+                                             f"1}}, got {_describe(value)}")
+        else:
+            try:
+                out["token_weights"] = TokenWeights(*(value.get(k, getattr(base.token_weights, k)) for k in keys))
+            except ValueError as exc:
+                p.error(f"{path}.token_weights", str(exc))
     return out
 
 

@@ -100,7 +100,7 @@ def _format_time_axis(ax: Axes, absolute: bool, label: bool) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0) -> None:
+def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0, unit: str = "requests/s") -> None:
     """Write the overview + two-day zoom for ``result`` to ``path``, in the format its suffix names."""
     fmt = image_format(path)
     if not result.policies:
@@ -125,7 +125,7 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
     lo, hi = zoom_window(result, zoom_days)
     zx, _ = _step_x(result, lo, hi)
     ax_all.axvspan(zx[0], zx[-1], color="#1f77b4", alpha=0.12, label="zoomed below")
-    ax_all.set_ylabel("requests/s")
+    ax_all.set_ylabel(unit)
     ax_all.set_title(f"{result.trace}: demand over the whole trace", loc="left", fontsize=11)
     ax_all.legend(loc="upper right", fontsize=8, ncol=3)
     _format_time_axis(ax_all, absolute, label=False)
@@ -161,9 +161,9 @@ def plot_simulation(result: SimulationResult, path: Path, zoom_days: float = 2.0
     ax_rep.set_ylim(0, 1.25 * top_rep + 1)
     ax_wait.set_yscale("symlog", linthresh=1.0)
     ax_wait.set_ylim(bottom=0)
-    ax_cap.set_ylabel("requests/s")
+    ax_cap.set_ylabel(unit)
     ax_cap.set_title(
-        f"{zoom_days:g}-day zoom around the busiest bin: Ready capacity (Ready replicas x {cap:.3g} req/s) "
+        f"{zoom_days:g}-day zoom around the busiest bin: Ready capacity (Ready replicas x {cap:.3g} {unit}) "
         "vs demand",
         loc="left",
         fontsize=11,

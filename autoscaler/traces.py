@@ -37,6 +37,7 @@ from typing import IO, TextIO
 
 import numpy as np
 
+from autoscaler.domain.demand import DemandUnit, TokenWeights, token_demand
 from models.types import TrafficSeries
 
 REQUIRED = ("timestamp", "requests")
@@ -252,6 +253,25 @@ def write_trace(trace: Trace, out: TextIO) -> int:
     for i in range(len(trace.requests)):
         out.write(",".join([str(start + i * step), *(_count_text(c[i]) for c in counts)]) + "\n")
     return len(trace.requests)
+
+
+def demand_series(trace: Trace, unit: DemandUnit, weights: TokenWeights, source: str | None = None) -> TrafficSeries:
+    """The series a replay sizes on: ``trace.requests``, or weighted tokens/s (``autoscaler.domain.demand``).
+
+    ``TraceError`` naming the file (``source``, else the trace's name) and the missing columns when ``unit`` is
+    tokens and the trace has no token columns (only the columns with a non-zero weight are needed).
+    """
+    if unit is DemandUnit.REQUESTS:
+        return trace.requests
+    needed = [c for c, w in zip(TOKEN_COLUMNS, (weights.input, weights.output), strict=True) if w]
+    missing = [c for c in needed if c not in trace.tokens]
+    if missing:
+        raise TraceError(f"{source or trace.name}: --demand tokens needs column(s) {', '.join(missing)}, which the "
+                         f"trace does not have (it has: {', '.join(['requests', *trace.tokens])})")
+    nan = np.full(len(trace.requests), np.nan)
+    values = token_demand(trace.tokens["input_tokens"].values if weights.input else nan,
+                          trace.tokens["output_tokens"].values if weights.output else nan, weights)
+    return TrafficSeries(values, trace.step_seconds, trace.requests.start)
 
 
 def parse_duration(text: str) -> int:

@@ -359,3 +359,33 @@ def test_a_bad_slo_is_an_error_naming_key_and_value(key: str, value: str, messag
     assert problem.key == PREFIX + key
     assert problem.value == value
     assert message in problem.message
+
+
+def test_demand_unit_defaults_to_requests_and_reads_tokens() -> None:
+    from autoscaler.domain.demand import DemandUnit
+
+    spec = parse(BASE).spec
+    assert spec is not None
+    assert spec.demand_unit is DemandUnit.REQUESTS
+    for raw in ("tokens", " Tokens "):
+        result = parse({**BASE, PREFIX + "demand-unit": raw})
+        assert result.problems == ()
+        assert result.spec is not None
+        assert result.spec.demand_unit is DemandUnit.TOKENS
+    assert parse({**BASE, PREFIX + "demand-unit": "requests"}).spec.demand_unit is DemandUnit.REQUESTS  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("raw", ["token", "tokens/s", "", "bytes"])
+def test_a_bad_demand_unit_is_an_error_naming_key_and_value(raw: str) -> None:
+    result = parse({**BASE, PREFIX + "demand-unit": raw})
+    assert result.spec is None
+    (problem,) = result.errors
+    assert problem.key == PREFIX + "demand-unit"
+    assert problem.value == raw
+    assert "expected 'requests' or 'tokens'" in problem.message
+
+
+def test_a_demand_unit_typo_gets_a_did_you_mean() -> None:
+    result = parse({**BASE, PREFIX + "demand-units": "tokens"})
+    (warning,) = result.warnings
+    assert "did you mean predictive-autoscaler.io/demand-unit?" in warning.message

@@ -209,3 +209,20 @@ def test_render_shows_the_capacity_planned_with_and_the_learned_evidence() -> No
     assert ("capacity not learned yet: not enough evidence: the replicas were never saturated (replicas held, never "
             "scaled on a guess)") in lines
     assert not any(line.startswith("capacity") for line in render("ns", "llm", {"mode": "scale"}, []))
+
+
+def test_render_says_the_demand_unit_of_a_tokens_deployment() -> None:
+    status = {
+        "mode": "scale", "demandUnit": "tokens", "tokenWeights": {"input": 1.0, "output": 0.5},
+        "forecast": {"model": "default", "at": 0, "mean": 900.0, "bands": {"p90": 1200.0}},
+        "capacity": {"perReplica": 400, "source": "annotation", "unit": "tokens/s"},
+        "track": [{"t": 0, "actual": 880.0}],
+    }
+    text = "\n".join(render("ns", "llm", status, []))
+    assert "demand in tokens/s: prompt tokens x 1.0 + generated tokens x 0.5" in text
+    assert "mean 900.0 tokens/s" in text
+    assert "capacity: 400 tokens/s per replica (annotation)" in text
+    assert "forecast vs actual (tokens/s, UTC)" in text
+    plain = "\n".join(render("ns", "llm", {**status, "demandUnit": "requests"}, []))
+    assert "tokens" not in plain
+    assert "capacity: 400 req/s per replica" in plain

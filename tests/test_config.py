@@ -635,3 +635,30 @@ def test_bad_objective_and_self_tuning_keys_name_their_path(text: str, message: 
     with pytest.raises(ConfigError) as info:
         parse_config_text(f"profiles:\n  default:\n    {text}\n")
     assert any(message in e for e in info.value.errors), info.value.errors
+
+
+def test_a_profiles_token_weights() -> None:
+    from autoscaler.domain.demand import TokenWeights
+
+    assert parse_config_text("{}").profile("default").token_weights == TokenWeights(1.0, 1.0)
+    cfg = parse_config_text("profiles:\n  default:\n    token_weights: {input: 0.25}\n"
+                            "  long:\n    token_weights: {output: 3}\n")
+    assert cfg.profile("default").token_weights == TokenWeights(0.25, 1.0)
+    assert cfg.profile("long").token_weights == TokenWeights(0.25, 3.0)  # inherits input from default
+    assert parse_config(cfg.to_dict(), "again") == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("token_weights: 1", "profiles.default.token_weights: expected a mapping with input and/or output"),
+        ("token_weights: {prompt: 1}", "profiles.default.token_weights: expected a mapping with input and/or output"),
+        ("token_weights: {input: -1}", "profiles.default.token_weights: token weight input must be a finite number"),
+        ("token_weights: {input: 0, output: 0}", "input and output cannot both be 0"),
+        ("token_weights: {output: yes}", "token weight output must be a finite number >= 0"),
+    ],
+)
+def test_bad_token_weights_name_their_path(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config_text(f"profiles:\n  default:\n    {text}\n")
+    assert any(message in e for e in info.value.errors), info.value.errors

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscaler.cli import UserError, duration_flag, plot_flag
+from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag
+from autoscaler.domain.demand import DemandUnit
 from autoscaler.history import add_arguments, check_source_flags, parse_args, trace_from_args, wants_prometheus
 from autoscaler.progress import ProgressBar
-from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, load_trace
+from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, demand_series, load_trace
 from models.base import Forecaster, InsufficientHistoryError
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import TrafficSeries
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--series", default="requests", help=f"which column to forecast: {'|'.join(SERIES)} (default requests)"
     )
+    add_demand_arguments(parser)
     parser.add_argument("--horizon", default="15m", help="how far ahead to score, e.g. 15m (rounded up to whole bins)")
     parser.add_argument("--models", default=None, help="comma-separated model names (default: all)")
     parser.add_argument("--levels", default="90", help="upper band percentile to score, integer in 1..99 (default 90)")
@@ -183,14 +185,24 @@ def run(args: argparse.Namespace) -> int:
                         "it has no effect")
     if args.series not in SERIES:
         raise UserError(f"--series: {args.series!r} is not one of {', '.join(SERIES)}")
+    unit, weights = demand_flags(args)
+    tokens_demand = unit is DemandUnit.TOKENS
+    if tokens_demand and args.series != "requests":
+        raise UserError(f"--demand tokens forecasts the weighted token demand; --series {args.series} picks a single "
+                        "column instead: give one or the other")
+    label = f"tokens ({weights.describe()})" if tokens_demand else args.series
     factories = _factories(args.models)
     if from_prometheus:
-        trace, url = trace_from_args(args, tokens=args.series in TOKEN_COLUMNS, title="fetch")
+        trace, url = trace_from_args(args, tokens=tokens_demand or args.series in TOKEN_COLUMNS,
+                                     title="fetch")
         source = f"{trace.name} from Prometheus at {url}"
     else:
         trace_path = args.trace if args.trace is not None else bundled_trace_path()
         trace, source = load_trace(trace_path), str(trace_path)
-    series = _series({"requests": trace.requests, **trace.tokens}, args.series, trace.name)
+    if tokens_demand:
+        series = demand_series(trace, unit, weights, source=source)
+    else:
+        series = _series({"requests": trace.requests, **trace.tokens}, args.series, trace.name)
     step = series.step_seconds
     config = BacktestConfig(
         horizon_steps=max(1, math.ceil(horizon_s / step)),
@@ -233,11 +245,12 @@ def run(args: argparse.Namespace) -> int:
             plot_backtest(
                 results,
                 args.plot,
-                trace_name=f"{trace.name} ({args.series})",
+                trace_name=f"{trace.name} ({label})",
                 horizon_seconds=scored_horizon,
                 level=level,
                 show=None if args.models is None else list(factories),
-                unit="requests/s" if args.series == "requests" else f"{args.series.replace('_', ' ')}/s",
+                unit=("tokens/s" if tokens_demand else "requests/s" if args.series == "requests"
+                      else f"{args.series.replace('_', ' ')}/s"),
             )
         except OSError as exc:
             raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from None
@@ -245,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         payload = {
             "trace": source,
+            **({"demand": "tokens", "token_weights": {"input": weights.input, "output": weights.output}}
+               if tokens_demand else {}),
             "horizon_seconds": scored_horizon,
             "level": level,
             "models": {
@@ -267,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
     assert resolved.history_window_steps is not None
     rounded = "" if scored_horizon == horizon_s else f" ({_human(horizon_s)} rounded up to whole {_human(step)} bins)"
     print(
-        f"Backtest of {args.series} in {trace.name}: {len(series)} bins of {_human(step)} "
+        f"Backtest of {label} in {trace.name}: {len(series)} bins of {_human(step)} "
         f"({_human(len(series) * step)}), "
         f"horizon {_human(scored_horizon)}{rounded}, p{level} upper band"
     )

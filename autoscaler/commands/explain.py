@@ -59,6 +59,13 @@ def _num(x: Any) -> str:
 def render(namespace: str, name: str, status: dict[str, Any], problems: list[str]) -> list[str]:
     """The explanation as lines of text (pure: tested without a cluster)."""
     lines = [f"{namespace}/{name}  mode={status.get('mode')}  as of {status.get('time', '?')}"]
+    tokens = status.get("demandUnit") == "tokens"
+    unit = "tokens/s" if tokens else "req/s"
+    if tokens:
+        raw = status.get("tokenWeights")
+        w: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        lines.append(f"demand in tokens/s: prompt tokens x {w.get('input', '?')} + generated tokens x "
+                     f"{w.get('output', '?')} (demand-unit: tokens)")
     lines.append(
         f"replicas: desired {status.get('desiredReplicas')}, current {status.get('currentReplicas')}, "
         f"ready {status.get('readyReplicas')}; lead time {status.get('leadSeconds')}s; warm pool "
@@ -70,11 +77,11 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
         fallback = f" (fell back: {'; '.join(fc['fallbacks'])})" if fc.get("fallbacks") else ""
         lines.append(
             f"forecast ({fc.get('model')}{fallback}) for {_hhmm(fc.get('at'))} UTC: "
-            f"mean {fc.get('mean')} req/s; {bands}"
+            f"mean {fc.get('mean')} {unit}; {bands}"
         )
     else:
         lines.append("forecast: none (metrics missing: replicas are held, never scaled down blindly)")
-    lines.extend(_capacity_lines(status.get("capacity")))
+    lines.extend(_capacity_lines(status.get("capacity"), unit))
     lines.append("why:")
     for i, step in enumerate(status.get("steps") or [], 1):
         lines.append(f"  {i}. {step.get('name')!s:<22} -> {step.get('replicas')!s:>4}  {step.get('detail')}")
@@ -83,7 +90,7 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
         lines.append(f"problem: {p}")
     track = [e for e in status.get("track") or [] if isinstance(e, dict) and isinstance(e.get("t"), int | float)]
     if track:
-        lines.append("forecast vs actual (req/s, UTC):")
+        lines.append(f"forecast vs actual ({unit}, UTC):")
         lines.append("   time    actual  forecast     upper")
         forecasts = [e for e in track if isinstance(e.get("at"), int | float)]
         for e in track:
@@ -121,14 +128,14 @@ def _tuning_lines(tuning: Any) -> list[str]:
     return lines
 
 
-def _capacity_lines(capacity: Any) -> list[str]:
-    """Requests/s per replica planned with and where it came from, and the learned estimate with its evidence."""
+def _capacity_lines(capacity: Any, unit: str = "req/s") -> list[str]:
+    """Requests/s (or tokens/s) per replica, where it came from, and the learned estimate with its evidence."""
     if not isinstance(capacity, dict):
         return []
     used, source = capacity.get("perReplica"), capacity.get("source")
     learned = capacity.get("learned") if isinstance(capacity.get("learned"), dict) else None
     if isinstance(used, int | float):
-        lines = [f"capacity: {used:g} req/s per replica ({source})"]
+        lines = [f"capacity: {used:g} {unit} per replica ({source})"]
     else:
         lines = [f"{capacity.get('note') or 'capacity not learned yet'} (replicas held, never scaled on a guess)"]
     if learned is not None:

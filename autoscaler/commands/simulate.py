@@ -8,7 +8,9 @@ what is billed) is documented in ``autoscaler/simulation/cluster.py`` and ``engi
 says the essentials.
 
 Sizing: ``--peak-replicas N`` (default 20) sets the per-replica capacity so that the trace's
-busiest bin needs exactly N replicas; ``--capacity-per-replica R`` gives it in requests/s instead.
+busiest bin needs exactly N replicas; ``--capacity-per-replica R`` gives it in requests/s instead. With
+``--demand tokens`` (``--token-weights IN,OUT``, ``autoscaler.domain.demand``) the demand replayed is the trace's
+weighted tokens/s, so both are in tokens/s and the queue holds tokens.
 
 Money (``autoscaler/simulation/money.py`` has the rules): ``--ceiling-usd-per-hour X`` holds every
 policy under a cost ceiling on the whole simulated cluster, ``--gang gpus=16,at=48h,hours=4,window=24h``
@@ -62,8 +64,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from autoscaler.cli import UserError, duration_flag, plot_flag
+from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag
 from autoscaler.config import Config, ConfigError, ForecastProfile, load_config, parse_config
+from autoscaler.domain.demand import DemandUnit, unit_label
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
@@ -80,7 +83,7 @@ from autoscaler.simulation.engine import (
 from autoscaler.simulation.money import GangSpec, MoneyConfig, parse_priority
 from autoscaler.simulation.queue import QueueConfig
 from autoscaler.simulation.traffic import BIN_SHAPES
-from autoscaler.traces import Trace, bundled_trace_path, load_trace
+from autoscaler.traces import Trace, bundled_trace_path, demand_series, load_trace
 from models.base import Forecaster
 
 POLICIES = POLICY_NAMES
@@ -110,6 +113,8 @@ DEFAULTS: dict[str, Any] = {
     "ceiling_usd_per_hour": None,
     "inference_priority": "production",
     "gang": None,
+    "demand": None,
+    "token_weights": None,
 }
 SCENARIO_KEYS = (*(k for k in DEFAULTS if k != "gang"), "gangs")
 
@@ -151,9 +156,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--policies", default=None, help=f"comma-separated subset of {','.join(POLICIES)} (default: all)"
     )
+    add_demand_arguments(parser, capacity_flag=True)
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
-        "--capacity-per-replica", type=float, default=None, metavar="R", help="requests/s one replica serves"
+        "--capacity-per-replica", type=float, default=None, metavar="R",
+        help="requests/s one replica serves (tokens/s with --demand tokens)",
     )
     size.add_argument(
         "--peak-replicas",
@@ -326,7 +333,16 @@ def _scenario_value(key: str, value: Any, base: Path) -> Any:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
         raise ValueError(f"expected a duration (e.g. 2s, 500ms), got {value!r}")
-    if key in ("pod_startup", "node_startup", "decision_interval", "model", "inference_priority", "profile", "sweep"):
+    if key == "token_weights":
+        if isinstance(value, list | tuple) and len(value) == 2:
+            return ",".join(str(v) for v in value)
+        if isinstance(value, Mapping) and set(value) <= {"input", "output"}:
+            return f"{value.get('input', 1)},{value.get('output', 1)}"
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"expected [IN, OUT], {{input: IN, output: OUT}} or 'IN,OUT', got {value!r}")
+    if key in ("pod_startup", "node_startup", "decision_interval", "model", "inference_priority", "profile", "sweep",
+               "demand"):
         if isinstance(value, str | int) and not isinstance(value, bool):
             return str(value)
         raise ValueError(f"expected a string, got {value!r}")
@@ -508,11 +524,13 @@ def money_config(args: argparse.Namespace) -> MoneyConfig:
 
 
 def capacity_for(trace: Trace, args: argparse.Namespace) -> float:
-    """Requests/s per replica from ``--capacity-per-replica`` or ``--peak-replicas``."""
+    """Requests/s (tokens/s with ``--demand tokens``: then ``trace.requests`` holds the token demand) per replica
+    from ``--capacity-per-replica`` or ``--peak-replicas``."""
     if args.capacity_per_replica is not None:
         cap = float(args.capacity_per_replica)
         if not (math.isfinite(cap) and cap > 0):
-            raise UserError(f"--capacity-per-replica: must be a positive number of requests/s, got {cap:g}")
+            what = "tokens/s" if getattr(args, "demand", None) == "tokens" else "requests/s"
+            raise UserError(f"--capacity-per-replica: must be a positive number of {what}, got {cap:g}")
         return cap
     peak_replicas = DEFAULT_PEAK_REPLICAS if args.peak_replicas is None else int(args.peak_replicas)
     if peak_replicas < 1:
@@ -636,14 +654,15 @@ def _comparison(name: str, pred: PolicyResult, reactive: list[PolicyResult], ora
     return lines
 
 
-def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig, sizing: str = "") -> str:
+def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig, sizing: str = "",
+                 unit: str = "req/s") -> str:
     c = config.cluster
     days = trace.duration_seconds / 86_400
     step = trace.step_seconds
     step_text = f"{step // 60}-minute" if step % 60 == 0 else f"{step}-second"
     head = [
         f"Simulated {trace.name}: {days:.1f} days of {step_text} bins, {result.tick_seconds}s ticks.",
-        f"Replica = {config.capacity_per_replica:.4g} req/s{sizing}.",
+        f"Replica = {config.capacity_per_replica:.4g} {unit}{sizing}.",
         f"Pod start-up {c.pod_startup_seconds}s, node start-up {c.node_startup_seconds}s, "
         f"{c.gpus_per_replica} GPU/replica, {c.gpus_per_node} GPUs/node, ${config.gpu_hour_price:.2f}/GPU-hour.",
         f"Queue: FIFO in front of the Ready replicas, timeout {config.queue.timeout_seconds:g}s; SLO: start within "
@@ -698,6 +717,9 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
         "cold-start req: of those, the requests that replicas already asked for but still starting would have served.",
         "GPU-hours: each replica's GPUs from the moment it is asked for until it is released.",
     ]
+    if unit != "req/s":
+        legend.append(f"Demand in {unit}: the queue holds tokens, so SLO attained, wait, dropped and unserved are "
+                      "shares of tokens (a request's tokens stand for the request).")
     if money.active:
         legend += [
             "GPU-hours and cost include the gangs' GPUs, from reservation to the end of the run.",
@@ -731,10 +753,16 @@ def run(args: argparse.Namespace) -> int:
     _bin_shape(str(args.bin_shape))
     if args.plot is not None:
         plot_flag(args.plot)
+    unit, weights = demand_flags(args)
     if from_prometheus:
-        trace, _ = trace_from_args(args, tokens=False, title="fetch")
+        trace, url = trace_from_args(args, tokens=unit is DemandUnit.TOKENS, title="fetch")
+        source = f"{trace.name} from Prometheus at {url}"
     else:
+        source = str(args.trace if args.trace is not None else bundled_trace_path())
         trace = load_trace(args.trace if args.trace is not None else bundled_trace_path())
+    # With --demand tokens the replay sizes on weighted tokens/s: the demand series every policy sees (and the
+    # queue serves, a token at a time) is the token rate, and a replica's capacity is tokens/s.
+    trace = replace(trace, requests=demand_series(trace, unit, weights, source=source))
     if not args.keep_outages:
         from models.clean import prepare  # deferred: pandas, paid only when the command runs
 
@@ -782,17 +810,22 @@ def run(args: argparse.Namespace) -> int:
         from autoscaler.sim_plot import plot_simulation
 
         try:
-            plot_simulation(result, args.plot)
+            plot_simulation(result, args.plot, unit="tokens/s" if unit is DemandUnit.TOKENS else "requests/s")
         except OSError as exc:
             raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from None
     if args.json:
-        print(json.dumps(result.to_json()))
+        payload = result.to_json()
+        if unit is DemandUnit.TOKENS:
+            payload = {**payload, "demand": unit.value, "token_weights": {"input": weights.input,
+                                                                          "output": weights.output},
+                       "capacity_per_replica": config.capacity_per_replica}
+        print(json.dumps(payload))
     else:
-        sizing = ""
+        sizing = f" (tokens: {weights.describe()})" if unit is DemandUnit.TOKENS else ""
         if args.capacity_per_replica is None:
             n = DEFAULT_PEAK_REPLICAS if args.peak_replicas is None else args.peak_replicas
-            sizing = f" (the trace's busiest bin needs {n} replicas; set --peak-replicas or --capacity-per-replica)"
-        print(format_table(result, trace, config, sizing))
+            sizing += f" (the trace's busiest bin needs {n} replicas; set --peak-replicas or --capacity-per-replica)"
+        print(format_table(result, trace, config, sizing, unit_label(unit)))
         if args.plot is not None:
             print(f"Plot written to {args.plot}")
     return 0

@@ -18,7 +18,9 @@ Contract (prefix ``predictive-autoscaler.io/``):
   ``priority`` (default ``standard``), ``nodepool`` (Karpenter NodePool name; default none), ``slo-wait`` (the
   latency objective: how long a request may wait before it starts, a duration such as ``2s`` or ``500ms``;
   default: the profile's) and ``slo-attainment`` (the share of requests that must start within it, a
-  percentage such as ``99%`` or ``99.5``; default: the profile's);
+  percentage such as ``99%`` or ``99.5``; default: the profile's) and ``demand-unit`` (``requests`` | ``tokens``:
+  what demand and ``capacity-per-replica`` are counted in, requests/s or weighted tokens/s of prompt + generation,
+  ``autoscaler.domain.demand``; default ``requests``);
 * ``status`` is written by the controller itself and is therefore a known key.
 
 Priority: an integer 0..1000 (higher = more important: the cost ceiling sheds lower priorities first)
@@ -48,6 +50,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from autoscaler.domain.demand import DEMAND_UNITS, DemandUnit
+
 PREFIX = "predictive-autoscaler.io/"
 ENABLED_LABEL = PREFIX + "enabled"
 STATUS_ANNOTATION = PREFIX + "status"
@@ -74,6 +78,7 @@ PRIORITY = "priority"
 NODEPOOL = "nodepool"
 SLO_WAIT = "slo-wait"
 SLO_ATTAINMENT = "slo-attainment"
+DEMAND_UNIT = "demand-unit"
 STATUS = "status"
 KNOWN_KEYS = (
     MIN_REPLICAS,
@@ -88,6 +93,7 @@ KNOWN_KEYS = (
     NODEPOOL,
     SLO_WAIT,
     SLO_ATTAINMENT,
+    DEMAND_UNIT,
     STATUS,
 )
 REQUIRED_KEYS = (MIN_REPLICAS, MAX_REPLICAS)
@@ -146,6 +152,8 @@ class WorkloadSpec:
     # share of requests that must start within it (a fraction in (0, 1)).
     slo_wait_seconds: float | None = None
     slo_attainment: float | None = None
+    # What demand and capacity_per_replica are counted in: requests/s, or weighted tokens/s (the profile's weights).
+    demand_unit: DemandUnit = DemandUnit.REQUESTS
 
     @property
     def advisory(self) -> bool:
@@ -427,6 +435,15 @@ def parse_workload(
     slo_wait = _slo_wait(c, ann[SLO_WAIT]) if SLO_WAIT in ann else None
     slo_attainment = _slo_attainment(c, ann[SLO_ATTAINMENT]) if SLO_ATTAINMENT in ann else None
 
+    demand_unit = DemandUnit.REQUESTS
+    if DEMAND_UNIT in ann:
+        try:
+            demand_unit = DemandUnit(ann[DEMAND_UNIT].strip().lower())
+        except ValueError:
+            c.error(PREFIX + DEMAND_UNIT, ann[DEMAND_UNIT],
+                    f"unknown demand unit (expected {' or '.join(repr(u) for u in DEMAND_UNITS)}: what demand and "
+                    "capacity-per-replica are counted in)")
+
     gpus = _gpus_per_replica(c, pod_template)
 
     if any(p.severity == "error" for p in c.problems):
@@ -449,6 +466,7 @@ def parse_workload(
         gpus_per_replica=gpus,
         slo_wait_seconds=slo_wait,
         slo_attainment=slo_attainment,
+        demand_unit=demand_unit,
     )
     return ParseResult(spec, tuple(c.problems))
 

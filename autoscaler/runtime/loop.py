@@ -62,12 +62,13 @@ from autoscaler.adapters.prometheus import FleetHistory, PrometheusError, Promet
 from autoscaler.config import Config, ForecastProfile
 from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
 from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, LearnedCapacity, estimate_capacity
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
 from autoscaler.domain.scaledown import MARK_ANNOTATION, ScaleDownMarks, plan_clear, plan_marks
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
-from autoscaler.history import fetch_fleet, history_window, read_capacity_inputs, series_of
+from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
@@ -131,9 +132,18 @@ class PodLoadSource(Protocol):
 POD_LOAD_QUERY = "pod_in_flight"
 
 
+def _demand_key(spec: WorkloadSpec, profile: ForecastProfile) -> tuple[str, float, float]:
+    """What a Deployment's history is counted in (unit and token weights): a change starts it afresh."""
+    if spec.demand_unit is DemandUnit.REQUESTS:
+        return (spec.demand_unit.value, 0.0, 0.0)
+    return (spec.demand_unit.value, profile.token_weights.input, profile.token_weights.output)
+
+
 @dataclass
 class _Memory:
+    # The demand series forecast and planned on: requests/s, or weighted tokens/s (``demand_key`` says which).
     history: TrafficSeries | None = None
+    demand_key: tuple[str, float, float] | None = None
     forecaster: Forecaster | None = None
     model_key: tuple[str, int] | None = None
     fitted_at: int = 0
@@ -405,6 +415,7 @@ class Controller:
         self.tune_budget_seconds: float | None = None
         self._tune_deadline = math.inf
         self._replays: list[_Replay] = []  # self-tuning replays this tick's plans found due
+        self._replay_seconds = 0.0  # running mean wall time of one replay (0: none run yet)
         self._deferred_fits = 0
 
     # ------------------------------------------------------------------ tick
@@ -453,10 +464,10 @@ class Controller:
         self._deferred_fits = 0
         # Stalest models first, so a deferred refit is the first one served by the next tick's budget.
         order = sorted(range(len(valid)), key=lambda i: self._staleness(valid[i][0]))
-        self._tune_deadline = time.perf_counter() + (
+        planned = {i: self._plan(*valid[i], cfg, now, metrics_ok, errors) for i in order}
+        self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the plans
             cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
             else self.tune_budget_seconds)
-        planned = {i: self._plan(*valid[i], cfg, now, metrics_ok, errors) for i in order}
         self._replay_due(now, errors)
         plans = [planned[i] for i in range(len(valid))]
         self.metrics.deferred_fits.set(self._deferred_fits)
@@ -533,38 +544,63 @@ class Controller:
     def _fetch(
         self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: int, errors: list[str]
     ) -> bool:
-        """One fleet query for the newest bins; one more for Deployments seen for the first time."""
+        """One fleet query for the newest bins; one more for Deployments seen for the first time.
+
+        With a Deployment sized on tokens (``demand-unit: tokens``) among them, one more fleet query per token
+        series (``prompt_token_rate``, ``generation_token_rate``) over the namespaces of such Deployments; their
+        history is the weighted tokens/s (``autoscaler.domain.demand``), missing where a weighted series is.
+        """
         if not valid:
             self.metrics.metrics_up.set(1)
             return True
         step = cfg.loop.step_seconds
         end = history_window(now, step, 0)[1]
         query = cfg.prometheus.arrival_rate_query
-        fresh: list[tuple[WorkloadView, ForecastProfile]] = []
-        known: list[tuple[WorkloadView, ForecastProfile]] = []
-        for view, _, profile in valid:
-            h = self._memory[(view.namespace, view.name)].history
-            (known if h is not None and h.step_seconds == step else fresh).append((view, profile))
-        plans: list[tuple[list[tuple[WorkloadView, ForecastProfile]], int]] = []
+        fresh: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]] = []
+        known: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]] = []
+        for view, spec, profile in valid:
+            memory = self._memory[(view.namespace, view.name)]
+            unit = _demand_key(spec, profile)
+            if memory.demand_key != unit:
+                if memory.demand_key is not None:  # another unit or weights: the history and model start afresh
+                    memory.history, memory.forecaster, memory.model_key, memory.track = None, None, None, []
+                    memory.tuning, memory.tuning_inputs = None, None
+                    # a learned capacity is in requests/s: learned again (from now) if the unit is requests again
+                    memory.capacity, memory.capacity_checked, memory.capacity_told = None, -math.inf, None
+                memory.demand_key = unit
+            h = memory.history
+            (known if h is not None and h.step_seconds == step else fresh).append((view, spec, profile))
+        plans: list[tuple[list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], int]] = []
         if fresh:
-            window = max(max(p.history_seconds for _, p in fresh), cfg.loop.history_seconds)
+            window = max(max(p.history_seconds for _, _, p in fresh), cfg.loop.history_seconds)
             plans.append((fresh, history_window(now, step, window)[0]))
         if known:
-            oldest = min(self._history_end(v) for v, _ in known)
+            oldest = min(self._history_end(v) for v, _, _ in known)
             plans.append((known, max(oldest - REFETCH_BINS * step, end - (cfg.loop.history_seconds // step) * step)))
         try:
             for group, start in plans:
                 if start >= end:
                     continue
-                namespaces = sorted({v.namespace for v, _ in group})
+                namespaces = sorted({v.namespace for v, _, _ in group})
                 # The read `export`/`backtest --deployment` make too (autoscaler.history): the same series.
                 answer = fetch_fleet(self.source, query, namespaces, start, end, step)
-                for view, profile in group:
+                on_tokens = sorted({v.namespace for v, s, _ in group if s.demand_unit is DemandUnit.TOKENS})
+                tokens = {column: fetch_fleet(self.source, name, on_tokens, start, end, step)
+                          for column, name in TOKEN_QUERIES.items()} if on_tokens else {}
+                for view, spec, profile in group:
                     key = (view.namespace, view.name)
                     memory = self._memory[key]
-                    got = series_of(answer, key, start, end, step)
+                    if spec.demand_unit is DemandUnit.TOKENS:
+                        prompt = series_of(tokens["input_tokens"], key, start, end, step).values
+                        generated = series_of(tokens["output_tokens"], key, start, end, step).values
+                        got = TrafficSeries(token_demand(prompt, generated, profile.token_weights), step, start)
+                        memory.demand_source = None  # the token counters: no completions-only fallback to report
+                    else:
+                        got = series_of(answer, key, start, end, step)
                     keep = max(profile.history_seconds, cfg.loop.history_seconds)
                     memory.history = _splice(memory.history, got, keep)
+                    if spec.demand_unit is DemandUnit.TOKENS:
+                        continue
                     found, source = (
                         answer.latest_source(key) if isinstance(answer, FleetHistory)
                         else (bool(np.isfinite(got.values).any()), None)
@@ -760,7 +796,7 @@ class Controller:
             recommendations=memory.recommendations,
         )
         decision = plan_replicas(forecast, state, policy, cold, int(now)) if capacity is not None else _capacity_hold(
-            view, spec, self._capacity_reason(memory), memory.recommendations, cold.lead_seconds(False), int(now))
+            view, spec, self._capacity_reason(memory, spec), memory.recommendations, cold.lead_seconds(False), int(now))
         memory.recommendations = decision.recommendations
         blocked = startups.pending_unschedulable
         if blocked and decision.desired_replicas > view.replicas:
@@ -813,17 +849,24 @@ class Controller:
         return candidate_policy(policy, last.chosen, last.chosen_utilisation)
 
     def _replay_due(self, now: float, errors: list[str]) -> None:
-        """Run the self-tuning replays queued by this tick's plans, least recently tuned first, while the tick's
-        fitting budget and its tuning budget last (fits come first: a replay only uses what they left). The rest
-        wait for a later tick."""
+        """Run the self-tuning replays queued by this tick's plans, least recently tuned first, after the plans and
+        only in what the fits left of the fitting budget (fits come first). A tick's first replay needs nothing
+        more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another starts only if
+        it should end within the tuning budget, counted from the end of the plans, by the replays' running mean
+        duration. The rest wait for a later tick."""
         deadline = min(self._fit_deadline, self._tune_deadline)
+        ran = 0
         for job in sorted(self._replays, key=lambda j: self._memory[j.key].tuning_tried):
             memory = self._memory.get(job.key)
             history = memory.history if memory is not None else None
             if memory is None or history is None or len(history) < 2 or memory.forecaster is None:
                 continue  # no model yet: it is fitted (this or a later tick) before it is tuned
-            if time.perf_counter() > deadline:
+            # the first replay of a tick needs only what the fits left; the next ones must also end in time
+            if (time.perf_counter() > self._fit_deadline
+                    or (ran and time.perf_counter() + self._replay_seconds > deadline)):
                 break
+            ran += 1
+            started = time.perf_counter()
             last = memory.tuning
             # the days replayed before are pooled with this one while the objective and sizing stay the same
             previous = last if last is not None and job.inputs == memory.tuning_inputs else None
@@ -839,6 +882,8 @@ class Controller:
                     slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=job.gpus_per_replica,
                     warmup_seconds=job.profile.history_seconds, previous=previous, running=running,
                 )
+                took = time.perf_counter() - started
+                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
             except Exception as exc:  # a replay bug must not stop the fleet: keep the last operating point
                 self.metrics.errors.labels("tuning").inc()
                 errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(exc).__name__}: {exc}); "
@@ -1023,6 +1068,11 @@ class Controller:
             # Where the current demand came from: "full", or the fallback and why (null: the query does not say).
             "demandSource": memory.demand_source,
             "demandDegraded": _degraded(memory.demand_source),
+            # What the demand, forecast, track and capacity are counted in: requests (/s) or tokens (/s).
+            "demandUnit": spec.demand_unit.value,
+            "tokenWeights": (None if spec.demand_unit is DemandUnit.REQUESTS
+                             else {"input": memory.demand_key[1], "output": memory.demand_key[2]}
+                             if memory.demand_key is not None else None),
             "steps": [s.to_dict() for s in decision.steps],
             "track": memory.track,
             # Requests/s per replica planned with, where it came from (annotation, learned; null: not learned yet, the
@@ -1036,7 +1086,7 @@ class Controller:
         # STATUS_REFRESH_SECONDS: the forecast's numbers move every bin, and a PATCH per Deployment per
         # tick would be a thousand writes every 30 s on a large fleet for nothing anyone acts on.
         decided = {k: status[k] for k in ("mode", "desiredReplicas", "currentReplicas", "readyReplicas", "warmPool",
-                                          "demandSource", "tuning", "capacity")}
+                                          "demandSource", "tuning", "capacity", "demandUnit", "tokenWeights")}
         decided["trail"] = [(step.name, step.replicas) for step in decision.steps]
         if decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
             try:
@@ -1086,14 +1136,20 @@ class Controller:
 
     @staticmethod
     def _capacity_of(spec: WorkloadSpec, memory: _Memory) -> float | None:
-        """Requests/s per replica to plan with: the annotation's, else the learned estimate once it has enough
-        evidence, else None (not learned yet: the replicas are held)."""
+        """Requests/s (tokens/s for ``demand-unit: tokens``) per replica to plan with: the annotation's, else the
+        learned estimate once it has enough evidence, else None (not learned yet: the replicas are held). Capacity
+        is learned in requests/s only: a Deployment on tokens needs the annotation."""
         if spec.capacity_per_replica is not None:
             return spec.capacity_per_replica
+        if spec.demand_unit is not DemandUnit.REQUESTS:
+            return None
         return None if memory.capacity is None else memory.capacity.estimate
 
-    def _capacity_reason(self, memory: _Memory) -> str:
+    def _capacity_reason(self, memory: _Memory, spec: WorkloadSpec | None = None) -> str:
         """Why there is no learned capacity to plan with (one line)."""
+        if spec is not None and spec.demand_unit is DemandUnit.TOKENS:
+            return ("capacity is learned in requests/s only, and this Deployment is sized on tokens (demand-unit: "
+                    "tokens): annotate capacity-per-replica with the tokens/s one replica serves")
         if memory.capacity is not None:
             return memory.capacity.reason
         if memory.capacity_error is not None:
@@ -1125,7 +1181,8 @@ class Controller:
             changed = memory.capacity_wait is not None and memory.capacity_wait != wait
             return age >= CAPACITY_EVERY_SECONDS or (changed and age >= CAPACITY_RETRY_SECONDS)
 
-        due = [(v, s, p) for v, s, p in valid if is_due(self._memory[(v.namespace, v.name)], wait_of(s, p))]
+        due = [(v, s, p) for v, s, p in valid if s.demand_unit is DemandUnit.REQUESTS  # learned in requests/s only
+               and is_due(self._memory[(v.namespace, v.name)], wait_of(s, p))]
         if not due:
             return
         # Whole namespaces (one fleet query covers a namespace), stalest first, taken until CAPACITY_BATCH Deployments
@@ -1180,15 +1237,15 @@ class Controller:
             if spec.capacity_per_replica is not None:
                 memory.capacity_told = None
                 continue
-            learned = memory.capacity.estimate if memory.capacity is not None else None
+            learned = self._capacity_of(spec, memory)
             if not write or memory.capacity_told == (learned is not None):
                 continue
             if learned is not None:
                 message = (f"capacity learned: {learned:.4g} req/s per replica, now planned with "
-                           f"({self._capacity_reason(memory)})")
+                           f"({self._capacity_reason(memory, spec)})")
                 landed = self._event(view, "Normal", "CapacityLearned", message[:1000], now, errors)
             else:
-                message = (f"capacity-per-replica is auto and not learned yet: {self._capacity_reason(memory)}; "
+                message = (f"capacity-per-replica is auto and not learned yet: {self._capacity_reason(memory, spec)}; "
                            f"replicas are held at {view.replicas}, never scaled on a guess, until the evidence is "
                            "enough (or annotate capacity-per-replica)")
                 landed = self._event(view, "Warning", "CapacityNotLearned", message[:1000], now, errors)
@@ -1203,7 +1260,8 @@ class Controller:
             "perReplica": _finite(used) if used is not None else None,
             "source": source,
             "learned": None if learned is None else {**learned.to_dict(), "at": utc(memory.capacity_at).isoformat()},
-            "note": None if used is not None else f"capacity not learned yet: {self._capacity_reason(memory)}",
+            "note": None if used is not None else f"capacity not learned yet: {self._capacity_reason(memory, spec)}",
+            "unit": "tokens/s" if spec.demand_unit is DemandUnit.TOKENS else "requests/s",
         }
 
     def _export_capacity(self, key: Key, spec: WorkloadSpec, used: float | None) -> None:

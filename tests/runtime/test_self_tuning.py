@@ -155,21 +155,37 @@ def test_self_tune_false_or_a_fixed_warm_pool_keeps_the_profile_as_it_is(
     source.close()
 
 
-def test_replays_wait_for_a_tick_with_budget_left_and_apply_from_the_next_tick(
+def test_replays_wait_for_what_the_fits_leave_and_apply_from_the_next_tick(
     tuning_rig: Rig, prometheus_server: PrometheusServer,
 ) -> None:
     rig = tuning_rig
     now = prometheus_server.now - 1800
-    rig.controller.tune_budget_seconds = 0.0  # every replay is over this tick's tuning budget
+    rig.controller.fit_budget_seconds = 0.0  # no time left after (deferred) fits: no model, and no replay
     rig.controller.tick(now)
     rig.controller.tick(now + 30)
     assert _status(rig.fake, "serving", "llama-chat")["tuning"] is None  # due, not run: the profile's point runs
     assert rig.metric("predictive_autoscaler_slo_tuned_quantile", {"namespace": "serving",
                                                                    "deployment": "llama-chat"}) is None
-    rig.controller.tune_budget_seconds = 60.0
-    rig.controller.tick(now + 60)  # the replay runs after this tick's plans ...
+    rig.controller.fit_budget_seconds = 120.0
+    rig.controller.tick(now + 60)  # fitted first, then the replay runs after this tick's plans ...
     status = _status(rig.fake, "serving", "llama-chat")
     assert status["tuning"]["chosen"] is not None
     rig.controller.tick(now + 90)  # ... and the chosen point decides from the next one (its band is forecast)
     status = _status(rig.fake, "serving", "llama-chat")
     assert f"p{status['tuning']['chosen']}" in status["forecast"]["bands"]
+
+
+def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    rig.controller.tune_budget_seconds = 1e-6  # shorter than any replay: one starts per tick, no second one
+    names = [("serving", "llama-chat"), ("serving", "mistral-code"), ("research", "qwen-eval")]
+
+    def tuned() -> int:
+        return sum(_status(rig.fake, ns, name)["tuning"] is not None for ns, name in names)
+
+    for i in range(3):
+        rig.controller.tick(now + 30 * i)
+        assert tuned() == i + 1
