@@ -625,23 +625,16 @@ def _comparison(name: str, pred: PolicyResult, reactive: list[PolicyResult], ora
             if same.extrapolated
             else f"interpolated between {same.between[0]} and {same.between[1]}"
         )
-        if same.unserved_fraction > 0:
-            cut = 1 - pred.unserved_fraction / same.unserved_fraction
-            verdict = f"{100 * cut:.0f}% fewer unserved requests" if cut >= 0 else f"{-100 * cut:.0f}% MORE unserved"
-        else:
-            verdict = "the HPA served everything at this spend"
+        verdict = _cut_text(pred.unserved_fraction, same.unserved_fraction, "unserved requests",
+                            "the HPA served everything at this spend")
         lines.append(
             f"{label} vs reactive HPA at the same {pred.gpu_hours:.1f} GPU-hours ({where}): unserved "
             f"{_pct(pred.unserved_fraction)} vs {_pct(same.unserved_fraction)} -> {verdict}."
         )
         hpa_attained = reactive_metric_at(pred.gpu_hours, reactive, "slo_attainment")
         if hpa_attained is not None:
-            misses, hpa_misses = 1 - pred.slo_attainment, 1 - hpa_attained
-            if hpa_misses > 0:
-                cut = 1 - misses / hpa_misses
-                slo = f"{100 * cut:.0f}% fewer SLO misses" if cut >= 0 else f"{-100 * cut:.0f}% MORE SLO misses"
-            else:
-                slo = "the HPA met the SLO for every request at this spend"
+            slo = _cut_text(1 - pred.slo_attainment, 1 - hpa_attained, "SLO misses",
+                            "the HPA met the SLO for every request at this spend")
             lines.append(
                 f"{label} vs reactive HPA at the same GPU-hours, under the queue: SLO attainment "
                 f"{_pct(pred.slo_attainment)} vs {_pct(hpa_attained)} -> {slo}."
@@ -652,6 +645,14 @@ def _comparison(name: str, pred: PolicyResult, reactive: list[PolicyResult], ora
             f"(perfect foresight, never short: {oracle.gpu_hours:.1f})."
         )
     return lines
+
+
+def _cut_text(ours: float, theirs: float, what: str, none_to_cut: str) -> str:
+    """``N% fewer <what>`` (or ``N% MORE <what>``) of ``ours`` against ``theirs``; ``none_to_cut`` when theirs is 0."""
+    if theirs <= 0:
+        return none_to_cut
+    cut = 1 - ours / theirs
+    return f"{100 * cut:.0f}% fewer {what}" if cut >= 0 else f"{-100 * cut:.0f}% MORE {what}"
 
 
 def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig, sizing: str = "",

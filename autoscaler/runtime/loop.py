@@ -273,6 +273,13 @@ def _deciding_step(decision: ScalingDecision) -> Step:
     return steps[min(last_other + 1, len(steps) - 1)]
 
 
+def _objective(spec: WorkloadSpec, profile: ForecastProfile) -> tuple[float, float]:
+    """The Deployment's latency objective, (wait seconds, attainment share): its annotations', else its profile's."""
+    wait = spec.slo_wait_seconds if spec.slo_wait_seconds is not None else float(profile.slo_wait_seconds)
+    target = spec.slo_attainment if spec.slo_attainment is not None else profile.slo_attainment
+    return wait, target
+
+
 def _policy(spec: WorkloadSpec, profile: ForecastProfile, capacity: float) -> ScalingPolicy:
     """The profile's policy for this Deployment at ``capacity`` req/s per replica (the annotation's or the learned
     one): the one mapping ``simulate --config`` also uses."""
@@ -590,17 +597,16 @@ class Controller:
                 for view, spec, profile in group:
                     key = (view.namespace, view.name)
                     memory = self._memory[key]
+                    keep = max(profile.history_seconds, cfg.loop.history_seconds)
                     if spec.demand_unit is DemandUnit.TOKENS:
                         prompt = series_of(tokens["input_tokens"], key, start, end, step).values
                         generated = series_of(tokens["output_tokens"], key, start, end, step).values
                         got = TrafficSeries(token_demand(prompt, generated, profile.token_weights), step, start)
+                        memory.history = _splice(memory.history, got, keep)
                         memory.demand_source = None  # the token counters: no completions-only fallback to report
-                    else:
-                        got = series_of(answer, key, start, end, step)
-                    keep = max(profile.history_seconds, cfg.loop.history_seconds)
-                    memory.history = _splice(memory.history, got, keep)
-                    if spec.demand_unit is DemandUnit.TOKENS:
                         continue
+                    got = series_of(answer, key, start, end, step)
+                    memory.history = _splice(memory.history, got, keep)
                     found, source = (
                         answer.latest_source(key) if isinstance(answer, FleetHistory)
                         else (bool(np.isfinite(got.values).any()), None)
@@ -833,8 +839,7 @@ class Controller:
         if not profile.self_tune or policy.warm_pool is not None:
             memory.tuning = None
             return policy
-        wait = spec.slo_wait_seconds if spec.slo_wait_seconds is not None else float(profile.slo_wait_seconds)
-        target = spec.slo_attainment if spec.slo_attainment is not None else profile.slo_attainment
+        wait, target = _objective(spec, profile)
         inputs: tuple[float, ...] = (wait, target, policy.capacity_per_replica, policy.min_replicas,
                                      policy.max_replicas)
         last = memory.tuning
@@ -1173,16 +1178,13 @@ class Controller:
         if not self.learn_capacity:
             return
 
-        def wait_of(spec: WorkloadSpec, profile: ForecastProfile) -> float:
-            return spec.slo_wait_seconds if spec.slo_wait_seconds is not None else float(profile.slo_wait_seconds)
-
         def is_due(memory: _Memory, wait: float) -> bool:
             age = now - memory.capacity_checked
             changed = memory.capacity_wait is not None and memory.capacity_wait != wait
             return age >= CAPACITY_EVERY_SECONDS or (changed and age >= CAPACITY_RETRY_SECONDS)
 
         due = [(v, s, p) for v, s, p in valid if s.demand_unit is DemandUnit.REQUESTS  # learned in requests/s only
-               and is_due(self._memory[(v.namespace, v.name)], wait_of(s, p))]
+               and is_due(self._memory[(v.namespace, v.name)], _objective(s, p)[0])]
         if not due:
             return
         # Whole namespaces (one fleet query covers a namespace), stalest first, taken until CAPACITY_BATCH Deployments
@@ -1220,7 +1222,7 @@ class Controller:
         for view, spec, profile in due:
             key = (view.namespace, view.name)
             memory = self._memory[key]
-            wait = wait_of(spec, profile)
+            wait = _objective(spec, profile)[0]
             inputs = answer.get(key) or CapacityInputs.empty(start, step, (end - start) // step)
             memory.capacity = estimate_capacity(inputs, EvidenceRules(slo_wait_seconds=wait))
             memory.capacity_at = memory.capacity_checked = now
