@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
-from typing import ClassVar, Self
+from collections.abc import Callable
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.tuning import (
     Candidate,
     Day,
+    Tuning,
     budget_requirement,
     candidate_policy,
     choose,
@@ -329,3 +332,60 @@ def test_after_a_day_that_spent_the_budget_the_safest_point_runs_and_says_why() 
     safest = max(last.candidates, key=lambda c: (c.slo_attainment, -c.gpu_hours))
     assert (last.chosen, last.chosen_utilisation) == safest.point != (80, 1.0)
     assert "the window's error budget is spent" in last.reason
+
+
+def test_a_tuning_read_back_from_its_status_continues_as_if_nothing_restarted() -> None:
+    # the bursty week of the test above: day 5's choice depends on the days pooled before it and on the budget
+    # they spent, so a restart between day 4 and day 5 that lost them would choose differently
+    values = np.full(6 * DAY // STEP, 40.0)
+    rng = np.random.default_rng(9)
+    burst_day = 4 * DAY // STEP
+    for start in rng.choice(np.arange(burst_day, burst_day + DAY // STEP - 30), 60, replace=False):
+        values[start:start + 15] = 70.0
+    history = _series(values)
+
+    def step(d: int, previous: Tuning | None) -> Tuning:
+        running = (80, 1.0) if previous is None or previous.chosen is None else (previous.chosen,
+                                                                                  previous.chosen_utilisation)
+        return tune(history.slice(0, d * DAY // STEP), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
+                    utilisations=(0.65,), slo_wait_seconds=2, slo_attainment=0.99, previous=previous,
+                    running=running)
+
+    day3 = step(3, None)
+    day4 = step(4, day3)
+    restored = Tuning.from_dict(json.loads(json.dumps(day4.to_dict())))
+    assert [d.end for d in restored.days] == [d.end for d in day4.days]
+    assert [d.ran for d in restored.days] == [d.ran for d in day4.days]
+    assert (restored.chosen, restored.chosen_utilisation, restored.met) == (day4.chosen, day4.chosen_utilisation,
+                                                                            day4.met)
+    for got, want in zip(restored.candidates, day4.candidates, strict=True):
+        assert got.point == want.point
+        assert got.slo_attainment == pytest.approx(want.slo_attainment, abs=1e-6)
+        assert got.gpu_hours == pytest.approx(want.gpu_hours, abs=1e-3)
+    direct, resumed, fresh = step(5, day4), step(5, restored), step(5, None)
+    assert len(resumed.days) == 3
+    assert (resumed.chosen, resumed.chosen_utilisation, resumed.budget_attainment) == (
+        direct.chosen, direct.chosen_utilisation, direct.budget_attainment)
+    assert resumed.budget_attainment == 1.0  # the burst day spent the budget: the safest point runs
+    for got, want in zip(resumed.candidates, direct.candidates, strict=True):
+        assert got.slo_attainment == pytest.approx(want.slo_attainment, abs=1e-6)
+    # what a restart without the status would do: choose on the burst day alone
+    assert len(fresh.days) == 1
+    assert [c.slo_attainment for c in fresh.candidates] != pytest.approx([c.slo_attainment for c in
+                                                                          resumed.candidates], abs=1e-4)
+
+
+@pytest.mark.parametrize("spoil", [
+    lambda d: d.pop("days"),
+    lambda d: d.update(chosen=95),  # a point that was never replayed
+    lambda d: d["days"][0]["points"][0].__setitem__(0, 140),  # a percentile out of range
+    lambda d: d["days"][0].update(points=[[80, 1.0]]),  # a short row
+    lambda d: d.update(at="yesterday"),
+])
+def test_a_spoiled_tuning_status_is_refused_with_a_clear_error(spoil: Callable[[dict[str, Any]], Any]) -> None:
+    history = _noisy_daily(3, seed=4)
+    data = tune(history, _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99), slo_wait_seconds=2,
+                slo_attainment=0.99).to_dict()
+    spoil(data)
+    with pytest.raises(ValueError, match="malformed self-tuning state"):
+        Tuning.from_dict(data)

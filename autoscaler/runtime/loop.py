@@ -46,6 +46,7 @@ Failure policy (nothing is lost, nothing scales down blindly):
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import time
@@ -60,7 +61,14 @@ from autoscaler import promql
 from autoscaler.adapters.kube import KubeError
 from autoscaler.adapters.prometheus import FleetHistory, PrometheusError, PrometheusUnavailable
 from autoscaler.config import Config, ForecastProfile
-from autoscaler.domain.annotations import PREFIX, AnnotationError, WorkloadSpec, event_payloads, parse_workload
+from autoscaler.domain.annotations import (
+    PREFIX,
+    STATUS_ANNOTATION,
+    AnnotationError,
+    WorkloadSpec,
+    event_payloads,
+    parse_workload,
+)
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
@@ -183,6 +191,7 @@ class _Memory:
     tuning_inputs: tuple[float, ...] | None = None  # objective and sizing it was tuned for: a change re-tunes
     tuning_reported: bool | None = None
     tuning_event: tuple[EventType, str, str] | None = None
+    tuning_read: bool = False  # the state a previous controller left in the status was looked for
 
 
 @dataclass(frozen=True)
@@ -839,6 +848,9 @@ class Controller:
         if not profile.self_tune or policy.warm_pool is not None:
             memory.tuning = None
             return policy
+        if not memory.tuning_read:
+            memory.tuning_read = True
+            self._resume_tuning(view, memory)
         wait, target = _objective(spec, profile)
         inputs: tuple[float, ...] = (wait, target, policy.capacity_per_replica, policy.min_replicas,
                                      policy.max_replicas)
@@ -852,6 +864,26 @@ class Controller:
         if last is None or last.chosen is None or inputs != memory.tuning_inputs:
             return policy  # nothing chosen yet for this objective and sizing
         return candidate_policy(policy, last.chosen, last.chosen_utilisation)
+
+    def _resume_tuning(self, view: WorkloadView, memory: _Memory) -> None:
+        """Continue from the self-tuning state the status holds (written by this controller before a restart, or by
+        the previous leader): its pooled days, error budget and choice, for the objective and sizing it was made
+        for. A status that cannot be read is logged and tuning starts over, as it would without one."""
+        raw = view.annotations.get(STATUS_ANNOTATION)
+        try:
+            saved = json.loads(raw).get("tuning") if raw else None
+            if not saved or saved.get("chosen") is None:
+                return
+            tuning = Tuning.from_dict(saved)
+            inputs = tuple(float(v) for v in saved["inputs"])
+            tried = float(saved["tried"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s/%s: the self-tuning state in the status cannot be read (%s); tuning starts over",
+                        view.namespace, view.name, exc)
+            return
+        memory.tuning, memory.tuning_inputs, memory.tuning_tried = tuning, inputs, tried
+        memory.tuning_reported = tuning.met  # the Event for this state was posted by whoever chose it
+        self._note_tuning((view.namespace, view.name), memory, tuning)
 
     def _replay_due(self, now: float, errors: list[str]) -> None:
         """Run the self-tuning replays queued by this tick's plans, least recently tuned first, after the plans and
@@ -1084,7 +1116,9 @@ class Controller:
             # replicas held) and the learned estimate with its evidence (also beside an annotation, for comparison).
             "capacity": self._capacity_status(spec, memory),
             # The self-tuned operating point: the candidates replayed, their GPU-hours and attainment, the choice.
-            "tuning": memory.tuning.to_dict() if memory.tuning is not None else None,
+            # With the objective and sizing it was made for and when it ran, a restarted controller continues it.
+            "tuning": ({**memory.tuning.to_dict(), "inputs": list(memory.tuning_inputs or ()),
+                        "tried": memory.tuning_tried} if memory.tuning is not None else None),
         }
         # Written when the decision changes (replica counts, mode, warm pool, which rules set which count) and
         # otherwise every

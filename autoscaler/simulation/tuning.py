@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -120,6 +120,29 @@ class Day:
 
     def realised(self) -> Candidate | None:
         return next((c for c in self.candidates if c.point == self.ran), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Compact (one row per point: quantile, utilisation, GPU-h, attainment, p99 wait, dropped, requests): a week
+        of these rides in the Deployment's status annotation."""
+        return {
+            "end": self.end,
+            "ran": None if self.ran is None else [self.ran[0], self.ran[1]],
+            "points": [[c.warm_pool_quantile, c.reactive_utilisation, round(c.gpu_hours, 4),
+                        round(c.slo_attainment, 7), round(c.wait_p99_seconds, 3), round(c.dropped_fraction, 7),
+                        round(c.requests, 1)] for c in self.candidates],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Day:
+        ran = data["ran"]
+        points = []
+        for row in data["points"]:
+            q, u, gpu_hours, attained, wait, dropped, requests = row
+            if not (isinstance(q, int) and 0 < q < 100 and 0 < float(u) <= 1 and 0 <= float(attained) <= 1):
+                raise ValueError(f"operating point {row!r} out of range")
+            points.append(Candidate(q, float(gpu_hours), float(attained), float(wait), float(dropped),
+                                    float(requests), float(u)))
+        return cls(int(data["end"]), tuple(points), None if ran is None else (int(ran[0]), float(ran[1])))
 
 
 def budget_requirement(days: Sequence[Day], target: float) -> float:
@@ -199,7 +222,32 @@ class Tuning:
             "reason": self.reason,
             "cpu_seconds": round(self.cpu_seconds, 3),
             "candidates": [c.to_dict() for c in self.candidates],
+            "days": [d.to_dict() for d in self.days],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Tuning:
+        """A tuning as ``to_dict`` wrote it into the Deployment's status. Why: the pooled week and the error budget
+        are what keeps the choice safe, and a restarted controller (an upgrade, a new leader) that started over
+        would choose on one day for a week. The pooled candidates are recomputed from the days, as ``tune`` does.
+        ValueError when ``data`` is not such a dict (a hand edit, an older controller's status)."""
+        try:
+            days = tuple(Day.from_dict(d) for d in data["days"])
+            chosen = data["chosen"]
+            utilisation = float(data["chosen_utilisation"])
+            budget = data["budget_attainment"]
+            tuning = cls(
+                None if chosen is None else int(chosen), bool(data["met"]), pool([d.candidates for d in days]),
+                float(data["slo_wait_seconds"]), float(data["slo_attainment"]), float(data["required_attainment"]),
+                int(data["replay_seconds"]), int(data["at"]), str(data["reason"]), float(data["cpu_seconds"]), days,
+                utilisation, None if budget is None else float(budget),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed self-tuning state ({type(exc).__name__}: {exc})") from None
+        if tuning.chosen is not None and (tuning.chosen, utilisation) not in {c.point for c in tuning.candidates}:
+            raise ValueError(f"malformed self-tuning state (the chosen point {tuning.chosen}/{utilisation:g} was "
+                             "not replayed)")
+        return tuning
 
 
 def required_attainment(target: float, margin: float = DEFAULT_MARGIN) -> float:

@@ -189,3 +189,70 @@ def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
     for i in range(3):
         rig.controller.tick(now + 30 * i)
         assert tuned() == i + 1
+
+
+def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_the_status(
+    tuning_rig: Rig, api_client: client.ApiClient, prometheus_server: PrometheusServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    yesterday = now - 86_400
+    rig.controller.tick(yesterday)
+    rig.controller.tick(yesterday + 30)
+    before = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert before["chosen"] is not None
+    assert len(before["days"]) == 1
+
+    def restart() -> Rig:  # a new process (an upgrade, a new leader): nothing in memory but what the status holds
+        metrics = ControllerMetrics()
+        cfg = _config(prometheus_server.url)
+        controller = Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: cfg,
+                                metrics=metrics)
+        controller.fit_budget_seconds = 120.0
+        return Rig(controller, rig.fake, rig.transport, rig.source, metrics)
+
+    again = restart()
+    again.controller.tick(now)
+    # from its first tick, before any replay of its own: the choice it found, exported, and no second Event
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert again.metric("predictive_autoscaler_slo_tuned_quantile", labels) == before["chosen"]
+    assert f"p{before['chosen']}" in _status(rig.fake, "serving", "llama-chat")["forecast"]["bands"]
+    again.controller.tick(now + 30)
+    after = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    # today's replay is pooled with yesterday's, as if the controller had never stopped
+    assert [d["end"] for d in after["days"]] == [before["days"][0]["end"], after["at"]]
+    assert after["days"][0] == before["days"][0]
+    assert after["days_pooled"] == 2
+
+    # a status spoiled by hand is logged and tuning starts over: one day, nothing lost but the history
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    spoiled = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    spoiled["tuning"]["days"] = "lost"
+    dep["metadata"]["annotations"][STATUS_ANNOTATION] = json.dumps(spoiled)
+    rig.fake.add("deployments", dep)
+    third = restart()
+    with caplog.at_level("WARNING"):
+        third.controller.tick(now + 60)
+        third.controller.tick(now + 90)
+    assert "serving/llama-chat: the self-tuning state in the status cannot be read" in caplog.text
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 1
+
+
+def test_a_new_objective_after_a_restart_is_tuned_afresh(
+    tuning_rig: Rig, api_client: client.ApiClient, prometheus_server: PrometheusServer,
+) -> None:
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    rig.controller.tick(now - 86_400)
+    rig.controller.tick(now - 86_400 + 30)
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 1
+    _annotate(rig.fake, "serving", "llama-chat", slo_wait="5s")  # the team changed its objective meanwhile
+    cfg = _config(prometheus_server.url)
+    controller = Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: cfg)
+    controller.fit_budget_seconds = 120.0
+    controller.tick(now)
+    controller.tick(now + 30)
+    tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert (tuning["slo_wait_seconds"], tuning["days_pooled"]) == (5.0, 1)  # yesterday's days were for 2 s
