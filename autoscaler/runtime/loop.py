@@ -167,6 +167,7 @@ class _Memory:
     status_written_at: float = -math.inf
     track: list[dict[str, Any]] = field(default_factory=list)
     exported_bands: frozenset[str] = frozenset()  # forecast bands on /metrics for this Deployment
+    exported_unit: str | None = None  # the unit label of its demand_unit_info series
     # The query's demand_source label of the newest bin with a value (None: the query does not say): "full",
     # or why a fallback (completions alone) gave it. Kept over bins without a value.
     demand_source: str | None = None
@@ -1164,6 +1165,12 @@ class Controller:
                 values["mean"] = summary["mean"]
             values.update({band: v for band, v in summary["bands"].items() if v is not None})
         memory = self._memory[key]
+        unit = spec.demand_unit.value
+        if memory.exported_unit not in (None, unit):
+            with contextlib.suppress(KeyError):
+                m.demand_unit.remove(*key, memory.exported_unit)
+        m.demand_unit.labels(*key, unit).set(1)
+        memory.exported_unit = unit
         for band in memory.exported_bands - values.keys():
             with contextlib.suppress(KeyError):
                 m.forecast.remove(*key, band)

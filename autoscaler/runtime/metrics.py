@@ -202,17 +202,26 @@ class ControllerMetrics:
             WORKLOAD,
             registry=r,
         )
+        self.demand_unit = Gauge(
+            "predictive_autoscaler_demand_unit_info",
+            "1, labelled with the unit this Deployment's demand, forecast and capacity series are counted in: "
+            "requests, or tokens for demand-unit: tokens (whose *_requests_per_second series then carry weighted "
+            "tokens/s). Join on it (* on (namespace, deployment) group_left (unit)) to tell them apart.",
+            [*WORKLOAD, "unit"],
+            registry=r,
+        )
         # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
         self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
             self.forecast, self.demand, self.demand_degraded, self.desired, self.current, self.ready, self.lead,
             self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable, self.tuned_quantile, self.slo_met,
             self.replay_attainment, self.tuned_utilisation, self.capacity, self.capacity_unknown,
-            self.capacity_saturated_bins, self.capacity_confidence,
+            self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
             id(self.decisions): (*WORKLOAD, "outcome"),
             id(self.capacity): (*WORKLOAD, "source"),
+            id(self.demand_unit): (*WORKLOAD, "unit"),
             **{id(m): WORKLOAD for m in (self.demand, self.demand_degraded, self.desired, self.current, self.ready,
                                          self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable,
                                          self.tuned_quantile, self.slo_met, self.replay_attainment,

@@ -104,11 +104,22 @@ def test_a_tokens_deployment_is_read_and_planned_on_weighted_tokens(
     # The other Deployments stay on requests: qwen-eval (same capacity annotation, 5) still holds one replica.
     assert published(rig, "research", "qwen-eval")["demandUnit"] == "requests"
     assert outcome(report, "qwen-eval").decision.desired_replicas == 1  # type: ignore[union-attr]
+    # On /metrics the same gauge names, told apart by the unit series
+    unit = "predictive_autoscaler_demand_unit_info"
+    assert rig.metric(unit, {"namespace": "serving", "deployment": "mistral-code", "unit": "tokens"}) == 1
+    assert rig.metric(unit, {"namespace": "serving", "deployment": "mistral-code", "unit": "requests"}) is None
+    assert rig.metric(unit, {"namespace": "research", "deployment": "qwen-eval", "unit": "requests"}) == 1
 
     # The next tick reads the newest bins of each series, once each.
     rig.controller.tick(now0 + STEP)
     assert len(token_queries(rig)) == 4
     assert int(token_queries(rig)[-1]["start"]) > now0 - 10 * STEP
+
+    # Back on requests: the tokens series is replaced, not left beside it.
+    annotate(rig, "serving", "mistral-code", demand_unit="requests")
+    rig.controller.tick(now0 + 2 * STEP)
+    assert rig.metric(unit, {"namespace": "serving", "deployment": "mistral-code", "unit": "tokens"}) is None
+    assert rig.metric(unit, {"namespace": "serving", "deployment": "mistral-code", "unit": "requests"}) == 1
 
 
 def test_the_same_traffic_needs_more_replicas_with_more_token_weight(
