@@ -306,14 +306,18 @@ def test_the_error_budget_raises_the_next_days_requirement_once_the_days_behind_
     assert budget_requirement([_day(1, 0.9, 1.0, ran=None)], 0.99) == 0.99  # unknown: not counted
 
 
-def test_after_a_day_that_spent_the_budget_the_safest_point_runs_and_says_why() -> None:
-    # calm days, then a day of bursts the cheap point (which ran) could not serve
+def _burst_on_day_five() -> TrafficSeries:
+    """Calm days, then (day 5) a day of bursts the cheap point could not serve."""
     values = np.full(6 * DAY // STEP, 40.0)
     rng = np.random.default_rng(9)
     burst_day = 4 * DAY // STEP
     for start in rng.choice(np.arange(burst_day, burst_day + DAY // STEP - 30), 60, replace=False):
         values[start:start + 15] = 70.0
-    history = _series(values)
+    return _series(values)
+
+
+def test_after_a_day_that_spent_the_budget_the_safest_point_runs_and_says_why() -> None:
+    history = _burst_on_day_five()  # the cheap point runs until the burst day
     last = None
     for d in (3, 4, 5):
         running = None if last is None else (last.chosen, last.chosen_utilisation)
@@ -336,13 +340,8 @@ def test_after_a_day_that_spent_the_budget_the_safest_point_runs_and_says_why() 
 
 def test_a_tuning_read_back_from_its_status_continues_as_if_nothing_restarted() -> None:
     # the bursty week of the test above: day 5's choice depends on the days pooled before it and on the budget
-    # they spent, so a restart between day 4 and day 5 that lost them would choose differently
-    values = np.full(6 * DAY // STEP, 40.0)
-    rng = np.random.default_rng(9)
-    burst_day = 4 * DAY // STEP
-    for start in rng.choice(np.arange(burst_day, burst_day + DAY // STEP - 30), 60, replace=False):
-        values[start:start + 15] = 70.0
-    history = _series(values)
+    # they spent; a restart between day 4 and day 5 that lost them would choose on the burst day alone
+    history = _burst_on_day_five()
 
     def step(d: int, previous: Tuning | None) -> Tuning:
         running = (80, 1.0) if previous is None or previous.chosen is None else (previous.chosen,
