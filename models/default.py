@@ -508,11 +508,12 @@ class DefaultForecaster:
             maes = np.empty((len(rows), len(betas)))
             early_maes = np.empty((len(rows), len(betas)))
             cuts = [0, n_early] if 0 < n_early < origins.size else [0]
+            picks = np.ix_(np.asarray(x_of_row), o_rank)
             for hl in half_lives:
                 a = _decay(hl)
                 # half-life 0 is the last bin itself: no filter to run
                 lv = xs if a == 0.0 else lfilter([1.0 - a], [1.0, -a], xs, axis=1, zi=a * xs[:, :1])[0]
-                short = lv[np.ix_(np.asarray(x_of_row), o_rank)] * shapes
+                short = lv[picks] * shapes
                 miss, gap = actual[None, :] - short, longs - short
                 tmp = np.empty_like(miss)
                 for col, beta in enumerate(betas):  # 2-D passes: much faster than one 3-D broadcast
