@@ -27,7 +27,10 @@ Measured on /work/shared/traces (tests pin the first three): ServeGen m_mid 102 
 m_small 37, exactly the outages SOURCES.md documents; the 70%-empty Alibaba LoRA trace 0; NASA
 July 1995 210 (server hiccups: runs of 0-4 requests in a 40-per-minute afternoon); Azure code 0
 (bursty, its empty minutes are real); Azure conv 1 (its truncated last minute); Mooncake 0.
-About 0.1 s on 40,000 one-minute bins.
+The medians are computed only where a bin could be an outage (at most ``fraction`` of its window's
+maximum, which bounds the median): 33 ms on NASA's 40,000 one-minute bins against 64 ms for the
+rolling pass over all of them, 0.5-1 ms against 2 ms on ServeGen's 2,016; a sparse series, whose
+empty bins all could be, takes the rolling pass (the same numbers, a test holds both to it).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
+from scipy.ndimage import maximum_filter1d
 
 from models.types import FloatArray, TrafficSeries
 
@@ -45,6 +49,9 @@ OUTAGE_WINDOW_SECONDS = 6 * 3600
 OUTAGE_FRACTION = 0.05
 OUTAGE_P_MAX = 1e-6
 MAX_PASSES = 5
+# Window values sorted per pass when outages are looked for bin by bin instead of by the rolling pass (beyond
+# this, candidate bins are many, as in a sparse series, and the rolling pass is cheaper).
+TARGETED_WINDOW_VALUES = 2_000_000
 _Z_ONE_SIDED = 4.75  # standard normal: P(Z < -4.75) ~ 1e-6
 _POISSON_SQRT_SD = 0.5  # sd of sqrt(Poisson count), any rate
 
@@ -70,7 +77,7 @@ def _poisson_log_cdf_bound(k: FloatArray, lam: FloatArray) -> FloatArray:
     return out
 
 
-def _sqrt_noise(counts: FloatArray, half: int, min_periods: int) -> FloatArray:
+def _sqrt_noise(counts: FloatArray, half: int, min_periods: int, at: NDArray[np.intp] | None = None) -> FloatArray:
     """Local noise (sd) of ``sqrt(count)`` from the upper quartile of absolute successive differences.
 
     Successive differences ignore the daily cycle. The upper quartile (not the median) is used so that
@@ -80,14 +87,47 @@ def _sqrt_noise(counts: FloatArray, half: int, min_periods: int) -> FloatArray:
     """
     root = np.sqrt(counts)
     step_diff = np.abs(np.diff(root, prepend=np.nan))
-    q75 = (
-        pd.Series(step_diff)
-        .rolling(2 * half + 1, center=True, min_periods=min_periods)
-        .quantile(0.75)
-        .to_numpy(dtype=np.float64)
-    )
+    if at is not None:  # at those bins only (``_window_quantile``)
+        q75 = _window_quantile(step_diff, at, half, min_periods, 0.75)
+    else:
+        q75 = (
+            pd.Series(step_diff)
+            .rolling(2 * half + 1, center=True, min_periods=min_periods)
+            .quantile(0.75)
+            .to_numpy(dtype=np.float64)
+        )
     # |N(0, 2 sd^2)| has upper quartile 1.1503 * sqrt(2) * sd
     out: FloatArray = q75 / (1.1503 * math.sqrt(2.0))
+    return out
+
+
+def _window_quantile(x: FloatArray, idx: NDArray[np.intp], half: int, min_periods: int, q: float) -> FloatArray:
+    """The ``q``-quantile of the finite values of ``x`` in the centred window ``[i - half, i + half]`` at each
+    ``i`` of ``idx`` (NaN with fewer than ``min_periods``): pandas' ``rolling(2 * half + 1, center=True,
+    min_periods=min_periods).quantile(q)`` (linear; ``q = 0.5`` is its ``median``), same arithmetic, at those
+    bins only. Why: the rolling pass costs O(n log window) over the whole series, and it is needed only where
+    a bin could be an outage, which is rarely more than a few bins."""
+    width = 2 * half + 1
+    padded = np.concatenate((np.full(half, np.nan), x, np.full(half, np.nan)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width)[idx]
+    count = np.isfinite(windows).sum(axis=1)
+    # Only the order statistics at the quantile's position are needed: a partition (linear) per group of windows
+    # with the same number of values (NaN sorts last), not a sort.
+    ordered = windows
+    for c in np.unique(count).tolist():
+        group = count == c
+        at = math.floor(q * max(c - 1, 0))
+        ordered[group] = np.partition(windows[group], sorted({at, min(at + 1, width - 1)}), axis=1)
+    rows = np.arange(idx.size)
+    pos = q * np.maximum(count - 1, 0)
+    low = np.floor(pos).astype(np.intp)
+    below = ordered[rows, low]
+    if q == 0.5:  # pandas' median: the middle value, or the mean of the two middle ones
+        value = np.where(count % 2 == 1, below, (below + ordered[rows, np.minimum(low + 1, width - 1)]) / 2)
+    else:
+        above = ordered[rows, np.minimum(low + 1, width - 1)]
+        value = np.where(pos == low, below, below + (above - below) * (pos - low))
+    out: FloatArray = np.where(count >= min_periods, value, np.nan)
     return out
 
 
@@ -112,19 +152,31 @@ def outage_mask(
     if n == 0:
         return mask
     log_p_max = math.log(p_max)
+    finite = np.isfinite(values)
+    # A window's median is at most its maximum: only bins at most ``fraction`` of their window's maximum can be
+    # outages, and the medians are needed there alone (the whole rolling pass when they are many).
+    peak = maximum_filter1d(np.where(finite, values, -np.inf), 2 * half + 1, mode="constant", cval=-np.inf)
+    with np.errstate(invalid="ignore"):
+        possible = np.flatnonzero(finite & (peak > 0) & (values <= fraction * peak))
+    targeted = possible.size * (2 * half + 1) <= TARGETED_WINDOW_VALUES
     for _ in range(MAX_PASSES):
         ref_input = values.copy()
         ref_input[mask] = np.nan
-        rolling = pd.Series(ref_input).rolling(2 * half + 1, center=True, min_periods=min_periods)
-        ref = rolling.median().to_numpy(dtype=np.float64)
+        if targeted:
+            ref = np.full(n, np.nan)
+            ref[possible] = _window_quantile(ref_input, possible, half, min_periods, 0.5)
+        else:
+            rolling = pd.Series(ref_input).rolling(2 * half + 1, center=True, min_periods=min_periods)
+            ref = rolling.median().to_numpy(dtype=np.float64)
         with np.errstate(invalid="ignore"):
-            candidate = np.isfinite(values) & np.isfinite(ref) & (ref > 0) & (values <= fraction * ref)
+            candidate = finite & np.isfinite(ref) & (ref > 0) & (values <= fraction * ref)
         idx = np.flatnonzero(candidate)
         new_mask = np.zeros(n, dtype=bool)
         if idx.size:
             counts, ref_counts = values[idx] * step, ref[idx] * step
             poisson_ok = _poisson_log_cdf_bound(counts, ref_counts) < log_p_max
-            noise = _sqrt_noise(ref_input * step, half, min_periods)[idx]
+            noise = (_sqrt_noise(ref_input * step, half, min_periods, idx) if targeted
+                     else _sqrt_noise(ref_input * step, half, min_periods)[idx])
             drop = np.sqrt(ref_counts) - np.sqrt(counts)
             z_ok = drop > _Z_ONE_SIDED * np.fmax(noise, _POISSON_SQRT_SD)
             new_mask[idx[poisson_ok & z_ok]] = True

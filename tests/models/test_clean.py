@@ -6,11 +6,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.clean import continuation, counter_to_rate, outage_mask, prepare, prepare_tail
+from models import clean
+from models.clean import _window_quantile, continuation, counter_to_rate, outage_mask, prepare, prepare_tail
 from models.types import TrafficSeries
 from tests.conftest import SHARED_TRACES
 from tests.models._synthetic import DAY0, daily
@@ -173,3 +175,41 @@ def test_prepare_tail_marks_an_outage_in_the_new_bins() -> None:
     out = prepare_tail(ctx, fresh, 60, 0)
     assert np.isnan(out[:2]).all()
     assert out[2] == 50.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.floats(0, 1000, allow_nan=False)), min_size=1, max_size=80),
+    half=st.integers(1, 12),
+    q=st.sampled_from([0.5, 0.75]),
+    data=st.data(),
+)
+def test_the_per_bin_window_quantile_is_pandas_rolling_at_those_bins(
+    values: list[float | None], half: int, q: float, data: st.DataObject,
+) -> None:
+    # outage_mask looks at the few bins that could be outages instead of rolling over the whole series; it must
+    # not decide differently from the rolling pass it replaces (gaps, edges and min_periods included)
+    x = np.array([math.nan if v is None else v for v in values])
+    min_periods = data.draw(st.integers(1, 2 * half + 1))
+    idx = np.array(sorted(data.draw(st.sets(st.integers(0, x.size - 1), min_size=1))), dtype=np.intp)
+    rolling = pd.Series(x).rolling(2 * half + 1, center=True, min_periods=min_periods)
+    expected = (rolling.median() if q == 0.5 else rolling.quantile(q)).to_numpy()[idx]
+    got = _window_quantile(x, idx, half, min_periods, q)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0, equal_nan=True)
+
+
+def test_outages_found_bin_by_bin_are_the_rolling_pass_outages() -> None:
+    # the same series through both paths: the targeted one (few possible outages) and the rolling one (forced by a
+    # budget of zero), with outages of several lengths and a gap
+    values = daily(7, 60, seed=3).values.copy()
+    for start, length in ((2000, 1), (4000, 5), (6100, 90), (8000, 240)):
+        values[start:start + length] = 0.0
+    values[9000:9030] = np.nan
+    series = TrafficSeries(values, 60, DAY0)
+    targeted = outage_mask(series)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(clean, "TARGETED_WINDOW_VALUES", 0)
+        rolled = outage_mask(series)
+    np.testing.assert_array_equal(targeted, rolled)
+    for start, length in ((2000, 1), (4000, 5), (6100, 90), (8000, 240)):
+        assert targeted[start:start + length].all()
