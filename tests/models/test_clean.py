@@ -202,7 +202,8 @@ def test_outages_found_bin_by_bin_are_the_rolling_pass_outages() -> None:
     # the same series through both paths: the targeted one (few possible outages) and the rolling one (forced by a
     # budget of zero), with outages of several lengths and a gap
     values = daily(7, 60, seed=3).values.copy()
-    for start, length in ((2000, 1), (4000, 5), (6100, 90), (8000, 240)):
+    outages = ((2000, 1), (4000, 5), (6100, 90), (8000, 240))
+    for start, length in outages:
         values[start:start + length] = 0.0
     values[9000:9030] = np.nan
     series = TrafficSeries(values, 60, DAY0)
@@ -211,5 +212,5 @@ def test_outages_found_bin_by_bin_are_the_rolling_pass_outages() -> None:
         mp.setattr(clean, "TARGETED_WINDOW_VALUES", 0)
         rolled = outage_mask(series)
     np.testing.assert_array_equal(targeted, rolled)
-    for start, length in ((2000, 1), (4000, 5), (6100, 90), (8000, 240)):
+    for start, length in outages:
         assert targeted[start:start + length].all()
