@@ -49,9 +49,10 @@ OUTAGE_WINDOW_SECONDS = 6 * 3600
 OUTAGE_FRACTION = 0.05
 OUTAGE_P_MAX = 1e-6
 MAX_PASSES = 5
-# Window values sorted per pass when outages are looked for bin by bin instead of by the rolling pass (beyond
-# this, candidate bins are many, as in a sparse series, and the rolling pass is cheaper).
-TARGETED_WINDOW_VALUES = 2_000_000
+# Outages are looked for bin by bin (instead of by the rolling pass) while the windows to partition hold at most
+# this many values per bin of the series. Measured: bin by bin wins below ~40 (NASA's 14 days: 19, 18 against
+# 32 ms), the rolling pass far above (a sparse series, or the short context of an update: 460-620, 10-16x slower).
+TARGETED_VALUES_PER_BIN = 32
 _Z_ONE_SIDED = 4.75  # standard normal: P(Z < -4.75) ~ 1e-6
 _POISSON_SQRT_SD = 0.5  # sd of sqrt(Poisson count), any rate
 
@@ -158,7 +159,7 @@ def outage_mask(
     peak = maximum_filter1d(np.where(finite, values, -np.inf), 2 * half + 1, mode="constant", cval=-np.inf)
     with np.errstate(invalid="ignore"):
         possible = np.flatnonzero(finite & (peak > 0) & (values <= fraction * peak))
-    targeted = possible.size * (2 * half + 1) <= TARGETED_WINDOW_VALUES
+    targeted = possible.size * (2 * half + 1) <= TARGETED_VALUES_PER_BIN * n
     for _ in range(MAX_PASSES):
         ref_input = values.copy()
         ref_input[mask] = np.nan

@@ -209,7 +209,7 @@ def test_outages_found_bin_by_bin_are_the_rolling_pass_outages() -> None:
     series = TrafficSeries(values, 60, DAY0)
     targeted = outage_mask(series)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(clean, "TARGETED_WINDOW_VALUES", 0)
+        mp.setattr(clean, "TARGETED_VALUES_PER_BIN", 0)
         rolled = outage_mask(series)
     np.testing.assert_array_equal(targeted, rolled)
     for start, length in outages:
