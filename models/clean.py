@@ -156,10 +156,15 @@ def outage_mask(
     finite = np.isfinite(values)
     # A window's median is at most its maximum: only bins at most ``fraction`` of their window's maximum can be
     # outages, and the medians are needed there alone (the whole rolling pass when they are many).
-    peak = maximum_filter1d(np.where(finite, values, -np.inf), 2 * half + 1, mode="constant", cval=-np.inf)
+    budget = TARGETED_VALUES_PER_BIN * n // (2 * half + 1)  # windows worth partitioning instead of rolling
     with np.errstate(invalid="ignore"):
-        possible = np.flatnonzero(finite & (peak > 0) & (values <= fraction * peak))
-    targeted = possible.size * (2 * half + 1) <= TARGETED_VALUES_PER_BIN * n
+        # The series' maximum bounds every window's: far past the budget by it (a sparse series, mostly empty
+        # bins), the windows' own maxima will not bring it back; within it, they are not needed.
+        possible = np.flatnonzero(finite & (values <= fraction * np.nanmax(values))) if finite.any() else np.arange(0)
+        if budget < possible.size <= 4 * budget:
+            peak = maximum_filter1d(np.where(finite, values, -np.inf), 2 * half + 1, mode="constant", cval=-np.inf)
+            possible = np.flatnonzero(finite & (peak > 0) & (values <= fraction * peak))
+    targeted = possible.size <= budget
     for _ in range(MAX_PASSES):
         ref_input = values.copy()
         ref_input[mask] = np.nan
