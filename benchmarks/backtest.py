@@ -209,7 +209,7 @@ NOT_MET = (
     "from the last 24 bins plus the same window on the two days before (and a week before), fitted *in sample* with "
     "hindsight, reach only 0.88-0.90x persistence (0.87 in log space); refitted daily out of sample, 0.93-0.98x; "
     "profiles from the last 2-3 days instead of 14 score 0.95-0.96x; the model's step-h errors are correlated at "
-    "lag h (-0.28) but a correction term on them makes it worse. *Fit + predict at 10-minute bins, 27-36x Prophet* "
+    "lag h (-0.28) but a correction term on them makes it worse. *Fit + predict at 10-minute bins, 28-36x Prophet* "
     "(50x target): Prophet's fit shrinks with the series (2,016 points, ~0.15 s), the default's selection does not "
     "(15 profile rows x 8 half-lives x 6 long-level weights scored on ~1,000 origins, ~2 ms of the ~4.5 ms). The fit "
     "was made ~1.35x cheaper without changing any choice (from 19-23x); cutting the grid further would trade "
