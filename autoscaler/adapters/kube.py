@@ -42,7 +42,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.domain.annotations import ENABLED_LABEL, EVENT_MESSAGE_LIMIT, STATUS_ANNOTATION
+from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, fit_event_message
 from autoscaler.ports import EventType, NotReadyPod, PodStartups, PodView, WorkloadView
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -139,6 +139,32 @@ def render_selector(selector: Mapping[str, Any] | None) -> str:
         else:
             raise ValueError(f"unknown label selector operator {op!r} for key {key!r}")
     return ",".join(parts)
+
+
+def core_event(
+    api_version: str, kind: str, namespace: str, name: str, uid: str, type: EventType, reason: str, message: str,
+    now: datetime, instance: str,
+) -> client.CoreV1Event:
+    """A core/v1 Event on one object from this controller (``instance``: the replica that posts it), its message
+    cut to the API server's limit; the Deployments' Events and the training gangs' share it."""
+    if type not in ("Normal", "Warning"):
+        raise ValueError(f"event type must be 'Normal' or 'Warning', got {type!r}")
+    if now.tzinfo is None:
+        raise ValueError(f"event time must be timezone-aware (UTC), got naive {now.isoformat()}")
+    return client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+        involved_object=client.V1ObjectReference(api_version=api_version, kind=kind, name=name, namespace=namespace,
+                                                 uid=uid or None),
+        type=type,
+        reason=reason,
+        message=fit_event_message(message),
+        source=client.V1EventSource(component=COMPONENT),
+        reporting_component=COMPONENT,
+        reporting_instance=instance[:128],
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+    )
 
 
 def api_message(exc: ApiException) -> str:
@@ -390,28 +416,8 @@ class KubeCluster:
         message: str,
         now: datetime,
     ) -> None:
-        if type not in ("Normal", "Warning"):
-            raise ValueError(f"event type must be 'Normal' or 'Warning', got {type!r}")
-        if now.tzinfo is None:
-            raise ValueError(f"event time must be timezone-aware (UTC), got naive {now.isoformat()}")
-        encoded = message.encode()
-        if len(encoded) > EVENT_MESSAGE_LIMIT:
-            message = encoded[: EVENT_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version="apps/v1", kind="Deployment", name=name, namespace=namespace, uid=uid
-            ),
-            type=type,
-            reason=reason,
-            message=message,
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=self._instance[:128],
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        event = core_event("apps/v1", "Deployment", namespace, name, uid, type, reason, message, now,
+                           self._instance)
 
         def once() -> bool:
             self._core.create_namespaced_event(namespace, event, _request_timeout=self._timeout)

@@ -45,13 +45,20 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.adapters.kube import COMPONENT, MERGE_PATCH, KubeReadError, api_message, api_read, api_write
+from autoscaler.adapters.kube import (
+    COMPONENT,
+    MERGE_PATCH,
+    KubeReadError,
+    api_message,
+    api_read,
+    api_write,
+    core_event,
+)
 from autoscaler.ports import CustomObjects, EventType, PriorityClasses
 
 KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads", "Workload")
 LOCAL_QUEUES = ("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue")
 CLUSTER_QUEUES = ("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue")
-EVENT_MESSAGE_LIMIT = 1024
 VOLCANO = ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 PRIORITY_CLASSES = "scheduling.k8s.io/v1 priorityclasses"
 
@@ -108,17 +115,7 @@ class TrainingReader:
             api_version = f"{VOLCANO[0]}/{VOLCANO[1]}"
         else:
             raise ValueError(f"post_gang_event: unknown gang kind {kind!r} (Workload or PodGroup)")
-        encoded = message.encode()
-        if len(encoded) > EVENT_MESSAGE_LIMIT:
-            message = encoded[: EVENT_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(api_version=api_version, kind=kind, name=name,
-                                                     namespace=namespace, uid=uid or None),
-            type=type, reason=reason, message=message, source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT, reporting_instance=COMPONENT, first_timestamp=now, last_timestamp=now,
-            count=1,
-        )
+        event = core_event(api_version, kind, namespace, name, uid, type, reason, message, now, COMPONENT)
 
         def once() -> bool:
             self._core.create_namespaced_event(namespace, event, _request_timeout=self._timeout)

@@ -471,18 +471,19 @@ def parse_workload(
     return ParseResult(spec, tuple(c.problems))
 
 
+def fit_event_message(message: str) -> str:
+    """``message`` cut to the API server's 1024-byte limit for an Event (with a visible ellipsis), so an Event is
+    never rejected for carrying a long user value."""
+    encoded = message.encode()
+    if len(encoded) <= EVENT_MESSAGE_LIMIT:
+        return message
+    return encoded[: EVENT_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
+
+
 def event_payloads(problems: Sequence[AnnotationError]) -> list[tuple[str, str]]:
     """(reason, message) pairs for Warning Events on the Deployment: one per problem, key and value named.
 
-    Messages are cut to the API server's 1024-byte limit (with a visible ellipsis) so an Event is never
-    rejected for carrying a long user value.
+    Messages are cut to the API server's limit (``fit_event_message``).
     """
-    out: list[tuple[str, str]] = []
-    for p in problems:
-        prefix = "ignored: " if p.severity == "warning" else ""
-        message = prefix + str(p)
-        encoded = message.encode()
-        if len(encoded) > EVENT_MESSAGE_LIMIT:
-            message = encoded[: EVENT_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
-        out.append((EVENT_REASON_INVALID, message))
-    return out
+    return [(EVENT_REASON_INVALID, fit_event_message(("ignored: " if p.severity == "warning" else "") + str(p)))
+            for p in problems]

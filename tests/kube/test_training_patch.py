@@ -3,6 +3,8 @@ planned start; ``spec.active: true`` on a held Workload) lands on the object; a 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from kubernetes import client
 
@@ -49,3 +51,24 @@ def test_a_podgroup_gets_its_annotation_and_failures_name_the_object(
         reader.patch_gang("PodGroup", "ml", "gone", {"metadata": {"annotations": {PLANNED: "y"}}})
     with pytest.raises(ValueError, match="unknown gang kind 'Job'"):
         reader.patch_gang("Job", "ml", "pg", {})
+
+
+def test_a_gang_event_names_its_workload_or_podgroup_and_is_cut_to_the_servers_limit(
+    fake_api: FakeKubeAPI, api_client: client.ApiClient
+) -> None:
+    reader = TrainingReader(api_client)
+    now = datetime(2026, 2, 1, 3, 0, tzinfo=UTC)
+    reader.post_gang_event("Workload", "ml", "nightly", "uid-1", "Warning", "GangHeld", "x" * 5000, now)
+    reader.post_gang_event("PodGroup", "ml", "pg", "", "Normal", "GangPlaced", "placed at 03:00", now)
+    events = {e["reason"]: e for e in fake_api.all("events", "ml")}
+    held, placed = events["GangHeld"], events["GangPlaced"]
+    assert held["involvedObject"] == {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                                      "name": "nightly", "namespace": "ml", "uid": "uid-1"}
+    assert (held["type"], len(held["message"].encode()), held["message"][-3:]) == ("Warning", 1024, "...")
+    assert placed["involvedObject"]["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert "uid" not in placed["involvedObject"]  # unknown: left out, not sent empty
+    assert placed["message"] == "placed at 03:00"
+    with pytest.raises(ValueError, match="unknown gang kind 'Job'"):
+        reader.post_gang_event("Job", "ml", "j", "", "Normal", "X", "y", now)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        reader.post_gang_event("Workload", "ml", "nightly", "", "Normal", "X", "y", now.replace(tzinfo=None))
