@@ -3,8 +3,9 @@
 ``require_binary`` is the one rule for tests that need a real server (prometheus, promtool,
 prometheus-alertmanager, amtool): skip on a user's machine that lacks the binary, fail under
 ``CI=true`` where ``scripts/test.sh`` must have installed it. ``kube_server`` is the session's real
-kube-apiserver (``tests/kubeserver.py``), with every CRD of ``../shared/crds`` installed; the same
-rule holds for it.
+kube-apiserver (``tests/kubeserver.py``), with every CRD of ``../shared/crds`` installed. It is opt-in
+(``KUBE_BIN_DIR`` or ``PA_E2E_KUBECONFIG``): without either, every test marked ``kube`` (or using
+``kube_server``) skips with one reason, in CI too.
 """
 
 from __future__ import annotations
@@ -39,16 +40,27 @@ def repo_root() -> Path:
     return REPO
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The end-to-end tests on a real API server skip, with one reason naming both ways to run them, unless
+    ``KUBE_BIN_DIR`` or ``PA_E2E_KUBECONFIG`` is set."""
+    if e2e_source() is not None:
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("kube") or "kube_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def kube_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
     """One real kube-apiserver for the session, with the workspace's CRDs installed and Established."""
-    for server in running_kube_server(tmp_path_factory.mktemp("kube")):
+    for server in session_kube_server(tmp_path_factory.mktemp("kube")):
         with server.admin() as api:
-            install_crds(api)
+            install_crds(api, record=server)
         yield server
 
 
-from tests.kubeserver import KubeServer, install_crds, running_kube_server  # noqa: E402
+from tests.kubeserver import SKIP_REASON, KubeServer, e2e_source, install_crds, session_kube_server  # noqa: E402
 
 # The real-server fixtures are registered here, once, for the whole suite: a session-scoped
 # fixture imported into several conftest modules would start one server per module.

@@ -1,16 +1,25 @@
-"""A real kube-apiserver (v1.36.2, with etcd) for the tests, from ``../shared/kube/``.
+"""A real Kubernetes API server for the end-to-end tests: opt-in, from binaries or from a disposable cluster.
 
-The recording fake (``tests/kube/fakeapi.py``) answers fast and injects faults, but it cannot say
-whether the real server accepts what the controller writes: schemas and CEL rules of the CRDs,
-RBAC, subresources, conflicts, Leases. One server is started per test session (``kube_server`` in
-``tests/conftest.py``); a test that must break the server itself (stop it, delete a CRD) starts its
-own with :func:`start_kube_server`. There is no controller-manager, scheduler or kubelet: a test
-writes the status it needs itself (see ``../shared/kube/README.md``).
+The recording fake (``tests/kube/fakeapi.py``) answers fast, injects faults and checks the published schemas,
+RBAC and conflicts offline; but only a real server decides for itself what it accepts. These tests are the
+proof on one, and they run wherever one can be had:
 
-Helpers here turn the repository's own files into server state: :func:`install_crds` (the real
-Karpenter, CapacityBuffer, Kueue and Volcano CRDs), :func:`deploy_objects` + :func:`apply` (the
-``deploy/`` kustomization, server-side applied), and :meth:`KubeServer.client_as` (a client that
-is the controller's ServiceAccount, by a TokenRequest token, so RBAC is what the cluster enforces).
+* ``KUBE_BIN_DIR`` names a folder holding ``kube-apiserver`` and ``etcd``: each server is started by
+  ``../shared/kube/start`` on 127.0.0.1 (one for the session, ``kube_server`` in ``tests/conftest.py``, and one
+  more for a test that must break the server itself: stop it, restart it, read its audit log). There is no
+  controller-manager, scheduler or kubelet there: a test writes the status it needs itself.
+* ``PA_E2E_KUBECONFIG`` names a disposable cluster's kubeconfig (kind, k3d, a dev cluster): the tests that
+  share the session's server run against it, in namespaces of their own, and at the end of the session delete
+  the namespaces they created and the CRDs they installed. The tests that need a server of their own (an audit
+  log, restarts) skip there with that reason.
+
+Without either, every test marked ``kube`` skips with one reason that names both ways (``SKIP_REASON``), on a
+developer's machine and in CI alike.
+
+Helpers here turn the repository's own files into server state: :func:`install_crds` (the real Karpenter,
+CapacityBuffer, Kueue and Volcano CRDs of ``../shared/crds``), :func:`deploy_objects` + :func:`apply` (the
+``deploy/`` kustomization, server-side applied), and :meth:`KubeServer.client_as` (a client that is the
+controller's ServiceAccount, by a TokenRequest token, so RBAC is what the cluster enforces).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,28 +39,59 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from autoscaler.adapters.kube import api_client_from_config
+from tests.shared import absent_reason, require_shared, shared_path
 
 REPO = Path(__file__).resolve().parent.parent
-KUBE = REPO.parent / "shared" / "kube"
-CRDS = REPO.parent / "shared" / "crds"
+KUBE = shared_path("kube")
 DEPLOY = REPO / "deploy"
 FIELD_MANAGER = "pa-tests"
 
+BIN_DIR_ENV = "KUBE_BIN_DIR"
+KUBECONFIG_ENV = "PA_E2E_KUBECONFIG"
+SKIP_REASON = (
+    f"end-to-end test on a real Kubernetes API server: set {BIN_DIR_ENV} to a folder holding kube-apiserver and "
+    f"etcd (started through ../shared/kube/start), or {KUBECONFIG_ENV} to a disposable cluster's kubeconfig "
+    "(kind, k3d); README, 'End-to-end tests on a real API server'"
+)
+OWN_SERVER_REASON = (
+    f"needs a kube-apiserver of its own (an audit log, restarts): set {BIN_DIR_ENV}; a shared cluster "
+    f"({KUBECONFIG_ENV}) runs only the tests that share the session's server"
+)
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+def e2e_source() -> str | None:
+    """Where the real server comes from: ``"binaries"`` (``KUBE_BIN_DIR``), ``"kubeconfig"`` (``PA_E2E_KUBECONFIG``),
+    or ``None`` (the end-to-end tests skip)."""
+    if os.environ.get(BIN_DIR_ENV):
+        return "binaries"
+    if os.environ.get(KUBECONFIG_ENV):
+        return "kubeconfig"
+    return None
 
 
-@dataclass(frozen=True)
+@dataclass
 class KubeServer:
-    """A running kube-apiserver: its state directory, admin kubeconfig and URL."""
+    """A real API server: its admin kubeconfig and, for one started here, its state directory.
 
-    state: Path
+    ``created_namespaces`` and ``installed_crds`` record what the tests created, so a shared cluster
+    (``PA_E2E_KUBECONFIG``) gets it deleted at the end of the session; a server started here is thrown away whole.
+    """
+
     kubeconfig: Path
+    state: Path | None = None
+    created_namespaces: list[str] = field(default_factory=list)
+    installed_crds: list[str] = field(default_factory=list)
+
+    @property
+    def external(self) -> bool:
+        """A cluster the tests did not start (``PA_E2E_KUBECONFIG``): clean up after them."""
+        return self.state is None
 
     @property
     def env(self) -> dict[str, str]:
-        """``run/ports.env`` of ``start``: APISERVER_URL, CA_FILE, pids, ..."""
+        """``run/ports.env`` of ``start``: APISERVER_URL, CA_FILE, pids, ... (a server started here only)."""
+        if self.state is None:
+            raise RuntimeError("an external cluster has no ports.env: only a server started here has")
         values: dict[str, str] = {}
         for line in (self.state / "run" / "ports.env").read_text().splitlines():
             key, sep, value = line.partition("=")
@@ -59,12 +99,23 @@ class KubeServer:
                 values[key.strip()] = value.strip().strip("'\"")
         return values
 
+    def _cluster_entry(self) -> dict[str, Any]:
+        """The current context's ``cluster`` entry of the admin kubeconfig (file paths made absolute)."""
+        doc = yaml.safe_load(self.kubeconfig.read_text())
+        current = doc["current-context"]
+        (context,) = [c["context"] for c in doc["contexts"] if c["name"] == current]
+        (cluster,) = [dict(c["cluster"]) for c in doc["clusters"] if c["name"] == context["cluster"]]
+        ca = cluster.get("certificate-authority")
+        if ca and not Path(ca).is_absolute():
+            cluster["certificate-authority"] = str((self.kubeconfig.parent / ca).resolve())
+        return cluster
+
     @property
     def url(self) -> str:
-        return self.env["APISERVER_URL"]
+        return str(self._cluster_entry()["server"])
 
     def admin(self) -> client.ApiClient:
-        """An admin (system:masters) client. Close it (``with``) when done."""
+        """An admin client. Close it (``with``) when done."""
         return api_client_from_config(self.kubeconfig)
 
     def token_for(self, namespace: str, service_account: str, *, seconds: int = 3600) -> str:
@@ -77,14 +128,12 @@ class KubeServer:
 
     def kubeconfig_as(self, namespace: str, service_account: str, path: Path) -> Path:
         """A kubeconfig file that authenticates as ``namespace/service_account`` (for a controller process)."""
-        env = self.env
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {"server": env["APISERVER_URL"],
-                                                       "certificate-authority": env["CA_FILE"]}}],
+            "clusters": [{"name": "e2e", "cluster": self._cluster_entry()}],
             "users": [{"name": service_account, "user": {"token": self.token_for(namespace, service_account)}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": service_account}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": service_account}}],
             "current-context": "sa",
         }
         path.write_text(yaml.safe_dump(doc))
@@ -96,42 +145,77 @@ class KubeServer:
         path = self.kubeconfig_as(namespace, service_account, tmp / f"{service_account}.kubeconfig")
         return api_client_from_config(path)
 
+    def clean_up(self) -> None:
+        """Delete what the tests created on a shared cluster (namespaces first, then CRDs); report, never raise."""
+        if not self.external:
+            return
+        with self.admin() as api:
+            for name in reversed(self.created_namespaces):
+                _delete_quietly(lambda n=name: client.CoreV1Api(api).delete_namespace(n))
+            for name in reversed(self.installed_crds):
+                _delete_quietly(lambda n=name: client.ApiextensionsV1Api(api).delete_custom_resource_definition(n))
+
+
+def _delete_quietly(delete: Any) -> None:
+    try:
+        delete()
+    except ApiException as exc:
+        if exc.status != 404:
+            print(f"kube e2e clean-up: {exc.status} {exc.reason}")
+
 
 def start_kube_server(state: Path, extra_args: Sequence[str] = ()) -> KubeServer:
-    """Start a server in ``state`` (about 5 s). Skips without ``../shared/kube`` on a user's machine; fails in CI.
+    """Start a server of its own in ``state`` (about 5 s) from ``KUBE_BIN_DIR``; skips with the reason otherwise.
 
     ``extra_args`` are appended to kube-apiserver's flags (``start`` reads them from ``EXTRA_APISERVER_ARGS``,
-    split on whitespace: no argument may contain a space), e.g. ``--audit-policy-file=...``.
+    split on whitespace: no argument may contain a space), e.g. ``--audit-policy-file=...``. With ``KUBE_BIN_DIR``
+    set, a server that does not start fails the test: the binaries were asked for.
     """
-    start = KUBE / "start"
-    if not start.is_file():
-        message = f"no real API server: {start} is missing (the workspace's shared/kube)"
-        if _in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    if not os.environ.get(BIN_DIR_ENV):
+        pytest.skip(OWN_SERVER_REASON if e2e_source() else SKIP_REASON)
+    reason = absent_reason("kube", "start")
+    if reason is not None:
+        pytest.skip(f"{BIN_DIR_ENV} is set, but {reason}")
     spaced = [a for a in extra_args if not a or any(c.isspace() for c in a)]
     if spaced:
         raise ValueError(f"kube-apiserver arguments cannot hold whitespace (EXTRA_APISERVER_ARGS is split): {spaced}")
     inherited = os.environ.get("EXTRA_APISERVER_ARGS", "").split()  # a developer's own flags (e.g. -v=5) still apply
     env = {**os.environ, "EXTRA_APISERVER_ARGS": " ".join([*inherited, *extra_args])}
-    r = subprocess.run(["bash", str(start), str(state)], capture_output=True, text=True, timeout=300, check=False,
-                       env=env)
+    r = subprocess.run(["bash", str(KUBE / "start"), str(state)], capture_output=True, text=True, timeout=300,
+                       check=False, env=env)
     if r.returncode != 0:
         pytest.fail(f"kube start failed (exit {r.returncode}):\n{r.stderr[-4000:]}", pytrace=False)
     return KubeServer(state=state, kubeconfig=Path(r.stdout.strip().splitlines()[-1]))
 
 
 def stop_kube_server(server: KubeServer) -> None:
-    subprocess.run(["bash", str(KUBE / "stop"), str(server.state)], capture_output=True, timeout=120, check=False)
+    if server.state is not None:
+        subprocess.run(["bash", str(KUBE / "stop"), str(server.state)], capture_output=True, timeout=120, check=False)
 
 
 def running_kube_server(state: Path, extra_args: Sequence[str] = ()) -> Iterator[KubeServer]:
-    """Generator body of a server fixture: start, yield, always stop."""
+    """Generator body of a fixture for a server of its own: start, yield, always stop."""
     server = start_kube_server(state, extra_args)
     try:
         yield server
     finally:
         stop_kube_server(server)
+
+
+def session_kube_server(state: Path) -> Iterator[KubeServer]:
+    """Generator body of the session's server: started from ``KUBE_BIN_DIR``, else the ``PA_E2E_KUBECONFIG`` cluster
+    (cleaned up afterwards), else a skip with ``SKIP_REASON``."""
+    if e2e_source() == "kubeconfig":
+        path = Path(os.environ[KUBECONFIG_ENV]).expanduser()
+        if not path.is_file():
+            pytest.fail(f"{KUBECONFIG_ENV}={path}: no such kubeconfig file", pytrace=False)
+        server = KubeServer(kubeconfig=path)
+        try:
+            yield server
+        finally:
+            server.clean_up()
+        return
+    yield from running_kube_server(state)
 
 
 # ---- objects from the repository ----------------------------------------------------------------------
@@ -142,7 +226,8 @@ def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
 
 
 def crd_docs() -> list[dict[str, Any]]:
-    return [d for p in sorted(CRDS.glob("*.yaml")) for d in load_yaml_docs(p)]
+    """Every CRD of ``../shared/crds`` (skips the test, with the reason, where that folder is absent)."""
+    return [d for p in sorted(require_shared("crds").glob("*.yaml")) for d in load_yaml_docs(p)]
 
 
 def deploy_objects() -> list[dict[str, Any]]:
@@ -171,12 +256,18 @@ def apply(api: client.ApiClient, objects: Iterable[Mapping[str, Any]], *, field_
 
 
 def install_crds(api: client.ApiClient, docs: Iterable[Mapping[str, Any]] | None = None,
-                 *, timeout: float = 60.0) -> list[str]:
-    """Apply the workspace's CRDs (default: all of ``../shared/crds``) and wait until each is Established."""
+                 *, timeout: float = 60.0, record: KubeServer | None = None) -> list[str]:
+    """Apply the workspace's CRDs (default: all of ``../shared/crds``) and wait until each is Established.
+
+    ``record``: the server whose ``installed_crds`` lists those that were not there before (a shared cluster
+    deletes them at the end of the session, and keeps its own)."""
     docs = list(crd_docs() if docs is None else docs)
-    apply(api, docs)
     ext = client.ApiextensionsV1Api(api)
     names = [d["metadata"]["name"] for d in docs]
+    if record is not None:
+        present = {c.metadata.name for c in ext.list_custom_resource_definition().items}
+        record.installed_crds.extend(n for n in names if n not in present)
+    apply(api, docs)
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
@@ -207,11 +298,17 @@ def _wait_discovery(api: client.ApiClient, docs: list[dict[str, Any]], deadline:
                     time.sleep(0.1)
 
 
-def ensure_namespace(api: client.ApiClient, name: str, *, default_service_account: bool = True) -> str:
-    """Create a namespace (idempotent) and, since nothing else will, its ``default`` ServiceAccount."""
+def ensure_namespace(api: client.ApiClient, name: str, *, default_service_account: bool = True,
+                     record: KubeServer | None = None) -> str:
+    """Create a namespace (idempotent) and, since a bare API server will not, its ``default`` ServiceAccount.
+
+    ``record``: the server whose ``created_namespaces`` gets it, when this call created it (for the clean-up of a
+    shared cluster)."""
     core = client.CoreV1Api(api)
     try:
         core.create_namespace({"metadata": {"name": name}})
+        if record is not None:
+            record.created_namespaces.append(name)
     except ApiException as exc:
         if exc.status != 409:
             raise

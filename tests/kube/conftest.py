@@ -156,10 +156,11 @@ def real_api_client(kube_server: KubeServer) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture
-def real_namespace(real_api_client: client.ApiClient) -> str:
-    """A fresh namespace (with its ``default`` ServiceAccount). Never deleted: on this server a namespace
-    never finishes deleting, and the server is thrown away at the end of the session."""
-    return ensure_namespace(real_api_client, f"pa-test-{uuid.uuid4().hex[:8]}")
+def real_namespace(kube_server: KubeServer, real_api_client: client.ApiClient) -> str:
+    """A fresh namespace (with its ``default`` ServiceAccount). Not deleted by the test: on a bare API server a
+    namespace never finishes deleting (the server is thrown away at the end of the session); a shared cluster
+    deletes it then (``KubeServer.clean_up``)."""
+    return ensure_namespace(real_api_client, f"pa-test-{uuid.uuid4().hex[:8]}", record=kube_server)
 
 
 def crd_schema(path: Path, version: str) -> dict[str, Any]:
