@@ -13,9 +13,9 @@ from autoscaler.cli import main
 from autoscaler.domain.demand import DemandUnit, TokenWeights, token_demand
 from autoscaler.traces import TraceError, demand_series, load_trace
 from tests.servers import PrometheusServer
+from tests.shared import require_shared
 from tests.test_cli_errors import one_line_error
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 TOKEN_TRACES = ("azure_llm2023_code_1min.csv", "azure_llm2023_conv_1min.csv", "mooncake_conversation_1min.csv")
 
 
@@ -114,9 +114,8 @@ def test_peak_replicas_sizes_from_the_token_peak(growing_prompts: Path, capsys: 
 
 @pytest.mark.parametrize("name", TOKEN_TRACES)
 def test_simulate_and_backtest_the_shared_token_traces(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    require_shared("traces")  # one reason for all three when ../shared is absent
+    path = require_shared("traces", name)
     trace = load_trace(path)
     tokens = demand_series(trace, DemandUnit.TOKENS, TokenWeights())
     out = _oracle(capsys, ["--trace", str(path), "--demand", "tokens", "--peak-replicas", "10"])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -33,6 +33,7 @@ from autoscaler.domain.nodes import (
     pool_demand,
     pool_shape,
 )
+from tests.shared import require_shared
 
 PRICES = PriceTable(
     default_gpu_hour=3.0,
@@ -48,7 +49,7 @@ PRICES = PriceTable(
 
 @cache
 def nodepool_validator() -> Any:
-    crd = yaml.safe_load(Path("/work/shared/crds/karpenter.sh_nodepools.yaml").read_text())
+    crd = yaml.safe_load((require_shared("crds") / "karpenter.sh_nodepools.yaml").read_text())
     (ver,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     schema = ver["schema"]["openAPIV3Schema"]
     return jsonschema.validators.validator_for(schema)(schema)
@@ -77,21 +78,22 @@ CT = "karpenter.sh/capacity-type"
 
 
 @pytest.mark.parametrize(
-    ("obj", "gpus_per_node", "gpu_hour", "capacity"),
+    ("make", "gpus_per_node", "gpu_hour", "capacity"),
     [
-        (nodepool("a100", (IT, ["p4d.24xlarge"])), 8, 4.0, "on-demand"),
-        (nodepool("a100-spot", (IT, ["p4d.24xlarge"]), (CT, ["spot"])), 8, 1.5, "spot"),
-        (nodepool("a100-any", (IT, ["p4d.24xlarge"]), (CT, ["spot", "on-demand"])), 8, 4.0, "on-demand"),
+        (lambda: nodepool("a100", (IT, ["p4d.24xlarge"])), 8, 4.0, "on-demand"),
+        (lambda: nodepool("a100-spot", (IT, ["p4d.24xlarge"]), (CT, ["spot"])), 8, 1.5, "spot"),
+        (lambda: nodepool("a100-any", (IT, ["p4d.24xlarge"]), (CT, ["spot", "on-demand"])), 8, 4.0, "on-demand"),
         # several types: the smallest node and the dearest GPU (never under-count nodes or dollars)
-        (nodepool("l4", (IT, ["g6.12xlarge", "g6.xlarge", "unknown.type"])), 1, 1.2, "on-demand"),
-        (nodepool("h100", ("karpenter.k8s.aws/instance-gpu-name", ["h100"]),
-                  ("karpenter.k8s.aws/instance-gpu-count", ["8", "4"]), (CT, ["spot"])), 4, 2.5, "spot"),
-        (nodepool("generic", ("karpenter.k8s.aws/instance-gpu-count", ["2"])), 2, 3.0, "on-demand"),
-        (nodepool("pinned", (IT, ["p4d.24xlarge"])), 2, 9.0, "on-demand"),  # config wins
+        (lambda: nodepool("l4", (IT, ["g6.12xlarge", "g6.xlarge", "unknown.type"])), 1, 1.2, "on-demand"),
+        (lambda: nodepool("h100", ("karpenter.k8s.aws/instance-gpu-name", ["h100"]),
+                          ("karpenter.k8s.aws/instance-gpu-count", ["8", "4"]), (CT, ["spot"])), 4, 2.5, "spot"),
+        (lambda: nodepool("generic", ("karpenter.k8s.aws/instance-gpu-count", ["2"])), 2, 3.0, "on-demand"),
+        (lambda: nodepool("pinned", (IT, ["p4d.24xlarge"])), 2, 9.0, "on-demand"),  # config wins
     ],
 )
-def test_pool_shape_from_requirements_and_config(obj: dict[str, Any], gpus_per_node: int, gpu_hour: float,
-                                                 capacity: str) -> None:
+def test_pool_shape_from_requirements_and_config(make: Callable[[], dict[str, Any]], gpus_per_node: int,
+                                                 gpu_hour: float, capacity: str) -> None:
+    obj = make()  # built (and validated against ../shared/crds) in the test: without the CRDs, it skips
     shape = pool_shape(obj["metadata"]["name"], obj, PRICES)
     assert shape.gpus_per_node == gpus_per_node
     assert shape.gpu_hour == pytest.approx(gpu_hour)
@@ -108,16 +110,18 @@ def test_config_alone_can_describe_a_pool() -> None:
 
 
 @pytest.mark.parametrize(
-    ("obj", "prices", "message"),
+    ("make", "prices", "message"),
     [
-        (nodepool("cpu", (IT, ["m7i.large"])), PRICES, "NodePool cpu: GPUs per node unknown"),
-        ({"spec": {}}, PRICES, "spec.template.spec.requirements: missing"),
-        (nodepool("bad", ("karpenter.k8s.aws/instance-gpu-count", ["many"])), PRICES, "are not integers"),
-        (None, PriceTable(nodepools={"p": NodePoolPricing(instance_type="nope")}),
+        (lambda: nodepool("cpu", (IT, ["m7i.large"])), PRICES, "NodePool cpu: GPUs per node unknown"),
+        (lambda: {"spec": {}}, PRICES, "spec.template.spec.requirements: missing"),
+        (lambda: nodepool("bad", ("karpenter.k8s.aws/instance-gpu-count", ["many"])), PRICES, "are not integers"),
+        (lambda: None, PriceTable(nodepools={"p": NodePoolPricing(instance_type="nope")}),
          "pricing.nodepools.p.instance_type: 'nope' is not in pricing.instance_types"),
     ],
 )
-def test_unknown_shapes_are_clear_errors(obj: dict[str, Any] | None, prices: PriceTable, message: str) -> None:
+def test_unknown_shapes_are_clear_errors(make: Callable[[], dict[str, Any] | None], prices: PriceTable,
+                                        message: str) -> None:
+    obj = make()
     with pytest.raises(NodePoolError, match=message):
         pool_shape("p" if obj is None else obj.get("metadata", {}).get("name", "p"), obj, prices)
 

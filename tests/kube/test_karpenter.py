@@ -1,6 +1,6 @@
 """KarpenterCapacity over real HTTP: NodePool views and GPU limits, CapacityBuffer or placeholder headroom.
 
-The fake API server serves the real CRDs from /work/shared/crds and checks every object written against
+The fake API server serves the real CRDs from ../shared/crds and checks every object written against
 the CRD's ``openAPIV3Schema`` (strictly, because the adapter sends ``fieldValidation=Strict``); the tests
 also check the CRD's CEL rules that matter here, and validate built-in objects (PriorityClass, Deployment)
 against the Kubernetes schemas of ``kubernetes-validate``.
@@ -34,15 +34,15 @@ from autoscaler.adapters.karpenter import (
 )
 from autoscaler.adapters.kube import MERGE_PATCH, KubeReadError, KubeWriteError
 from autoscaler.ports import DeploymentHeadroom, NodeCapacity, NodeTaint, PoolHeadroom
-from tests.kube.conftest import CRDS, NODEPOOL_CRD, crd_schema, deployment, nodepool
+from tests.kube.conftest import crd_schema, deployment, nodepool
 from tests.kube.fakeapi import FakeKubeAPI, merge_patch, schema_errors
+from tests.shared import require_shared
 
+CRDS = require_shared("crds")  # the real CRDs, from ../shared/crds; without them the module skips
+NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
 BUFFER_CRD = CRDS / "autoscaling.x-k8s.io_capacitybuffers.yaml"
 CONTROLLER_NS = "predictive-autoscaler"
 KUBERNETES_VERSION = "1.29"
-
-if not NODEPOOL_CRD.is_file():  # pragma: no cover - the shared CRDs are part of the workspace
-    pytest.skip(f"CRDs not found in {CRDS}", allow_module_level=True)
 
 
 class Ticker:

@@ -13,15 +13,12 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeReadError
 from autoscaler.adapters.training import KUEUE, VOLCANO, TrainingReader
 from autoscaler.ports import TrainingGangs
-from tests.conftest import REPO
 from tests.kube.fakeapi import FakeKubeAPI, load_crd, schema_errors
+from tests.shared import require_shared
 
-CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
+CRDS = require_shared("crds")  # the real CRDs, from ../shared/crds; without them the module skips
 KUEUE_CRD = CRDS / "kueue.x-k8s.io_workloads.yaml"
 VOLCANO_CRD = CRDS / "scheduling.volcano.sh_podgroups.yaml"
-
-if not KUEUE_CRD.is_file():  # pragma: no cover - the shared CRDs are part of the workspace
-    pytest.skip(f"CRDs not found in {CRDS}", allow_module_level=True)
 
 
 def schema(path: Path, version: str) -> dict[str, Any]:

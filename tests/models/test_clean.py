@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,17 +13,15 @@ from hypothesis import strategies as st
 from models import clean
 from models.clean import _window_quantile, continuation, counter_to_rate, outage_mask, prepare, prepare_tail
 from models.types import TrafficSeries
-from tests.conftest import SHARED_TRACES
 from tests.models._synthetic import DAY0, daily
+from tests.shared import require_shared
 
 
 def _load(name: str) -> TrafficSeries:
     from autoscaler.traces import load_trace  # tests may use the loader; models/ may not
 
-    path: Path = SHARED_TRACES / name
-    if not path.is_file():
-        pytest.skip(f"{path} not available")
-    return load_trace(path).requests
+    require_shared("traces")  # one reason for every trace when ../shared is absent
+    return load_trace(require_shared("traces", name)).requests
 
 
 def test_prepare_turns_junk_into_missing() -> None:

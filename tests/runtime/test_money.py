@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,22 +37,26 @@ from autoscaler.runtime import money as money_module
 from autoscaler.runtime.loop import STATUS_REFRESH_SECONDS, Controller, TickReport, WorkloadOutcome
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
-from tests.conftest import REPO
 from tests.kube.conftest import deployment, pod
 from tests.kube.conftest import nodepool as kube_nodepool
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import make_source
 from tests.servers import BACKFILL_START, AlertmanagerServer, PrometheusServer, free_port
+from tests.shared import require_shared
 
 pytestmark = pytest.mark.prometheus
 
-CRDS = REPO.parent / "shared" / "crds"
-NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
-BUFFER_CRD = CRDS / "autoscaling.x-k8s.io_capacitybuffers.yaml"
-KUEUE_CRD = CRDS / "kueue.x-k8s.io_workloads.yaml"
+NODEPOOL_CRD = "karpenter.sh_nodepools.yaml"
+BUFFER_CRD = "autoscaling.x-k8s.io_capacitybuffers.yaml"
+KUEUE_CRD = "kueue.x-k8s.io_workloads.yaml"
 CONTROLLER_NS = "predictive-autoscaler"
 TROUGH = BACKFILL_START + 60 * (1080 + 1440 * 7)  # 18:00 on day 8: sin(2*pi*m/1440) at its minimum
 PRICE = 4.0  # default $/GPU-hour: pools the config and the cluster do not describe
+
+
+def crd(name: str) -> Path:
+    """``../shared/crds/<name>``; a test that installs a CRD skips when ../shared/crds is absent."""
+    return require_shared("crds") / name
 
 
 def config(prometheus_url: str, **sections: Any) -> Config:
@@ -248,7 +253,7 @@ def test_kueue_gang_reserved_whole_and_a_second_one_deferred(
 ) -> None:
     rig = money_rig
     now = prometheus_server.now - 1800
-    rig.fake.install_crd(KUEUE_CRD)
+    rig.fake.install_crd(crd(KUEUE_CRD))
     rig.stage.training = TrainingReader(rig.api)
     rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
                                                priority="production", nodepool="h100"))
@@ -286,7 +291,7 @@ def test_nodepool_gpu_limit_follows_the_ceiling_and_never_drops_below_running(
 ) -> None:
     rig = money_rig
     now = prometheus_server.now - 1800
-    rig.fake.install_crd(NODEPOOL_CRD)
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
     rig.fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8, limit=64, gpus_in_use=8))
     rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
     rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
@@ -335,9 +340,9 @@ def test_headroom_ahead_of_a_forecast_rise_is_created_then_removed_once_the_repl
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
     rig = money_rig
-    rig.fake.install_crd(NODEPOOL_CRD)
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
     if buffers_served:
-        rig.fake.install_crd(BUFFER_CRD)
+        rig.fake.install_crd(crd(BUFFER_CRD))
     # One GPU per node: every replica beyond the pods needs a node of its own.
     rig.fake.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=2))
     rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
@@ -471,8 +476,8 @@ def test_undeliverable_alerts_are_reported_not_dropped(money_rig: MoneyRig) -> N
 def test_dry_run_and_standby_write_nothing_but_report_the_money_plan(
     fake_api: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer, mode: str
 ) -> None:
-    for crd in (NODEPOOL_CRD, BUFFER_CRD, KUEUE_CRD):
-        fake_api.install_crd(crd)
+    for name in (NODEPOOL_CRD, BUFFER_CRD, KUEUE_CRD):
+        fake_api.install_crd(crd(name))
     fake_api.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, limit=100, gpus_in_use=2))
     fake_api.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.1",
                                                priority="production", nodepool="l4", max_replicas=60))
@@ -514,7 +519,7 @@ def test_missing_karpenter_is_not_an_error_but_a_failing_read_is_and_writes_noth
     report = rig.tick(now)  # no NodePool CRD: Karpenter is not installed, prices come from the config
     assert report.ok, report.errors
 
-    rig.fake.install_crd(NODEPOOL_CRD)
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
     rig.fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8, limit=64, gpus_in_use=8))
     rig.fake.fail("GET", r"/apis/karpenter\.sh/v1/nodepools$", 500)
     report = rig.tick(now + 1)
@@ -532,7 +537,7 @@ def test_missing_karpenter_is_not_an_error_but_a_failing_read_is_and_writes_noth
 
 def test_a_failed_gang_read_keeps_the_last_gangs_and_a_malformed_one_is_reported_once(money_rig: MoneyRig) -> None:
     rig = money_rig
-    rig.fake.install_crd(KUEUE_CRD)
+    rig.fake.install_crd(crd(KUEUE_CRD))
     rig.stage.training = TrainingReader(rig.api)
     rig.fake.add("workloads.kueue.x-k8s.io", kueue_workload("ft", pods=2, gpus=4, admitted=True, pool="h100"))
     bad = kueue_workload("two-pools", pods=1, gpus=1, admitted=False, pool="h100")
@@ -583,8 +588,8 @@ def test_a_scheduled_gang_is_placed_in_the_forecast_trough_reserved_ahead_and_ac
     money_rig: MoneyRig, prometheus_server: PrometheusServer
 ) -> None:
     rig = money_rig
-    for crd in (NODEPOOL_CRD, KUEUE_CRD):
-        rig.fake.install_crd(crd)
+    for name in (NODEPOOL_CRD, KUEUE_CRD):
+        rig.fake.install_crd(crd(name))
     rig.fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8))
     rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
     rig.stage.training = TrainingReader(rig.api)
@@ -678,7 +683,7 @@ def test_a_scheduled_gang_is_placed_in_the_forecast_trough_reserved_ahead_and_ac
 def test_dry_run_places_and_reports_a_scheduled_gang_but_writes_nothing(
     fake_api: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer
 ) -> None:
-    fake_api.install_crd(KUEUE_CRD)
+    fake_api.install_crd(crd(KUEUE_CRD))
     fake_api.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
                                                priority="production", nodepool="h100"))
     now = TROUGH - 20 * HOUR

@@ -20,18 +20,14 @@ from autoscaler.config import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import PRIORITY_CLASS_REFRESH_SECONDS, MoneyStage
-from tests.conftest import REPO
 from tests.kube.fakeapi import FakeKubeAPI, load_crd, schema_errors
 from tests.runtime.test_money import PRICE, config
+from tests.shared import require_shared
 
-CRDS = REPO.parent / "shared" / "crds"
-VOLCANO_CRD = CRDS / "scheduling.volcano.sh_podgroups.yaml"
+VOLCANO_CRD = require_shared("crds") / "scheduling.volcano.sh_podgroups.yaml"  # the module skips without ../shared
 PODGROUPS = "podgroups.scheduling.volcano.sh"
 NOW = 1_700_000_000
 LOW, HIGH = "PodGroup/training/a-low", "PodGroup/training/z-high"
-
-if not VOLCANO_CRD.is_file():  # pragma: no cover - the shared CRDs are part of the workspace
-    pytest.skip(f"CRDs not found in {CRDS}", allow_module_level=True)
 
 
 def podgroup(name: str, priority_class: str | None, *, annotation: str | None = None) -> dict[str, Any]:
