@@ -115,9 +115,17 @@ class ConfigError(UserError, ValueError):
 
     def __init__(self, source: str, errors: list[str] | tuple[str, ...]) -> None:
         self.source = source
-        self.errors = tuple(errors)
+        self.errors = tuple(_cut(e) for e in errors)
         detail = self.errors[0] if len(self.errors) == 1 else f"{len(self.errors)} errors: " + "; ".join(self.errors)
         super().__init__(f"{source}: {detail}" if source else detail)
+
+
+ERROR_CHARS = 300  # one problem as a person reads it: a value quoted in it is cut, never the whole of a large one
+
+
+def _cut(message: str, limit: int = ERROR_CHARS) -> str:
+    """``message`` cut to ``limit`` characters (a quoted value can be anything a file holds)."""
+    return message if len(message) <= limit else message[: limit - 25] + f"... ({len(message):,} characters)"
 
 
 def format_duration(seconds: int) -> str:
@@ -1052,8 +1060,53 @@ def parse_config(data: object, source: str = "") -> Config:
                   warnings=tuple(p.warnings))
 
 
+MAX_YAML_NODES = 100_000  # the default config has about 600 values; aliases that expand past this are a bomb
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """A SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+    """A SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one) and aliases that expand a
+    document beyond :data:`MAX_YAML_NODES` values (a "billion laughs" under any key: the controller reads the same
+    file from a ConfigMap that anyone with edit rights on it can write, and every error message quoting such a
+    value would be hundreds of megabytes)."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node: yaml.Node | None = super().compose_document()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Raise when the document, with every alias expanded, has more than ``MAX_YAML_NODES`` nodes (or is recursive).
+
+    Counted on the composed graph, where an alias is the anchored node itself (shared, not copied), with one
+    memoised count per node: linear in the file's size, whatever the expansion."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_YAML_NODES:
+                mark = node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"aliases expand this document past {MAX_YAML_NODES:,} values (refused)", mark)
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            raise yaml.constructor.ConstructorError(None, None, "a recursive alias (refused)", node.start_mark)
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

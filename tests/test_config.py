@@ -16,6 +16,8 @@ from autoscaler.cli import UserError
 from autoscaler.config import (
     CONFIGMAP_KEY,
     DEFAULT_CONFIG_PATH,
+    ERROR_CHARS,
+    MAX_YAML_NODES,
     MODEL_NAMES,
     Config,
     ConfigError,
@@ -222,6 +224,33 @@ def test_yaml_syntax_errors_and_duplicate_keys_give_a_position() -> None:
     assert syntax.startswith("line 2, column 1: invalid YAML")
     (duplicate,) = errors_of("loop:\n  interval: 30s\n  interval: 1m\n")
     assert duplicate == "line 3, column 3: invalid YAML: duplicate key 'interval'"
+
+
+def _laughs(levels: int, key: str = "namespaces") -> str:
+    """A "billion laughs" document: each level repeats the one below ten times, the last under ``key``."""
+    lines = ['l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    lines.append(f"{key}: [*l{levels - 1}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_aliases_that_expand_past_the_bound_are_refused_before_any_value_is_built() -> None:
+    # 10**9 values if expanded: refused on the composed graph, so in a moment and with no memory to speak of
+    (error,) = errors_of(_laughs(9))
+    assert error.endswith(f"invalid YAML: aliases expand this document past {MAX_YAML_NODES:,} values (refused)")
+    (recursive,) = errors_of("namespaces: &n [*n]\n")
+    assert recursive.endswith("invalid YAML: a recursive alias (refused)")
+    # sharing under the bound is ordinary YAML, and the same values as written out
+    shared = parse_config_text("namespaces: &ns [serving, research]\nloop: {}\n")
+    assert shared.namespaces == parse_config_text("namespaces: [serving, research]\n").namespaces
+
+
+def test_every_error_is_cut_to_a_readable_length() -> None:
+    # under the bound, but 10,000 values quoted back in the message about them
+    errors = errors_of(_laughs(4))
+    assert errors
+    assert all(len(e) <= ERROR_CHARS for e in errors)
+    assert any(e.startswith("namespaces") and e.endswith(" characters)") for e in errors)
 
 
 def test_top_level_must_be_a_mapping() -> None:

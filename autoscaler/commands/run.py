@@ -159,8 +159,20 @@ def _print(report: TickReport) -> None:
     print(json.dumps(report.to_dict(), indent=2, sort_keys=False))
 
 
-def run(args: argparse.Namespace) -> int:
+# HTTP client libraries log every request at INFO (httpx: dozens of lines a tick per Deployment), which buries the
+# controller's own warnings; their request lines belong at DEBUG, their warnings still show.
+QUIET_LIBRARIES = ("httpx", "httpcore", "urllib3", "kubernetes")
+
+
+def configure_logging() -> None:
+    """The controller's log: its own decisions and warnings at INFO; HTTP libraries only from WARNING up."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging()
     if args.at is not None and not args.once:
         raise UserError("--at needs --once (a running controller decides at the current time)")
     try:
