@@ -43,7 +43,7 @@ import numpy as np
 
 from autoscaler.commands.backtest import DEFAULT_ORIGIN_EVERY_STEPS
 from autoscaler.traces import Trace, load_trace
-from benchmarks.report import machine, update_section
+from benchmarks.report import machine, require_traces, update_section
 from models import registry
 from models.base import DEFAULT_LEVELS, Forecaster
 from models.clean import continuation, prepare
@@ -576,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown peer {p!r}; valid: {', '.join(PEERS)}")
     for m in models:
         registry.make_chain(m)  # unknown names fail before any work
+    require_traces(TRACES_DIR, COMMAND)
     started = time.perf_counter()
     runs: list[TraceRun] = []
     for path in sorted(TRACES_DIR.glob("*.csv")):

@@ -54,8 +54,8 @@ from typing import Any
 from autoscaler.config import Config, load_config
 from autoscaler.history import FLEET_POINTS_PER_REQUEST
 from autoscaler.runtime.loop import Controller, TickReport
-from benchmarks.fleet_fakes import STEP, RecordingCluster, SyntheticFleet, SyntheticSource
-from benchmarks.report import machine, update_section
+from benchmarks.fleet_fakes import STEP, TRACES_DIR, RecordingCluster, SyntheticFleet, SyntheticSource
+from benchmarks.report import machine, require_traces, update_section
 from models.registry import make_chain
 from models.types import TrafficSeries
 
@@ -708,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--sizes wants integers, got {args.sizes!r}")
     caps = parse_caps(args.cap)
+    require_traces(TRACES_DIR, COMMAND)  # the fleet's traffic shapes are real traces (--from-json needs none)
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     results: list[SizeResult] = []
     for n in sizes:

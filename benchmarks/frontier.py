@@ -39,7 +39,7 @@ from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulat
 from autoscaler.simulation.predictive import factory
 from autoscaler.simulation.tuning import operating_points, retuner
 from autoscaler.traces import load_trace
-from benchmarks.report import machine, update_section
+from benchmarks.report import machine, require_traces, update_section
 from benchmarks.simulate import PEAK_REPLICAS, TRACES, multi_day
 from models import registry
 from models.clean import prepare
@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default=None, help="only trace files whose name contains this")
     parser.add_argument("--jobs", type=int, default=2, help="traces simulated at once (default 2)")
     args = parser.parse_args(argv)
+    require_traces(TRACES, "python -m benchmarks.frontier")
     paths = sorted(p for p in TRACES.glob("*.csv") if multi_day(p) and (args.traces is None or args.traces in p.name))
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:

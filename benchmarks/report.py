@@ -19,6 +19,18 @@ numbers stay comparable when the machine changes. Re-run a section's command to 
 """
 
 
+def require_traces(traces: Path, command: str) -> None:
+    """Stop with one line (exit status 1) when the real traces are absent, before anything is measured or written.
+
+    Why: every benchmark runs on the public traces of the workspace's ``../shared/traces`` (beside the
+    repository, never part of it). Without them a run would crash on a missing file or, worse, replace its
+    section of the page with an empty table.
+    """
+    if not traces.is_dir():
+        raise SystemExit(f"{command}: ../shared/traces (the real traces, beside the repository) is absent: "
+                         f"no {traces} here; nothing measured, docs/BENCHMARKS.md left as it was")
+
+
 def machine() -> str:
     return f"{platform.machine()}, Python {platform.python_version()}, {platform.system()}"
 

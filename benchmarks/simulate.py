@@ -59,7 +59,7 @@ from autoscaler.simulation.engine import (
 from autoscaler.simulation.money import GangSpec, MoneyConfig
 from autoscaler.simulation.predictive import factory
 from autoscaler.traces import load_trace
-from benchmarks.report import machine, update_section
+from benchmarks.report import machine, require_traces, update_section
 from models import registry
 from models.clean import prepare
 from models.types import SECONDS_PER_DAY, TrafficSeries
@@ -604,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print the section without writing the doc")
     parser.add_argument("--money", action="store_true", help="run the ceiling + gangs scenario (simulate-money)")
     args = parser.parse_args(argv)
+    require_traces(TRACES, "python -m benchmarks.simulate")
     paths = sorted(p for p in TRACES.glob("*.csv") if multi_day(p) and (args.traces is None or args.traces in p.name))
     if args.money:
         return money_main(args, paths)
