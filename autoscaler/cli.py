@@ -60,6 +60,26 @@ def duration_flag(flag: str, text: str) -> int:
                     else f"{flag}: invalid duration {text!r} (use e.g. 90s, 15m, 2h, 1d)")
 
 
+def add_target_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    """The Deployment a command is about: ``NAMESPACE/NAME`` as a positional, or ``--deployment NAMESPACE/NAME``
+    as ``backtest``, ``simulate`` and ``export`` take it (one form works everywhere)."""
+    parser.add_argument("target", nargs="?", default=None, metavar="NAMESPACE/NAME",
+                        help=f"the Deployment, e.g. {example}")
+    parser.add_argument("--deployment", dest="deployment_flag", default=None, metavar="NAMESPACE/NAME",
+                        help="the same Deployment, as backtest, simulate and export take it")
+
+
+def target_of(args: argparse.Namespace) -> str:
+    """The Deployment of :func:`add_target_arguments`, given once; else a ``UserError``."""
+    positional, flag = args.target, args.deployment_flag
+    if positional is not None and flag is not None and positional != flag:
+        raise UserError(f"two Deployments given ({positional!r} and --deployment {flag!r}); give one")
+    value = positional if positional is not None else flag
+    if value is None:
+        raise UserError("which Deployment? give NAMESPACE/NAME (or --deployment NAMESPACE/NAME)")
+    return str(value)
+
+
 def plot_flag(path: str | Path, flag: str = "--plot") -> str:
     """The image format ``--plot PATH`` will be written in, checked before a long run; else a ``UserError``."""
     try:

@@ -94,6 +94,8 @@ def test_capacity_of_a_saturated_deployment_is_within_ten_percent(
     assert first.startswith(f"serving/busy-llm: {out['estimate']:.4g} req/s per replica (confidence ")
     assert "evidence: " in text
     assert f"from Prometheus at {server.url}" in text
+    # --deployment, as backtest, simulate and export take it, is the same Deployment
+    assert json.loads(capacity(capsys, server, "--deployment", "serving/busy-llm", "--json")) == out
 
 
 @pytest.mark.prometheus

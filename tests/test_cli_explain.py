@@ -128,6 +128,9 @@ def test_explain_after_a_tick_prints_what_the_controller_published(
     dep = rig.fake.get("deployments", "serving", "llama-chat")
     assert dep is not None
     assert json.loads(capsys.readouterr().out) == json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    # --deployment, as backtest, simulate and export take it, is the same Deployment
+    assert main(["explain", "--deployment", "serving/llama-chat", "--kubeconfig", kubeconfig, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
 
 
 def test_explain_before_the_first_decision(
@@ -150,14 +153,17 @@ def test_explain_before_the_first_decision(
         ("serving/nope", "deployment serving/nope not found"),
         ("serving/opted-out", f'serving/opted-out is not an opted-in Deployment (label {ENABLED_LABEL}="true")'),
         ("llama-chat", "expected NAMESPACE/DEPLOYMENT, got 'llama-chat'"),
+        ("", "which Deployment? give NAMESPACE/NAME (or --deployment NAMESPACE/NAME)"),
+        ("serving/a --deployment serving/b",
+         "two Deployments given ('serving/a' and --deployment 'serving/b'); give one"),
     ],
-    ids=["unknown", "not-opted-in", "no-namespace"],
+    ids=["unknown", "not-opted-in", "no-namespace", "none", "two"],
 )
 def test_explain_errors_are_one_line_with_exit_2(
     fleet: FakeKubeAPI, kubeconfig: str, target: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fleet.add("deployments", runtime.deployment("serving", "opted-out", enabled=False))
-    assert main(["explain", target, "--kubeconfig", kubeconfig]) == 2
+    assert main(["explain", *target.split(), "--kubeconfig", kubeconfig]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"predictive-autoscaler explain: error: {message}\n"

@@ -20,7 +20,7 @@ import math
 import sys
 from datetime import UTC, datetime
 
-from autoscaler.cli import UserError
+from autoscaler.cli import UserError, add_target_arguments, target_of
 from autoscaler.domain.annotations import parse_duration_seconds
 from autoscaler.domain.learned_capacity import EvidenceRules, LearnedCapacity, estimate_capacity
 from autoscaler.history import (
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "capacity", help="estimate a Deployment's requests/s per replica from its vLLM history",
         description=DESCRIPTION,
     )
-    parser.add_argument("target", metavar="NAMESPACE/NAME", help="the Deployment, e.g. serving/llama-chat")
+    add_target_arguments(parser, "serving/llama-chat")
     parser.add_argument("--prometheus-url", default=None, metavar="URL",
                         help="Prometheus to read from (default: prometheus.url of --config)")
     parser.add_argument("--config", default=None, metavar="FILE.yaml",
@@ -113,7 +113,7 @@ def render(who: str, got: LearnedCapacity, url: str, h: HistoryArgs, slo_wait: f
 
 
 def run(args: argparse.Namespace) -> int:
-    namespace, name = _target(args.target)
+    namespace, name = _target(target_of(args))
     args.deployment = f"{namespace}/{name}"
     h = parse_args(args)
     slo_wait = _slo_wait(args, h)

@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.adapters.kube import KubeError, api_client_from_config
-from autoscaler.cli import UserError
+from autoscaler.cli import UserError, add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 
 # Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time
@@ -42,7 +42,7 @@ DESCRIPTION = (
 
 def register(sub: Any) -> None:
     p = sub.add_parser("explain", help="show why a Deployment has its replicas", description=DESCRIPTION)
-    p.add_argument("target", metavar="NAMESPACE/DEPLOYMENT", help="the Deployment, e.g. inference/llama-70b")
+    add_target_arguments(p, "inference/llama-70b")
     p.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--json", action="store_true", help="print the published status as JSON")
     p.set_defaults(handler=run)
@@ -198,7 +198,7 @@ def parse_target(target: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    namespace, name = parse_target(args.target)
+    namespace, name = parse_target(target_of(args))
     try:
         api = api_client_from_config(args.kubeconfig)
     except KubeError as exc:
