@@ -121,6 +121,8 @@ def test_priority_tiers_and_integers(raw: str, expected: int) -> None:
         ("min-replicas", "1.5", "not an integer"),
         ("max-replicas", "0", "integer >= 1"),
         ("max-replicas", "", "not an integer"),
+        ("max-replicas", "1000000000", "more than a Kubernetes cluster can run"),
+        ("min-replicas", "150001", "more than a Kubernetes cluster can run"),
         ("capacity-per-replica", "fast", "not a number"),
         ("capacity-per-replica", "0", "must be > 0"),
         ("capacity-per-replica", "-3", "must be > 0"),
@@ -146,6 +148,16 @@ def test_each_bad_value_is_an_error_naming_key_and_value(key: str, value: str, f
     assert fragment in err.message
     assert PREFIX + key in str(err)
     assert repr(value) in str(err)
+
+
+def test_more_replicas_than_a_cluster_has_nodes_is_legal_but_warned() -> None:
+    result = parse({**BASE, PREFIX + "max-replicas": "6000"})
+    assert result.spec is not None
+    assert result.spec.max_replicas == 6000
+    (warning,) = result.warnings
+    assert warning.key == PREFIX + "max-replicas"
+    assert "more than the 5,000 nodes" in warning.message
+    assert parse({**BASE, PREFIX + "max-replicas": "5000"}).warnings == ()
 
 
 def test_min_greater_than_max() -> None:

@@ -218,6 +218,13 @@ class _Collector:
         self.problems.append(AnnotationError(key, value, message, "warning"))
 
 
+# Kubernetes' published scalability limits: 150,000 pods and 5,000 nodes a cluster. More replicas than a cluster
+# can hold pods is always a mistake (a typo, or milliseconds pasted where a count goes); more than it has nodes
+# (one GPU node can hold several replicas) is legal but worth a word.
+CLUSTER_POD_LIMIT = 150_000
+CLUSTER_NODE_LIMIT = 5_000
+
+
 def _count(c: _Collector, key: str, raw: str, minimum: int) -> int | None:
     s = raw.strip()
     if _UINT.match(s):
@@ -225,6 +232,13 @@ def _count(c: _Collector, key: str, raw: str, minimum: int) -> int | None:
         if n < minimum:
             c.error(PREFIX + key, raw, f"must be an integer >= {minimum}")
             return None
+        if n > CLUSTER_POD_LIMIT:
+            c.error(PREFIX + key, raw, f"{n:,} replicas is more than a Kubernetes cluster can run "
+                    f"({CLUSTER_POD_LIMIT:,} pods); a typo?")
+            return None
+        if n > CLUSTER_NODE_LIMIT:
+            c.warning(PREFIX + key, raw, f"{n:,} replicas is more than the {CLUSTER_NODE_LIMIT:,} nodes a Kubernetes "
+                      "cluster supports; check it is meant")
         return n
     if _NEG_INT.match(s):
         c.error(PREFIX + key, raw, f"must not be negative (an integer >= {minimum})")
