@@ -18,9 +18,9 @@ The ``pricing`` and ``ceilings`` sections are parsed straight into the domain's 
 plans with exactly what was validated. ``pricing.instance_types`` is *added* to the packaged
 instance-type table (like PromQL queries), so an operator lists only their own or discounted types.
 
-Where this departs from DESIGN.md: the design puts the default config under ``config/``. The file
-is shipped inside the package (``autoscaler/data/default-config.yaml``) so an installed controller
-finds it; ``config/default.yaml`` is a symlink to it, one source for both.
+Where the defaults live (docs/ARCHITECTURE.md, "Default configuration"): the file is shipped inside the
+package (``autoscaler/data/default-config.yaml``) so an installed controller finds it;
+``config/default.yaml`` is a symlink to it, one source for both.
 
 A ConfigMap mounted as a directory exposes ``config.yaml`` as a symlink chain
 (``config.yaml -> ..data/config.yaml``, ``..data -> ..2024_01_01_00_00_00.123``) that the kubelet

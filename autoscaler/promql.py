@@ -33,7 +33,7 @@ from a second engine in the same pod).
 Arrival rate is completions plus growth of what is in the system (waiting + running), over the
 same window: requests that arrived but are still queued are demand too, and a saturated server's
 completion rate alone would under-report exactly when capacity is short. It is clamped at 0
-(a draining queue can make the sum negative). Departure from DESIGN.md: none.
+(a draining queue can make the sum negative).
 
 When a Deployment's pods do not export the gauges, ``A + B`` has no series for it (PromQL binary
 operators drop unmatched series) and the Deployment would be held forever on "no current demand".

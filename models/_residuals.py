@@ -19,9 +19,9 @@ Method:
 - with no usable errors (a one-point history, a constant or all-zero series) the offsets are
   zero: a zero-width band, stated rather than invented.
 
-Departure from DESIGN.md: the design names no band method; statsforecast's conformal intervals
-are the closest relative (symmetric, raw space); ours are one-sided and in sqrt space because
-capacity is sized against the upper side of a count process.
+Why not an existing band method: statsforecast's conformal intervals are the closest relative
+(symmetric, raw space); ours are one-sided and in sqrt space because capacity is sized against the
+upper side of a count process (docs/ARCHITECTURE.md, "Forecast bands").
 """
 
 from __future__ import annotations

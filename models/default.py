@@ -133,8 +133,6 @@ Accuracy on the same targets: see the peers table of docs/BENCHMARKS.md (this mo
 every peer on every trace there). statsforecast 2.1.1 requires pandas < 3; 2.0.1 installs beside
 the lock's pandas 3.1.1 (same scores) but brings numba, llvmlite, statsmodels and fugue, which the
 controller does not use. So it stays a benchmark peer, run from a separate environment.
-
-Departure from DESIGN.md: none; it is the "our model" slot of the module map.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Holt-Winters (additive daily seasonality, optional additive or damped trend) via statsmodels.
 
 Why it exists: it is the classic "level + daily shape" model that autoscaling write-ups reach for,
-and the design asks for it as a baseline with its history needs stated (two full seasons).
+and it is kept as a baseline whose history needs are stated (two full seasons).
 
 How it departs from a plain ``ExponentialSmoothing(...).fit().forecast(h)``:
 - statsmodels only *estimates* the smoothing parameters and initial states, on at most the last

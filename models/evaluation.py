@@ -37,7 +37,7 @@ Metrics, over scored origins (``a`` actual, ``p`` point forecast, ``u`` the ``le
 
 When the actuals sum to zero, ratios are undefined and reported as NaN.
 
-Departure from DESIGN.md: none in substance. The default first origin is two days (Holt-Winters
+The default first origin is two days (Holt-Winters
 needs two daily seasons), the same for every model; if a few of those bins are missing, a model
 that needs two days of *observed* bins is answered by its fallback until the next refit, and the
 ``fallbacks`` count says so (the benchmark starts at three days for that reason).

@@ -3,7 +3,7 @@
 Why it exists: Prophet is what many operators already try for traffic forecasting; the backtest
 has to be able to say, on their own history, how it compares with persistence and our default.
 
-Named ``prophet_model.py`` (DESIGN.md says ``prophet.py``) so the module never shadows the
+Named ``prophet_model.py``, not ``prophet.py``, so the module never shadows the
 ``prophet`` package in tools that put ``models/`` on ``sys.path``.
 
 How it departs from calling Prophet directly:

@@ -1,7 +1,7 @@
 """Fixtures that start the real Prometheus and Alertmanager on 127.0.0.1 for the adapter tests.
 
 Why a module of its own: the Prometheus adapter is tested against the real server, not a mock
-(DESIGN.md, "Testing each layer"), and later features (cost alerts, the runtime loop) need the same
+(docs/ARCHITECTURE.md, "How each layer is tested"), and later features (cost alerts, the runtime loop) need the same
 servers. Import the fixtures into a ``conftest.py`` (``from tests.servers import prometheus_server``).
 
 Prometheus history is backfilled with ``promtool tsdb create-blocks-from openmetrics`` *before* the

@@ -1,8 +1,9 @@
 """``AlertSink`` over Alertmanager's v2 API: the controller pushes cost and capacity alerts for on-call.
 
-Why it exists: a cost ceiling that cuts inference, or GPUs that cannot be had, must be loud (DESIGN.md: "a
-limiter that blocks scale-up must be loud"). Events reach the team that owns a Deployment; Alertmanager
-reaches on-call, with routing, grouping and silences the controller should not reinvent.
+Why it exists: a cost ceiling that cuts inference, or GPUs that cannot be had, must be loud: nobody should
+trust a plan that a limit quietly held back (docs/ARCHITECTURE.md, "Limits are loud"). Events reach the team
+that owns a Deployment; Alertmanager reaches on-call, with routing, grouping and silences the controller should
+not reinvent.
 
 How alerts live and die:
 

@@ -5,7 +5,7 @@ may provision (``NodePool.spec.limits["nvidia.com/gpu"]``) and keeps spare nodes
 rise. This module is the only place that knows the wire format of those objects; the arithmetic (GPUs ->
 nodes, which ceiling, how much headroom) is pure and lives in ``autoscaler.domain``.
 
-Headroom, two ways (DESIGN.md: "headroom as a CapacityBuffer ... or as low-priority placeholder pods"):
+Headroom, two ways, whichever the cluster serves (docs/ARCHITECTURE.md, "Headroom"):
 
 * ``CapacityBuffer`` (``autoscaling.x-k8s.io/v1beta1``), when the API server serves it: one per Deployment,
   ``spec.scalableRef`` -> the Deployment and ``spec.replicas`` = spare replicas. Karpenter / Cluster

@@ -4,7 +4,8 @@ publish status, post Events, annotate pods (the ``pod-deletion-cost`` marks of a
 Why it exists: this is the one place that knows the Kubernetes wire format. Everything it returns is a
 plain view from ``autoscaler.ports``; every write either succeeds or raises ``KubeWriteError`` with one
 line naming the object, the HTTP status and the API server's message (a limiter or a write that fails
-silently is the failure mode the design warns about).
+silently would leave operators trusting a plan that never happened; docs/ARCHITECTURE.md, "Limits are
+loud").
 
 Choices, and why:
 

@@ -6,7 +6,7 @@ A forecast is only useful if capacity is ordered at least that long before deman
 planner looks at demand ``lead`` seconds ahead. The lead is learnt from observed start-ups
 (creation -> Ready) but starts from a configured prior, because a fresh controller has seen none.
 
-Estimator (the "blend" the design asks for):
+Estimator (a blend of the prior and the evidence):
 
 * fewer than ``min_samples`` observations: ``max(prior, slowest observation)``. A handful of fast
   start-ups do not prove the prior pessimistic (a cached image is not the common case), but a single

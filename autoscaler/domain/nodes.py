@@ -21,9 +21,9 @@ tests answer them the same way:
   cost ceiling allows and no further, but never below what is running (a limit under the current
   capacity would not remove nodes; it would only make the controller's own plan look impossible).
 
-Departure from DESIGN.md (why): the node arithmetic assumes GPUs pack onto nodes (no fragmentation
-between replicas of different sizes); Karpenter's own simulation does the real packing, and a
-buffer of whole nodes absorbs the error. No I/O: the NodePool arrives as a plain dict.
+A simplification, and why (docs/ARCHITECTURE.md, "Whole nodes"): the node arithmetic assumes GPUs pack
+onto nodes (no fragmentation between replicas of different sizes); Karpenter's own simulation does the
+real packing, and a buffer of whole nodes absorbs the error. No I/O: the NodePool arrives as a plain dict.
 """
 
 from __future__ import annotations

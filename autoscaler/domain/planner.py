@@ -27,9 +27,10 @@ outage is not enough to give GPUs back. An *empty* history (a first decision, or
 it) counts the current replica count as recommended now, for the same reason; a caller that never
 passes the history back therefore never scales down, which is the safe way to get it wrong.
 
-Departure from DESIGN.md: ``plan(snapshot, forecasts, policy, now) -> ActionPlan`` over a whole
-cluster is built later from this per-workload ``plan_replicas``; node pools and cost ceilings will
-consume ``ScalingDecision`` (``needs_node``, ``warm_pool_replicas``) rather than be folded in here.
+Per Deployment, not per cluster (docs/ARCHITECTURE.md, "Per Deployment first, then the whole cluster"):
+the loop calls ``plan_replicas`` for each Deployment, and the money stage then takes every
+``ScalingDecision`` (``needs_node``, ``warm_pool_replicas``) and holds the whole plan under the cost
+ceilings; node pools and cost ceilings are not folded in here.
 """
 
 from __future__ import annotations

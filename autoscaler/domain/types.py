@@ -5,9 +5,9 @@ all exchange these objects. Their invariants (min <= max, capacity > 0, non-nega
 checked once, here, so that every consumer can trust them; a bad value fails with a one-line
 ``ValueError`` naming the field.
 
-Departure from DESIGN.md: the design sketches a cluster-wide ``ClusterSnapshot``/``ActionPlan``;
-this module holds the per-workload part (``WorkloadState`` -> ``ScalingDecision``) that the
-cluster-wide plan is built from. Node pools and cost come later and add their own types.
+Per Deployment, not per cluster (docs/ARCHITECTURE.md, "Per Deployment first, then the whole cluster"):
+this module holds one Deployment's part (``WorkloadState`` -> ``ScalingDecision``); the cluster-wide
+money stage has its own types (``autoscaler.domain.cost``, ``nodes``, ``money``).
 
 A ``ScalingDecision`` carries ``steps``: every rule that touched the replica count, in order, with
 the numbers it used (after llm-d's variant autoscaler), so ``explain`` and the status annotation

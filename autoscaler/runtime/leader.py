@@ -15,8 +15,9 @@ expired Lease exactly one wins; the other gets ``409 Conflict`` and stands by. `
 ``holderIdentity`` on shutdown so a standby takes over on its next tick instead of waiting out the Lease.
 
 Departures from client-go, and why: expiry is judged from the Lease's ``renewTime`` against our own
-clock, as the design asks, rather than from the local time we last saw the record change; this needs
-clocks synchronised to well within ``leaseDurationSeconds`` (NTP gives milliseconds; the default is 15 s).
+clock, like every other time-based rule (docs/ARCHITECTURE.md, "Leader election"), rather than from the
+local time we last saw the record change; this needs clocks synchronised to well within
+``leaseDurationSeconds`` (NTP gives milliseconds; the default is 15 s).
 There is no separate renew deadline: ``try_acquire_or_renew`` returns True only when this call's write
 succeeded, and the loop acts only on True, so a replica that cannot renew stops acting at once.
 API errors other than 409 are logged and kept in ``last_error`` (with the API server's message, e.g. ``namespaces

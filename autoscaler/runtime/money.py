@@ -52,13 +52,13 @@ whole: held by Kueue's admission gate (``kueue.x-k8s.io/admission-gated-by`` nam
 ``spec.active: false``, it sets ``spec.active: true``. Volcano PodGroups have no such switch: they are
 placed, reserved and annotated, but start when Volcano says (their owner may read the annotation).
 
-Departures from DESIGN.md (why): the placement capacity is the whole nodes the *cluster* ceiling buys in the
-gang's pool, with the pending gangs the ceiling defers left out (``domain.money.unplaced_deferred``) (team
-ceilings and other pools' spend are left to ``enforce_ceilings`` at the time), so "fits" is optimistic when
-other pools spend much of the budget. The NodePool limit is per pool while the ceiling is cluster-wide: each pool may
-grow to its kept GPUs plus the *whole* remaining budget (``nodes.ceiling_gpus``), so the limits together
-can exceed the ceiling; the controller's own plan stays under it, and the limit only stops Karpenter from
-buying far past it.
+Two approximations, and why (docs/ARCHITECTURE.md, "Gangs and NodePool limits"): the placement capacity is the
+whole nodes the *cluster* ceiling buys in the gang's pool, with the pending gangs the ceiling defers left out
+(``domain.money.unplaced_deferred``) (team ceilings and other pools' spend are left to ``enforce_ceilings`` at the
+time), so "fits" is optimistic when other pools spend much of the budget. The NodePool limit is per pool while the
+ceiling is cluster-wide: each pool may grow to its kept GPUs plus the *whole* remaining budget
+(``nodes.ceiling_gpus``), so the limits together can exceed the ceiling; the controller's own plan stays under it,
+and the limit only stops Karpenter from buying far past it.
 
 Gang priorities: a Kueue Workload carries its value (``spec.priority``); a Volcano PodGroup ranks as Volcano ranks
 it, by the value of its ``spec.priorityClassName`` when that PriorityClass exists, else the ``globalDefault``

@@ -16,5 +16,5 @@ separately testable pieces that the engine runs under one set of rules and one b
   and the cluster;
 - ``engine``: ``simulate(series, SimulationConfig, ...) -> SimulationResult`` and the scores.
 
-Departure from DESIGN.md: the map has one ``autoscaler/simulate.py``; it grew into this package.
+How it relates to the controller: docs/ARCHITECTURE.md, "The simulator".
 """
