@@ -23,8 +23,8 @@ every model:
 - ``continuation``: the values that follow what a model has seen, with a gap padded with NaN; the
   models' ``update`` uses it so they all treat misaligned updates the same way.
 
-Measured on /work/shared/traces (tests pin the first three): ServeGen m_mid 102 bins marked and
-m_small 37, exactly the outages SOURCES.md documents; the 70%-empty Alibaba LoRA trace 0; NASA
+Measured on the public traces of ../shared/traces (tests pin the first three): ServeGen m_mid 102 bins marked
+and m_small 37, exactly the outages their SOURCES.md documents; the 70%-empty Alibaba LoRA trace 0; NASA
 July 1995 210 (server hiccups: runs of 0-4 requests in a 40-per-minute afternoon); Azure code 0
 (bursty, its empty minutes are real); Azure conv 1 (its truncated last minute); Mooncake 0.
 The medians are computed only where a bin could be an outage (at most ``fraction`` of its window's

@@ -1,7 +1,7 @@
 """The two baselines every forecaster must beat: persistence and seasonal naive.
 
 Why they exist: on the project's traces, repeating the last value is the bar to beat 15-20 minutes
-ahead (WAPE 0.12-0.16, see /work/shared/traces/SOURCES.md), and repeating yesterday is what a
+ahead (WAPE 0.12-0.16, see ../shared/traces/SOURCES.md), and repeating yesterday is what a
 "seasonal" model degrades to. They are also the tail of every fallback chain: ``Persistence``
 works from a single observation, so a Deployment with one minute of history still gets a
 forecast, and it never fails except when there is no observation at all

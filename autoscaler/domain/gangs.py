@@ -8,7 +8,7 @@ reserved whole or not at all by ``autoscaler.domain.cost``. It also places a gan
 window in the trough of the inference forecast (``place_gang``), so that training soaks up the GPUs
 inference leaves idle instead of adding to the peak.
 
-What is read (field names from the CRDs in /work/shared/crds):
+What is read (field names from the upstream Kueue and Volcano CRDs, which the tests validate against):
 
 * Kueue ``Workload`` (v1beta1 and v1beta2): GPUs = sum over ``spec.podSets`` of ``count`` x the pod
   template's ``nvidia.com/gpu`` (limits, else requests; containers + sidecars, at least the largest

@@ -5,7 +5,7 @@ a Workload Kueue will not admit holds them for nothing, for as long as it stays 
 Workload whose LocalQueue did not exist kept two idle p4d nodes, $65.55/h). Kueue admits a Workload only through
 ``spec.queueName`` -> a ``LocalQueue`` in its namespace -> that queue's ``spec.clusterQueue`` -> a ``ClusterQueue``
 whose quota for the Workload's resources has room. This module reads those two objects (plain API dicts, field
-names from the CRDs in /work/shared/crds, ``kueue.x-k8s.io`` v1beta1 and v1beta2 alike) into ``KueueQueues`` and
+names from the upstream Kueue CRDs, ``kueue.x-k8s.io`` v1beta1 and v1beta2 alike) into ``KueueQueues`` and
 says, per gang, why Kueue would not admit it now (``admission_block``), so the money stage holds no nodes for it.
 
 The quota rule (GPUs only: ``nvidia.com/gpu``, summed over the ClusterQueue's flavors): *capacity* is the nominal
