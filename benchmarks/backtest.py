@@ -11,11 +11,11 @@ cores). ``--traces NAME[,NAME]`` restricts to some trace files (for a quick look
 rewritten by a full run unless ``--write`` is given); ``--models`` picks the registry models and
 ``--peers`` the statsforecast peers (``--peers ''`` for none).
 
-statsforecast peers (issue 13): MSTL, AutoETS and DynamicOptimizedTheta behind the Forecaster API
-(``StatsForecastPeer``, benchmark only), run when ``statsforecast`` is importable and reported as
-"not installed" otherwise. It is not a project dependency (see ``STATSFORECAST_DECISION``); run them from a
-separate environment built on the lock (statsforecast 2.0.1 is the newest release that installs beside its pandas
-3.1.1; 2.1.1 requires pandas < 3)::
+statsforecast peers (the best-known open-source statistical forecasters, the bar for the default model): MSTL,
+AutoETS and DynamicOptimizedTheta behind the Forecaster API (``StatsForecastPeer``, benchmark only), run when
+``statsforecast`` is importable and reported as "not installed" otherwise. It is not a project dependency (see
+``STATSFORECAST_DECISION``); run them from a separate environment built on the lock (statsforecast 2.0.1 is the
+newest release that installs beside its pandas 3.1.1; 2.1.1 requires pandas < 3)::
 
     python3 -m venv /tmp/sfvenv && /tmp/sfvenv/bin/pip install -c constraints.txt statsforecast .
     PYTHONPATH=. /tmp/sfvenv/bin/python -m benchmarks.backtest
@@ -63,7 +63,7 @@ COMMAND = "python -m benchmarks.backtest"
 
 # Targets for the default model (from the project brief).
 NASA = "nasa_http_1995_jul_1min.csv"
-# Targets for the default model (issue 13): never worse than persistence; at least 15% better on the traces with a
+# What the default model must reach: never worse than persistence; at least 15% better on the traces with a
 # daily cycle (SOURCES.md: NASA 4x day/night, ServeGen m_small 2.2x); within 0.97x of the best statsforecast peer.
 DAILY_CYCLE = (NASA, "servegen_m_small_10min.csv")
 NASA_MARGIN = 0.85
@@ -184,8 +184,9 @@ PEER_SKIP = {("sf_theta", 60)}
 
 
 STATSFORECAST_DECISION = (
-    "**statsforecast: not adopted** (issue 13; the reasoning is also in `models/default.py`). Accuracy: the default "
-    "model is ahead of the best peer on every trace, on the peers' own targets (table above). Cost, measured "
+    "**statsforecast: not adopted** (weighed for adoption as the best-known open-source forecasters; the reasoning "
+    "is also in `models/default.py`). Accuracy: the default model is ahead of the best peer on every trace, on the "
+    "peers' own targets (table above). Cost, measured "
     "separately in one process on the last 14 days of 1-minute NASA on 2026-11-23 (ratios to the default's fit + "
     "predict as it was then, 48 ms, now ~20 ms, and one-bin update + predict, 39 us): AutoETS fit 18x, update "
     "(`forward`, which re-filters the whole history) 38x; "
@@ -202,7 +203,7 @@ STATSFORECAST_DECISION = (
 )
 
 
-# Why the targets this section fails are out of reach (measured while working on issue 13; see models/default.py).
+# Why the targets this section fails are out of reach (measured while tuning the default model; see models/default.py).
 NOT_MET = (
     "Why the FAILs stand (measured 2026-11-25). *m_small at 0.911x persistence* (the 0.85 target for daily-cycle "
     "traces): the 20-minute change of that series is mostly not predictable from its past. Linear predictors of it "

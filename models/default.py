@@ -51,7 +51,7 @@ Method (every parameter is chosen per series from its own recent history; nothin
 6. During an ongoing outage (the last observed bin is an outage zero) the point forecast is the
    metric's reading (an outage mostly continues), while the bands keep the demand it hides, so
    capacity sized on a band is held through a metrics outage.
-7. Self-check (issue 13: on one unseen trace, a weak daily cycle under a level wandering over days,
+7. Self-check (why: on one trace it had not been tuned on, a weak daily cycle under a level wandering over days,
    the model was 13% worse than the last value). The forecast is ``(1 - a) * model + a * last``,
    a mixture with persistence, ``a`` in 0, 1/4, ... 1. For every ``a`` the model tracks, online, its
    absolute error at step ``h`` (the forecasts made ``h`` bins ago are re-created from a ring of the
@@ -100,15 +100,15 @@ every h-th origin, and the default scored on exactly those targets)::
 Before the self-check (same command, same day): WAPE / persistence 0.758, 0.913, 0.976, 0.867 and
 coverage 0.900, 0.882, 0.896, 0.886. The model already beats persistence on these four traces, so
 the self-check's test rarely moves the forecast off it and the changes are under 0.5%; it is there
-for series like issue 13's (``tests/models/test_self_check.py``). On 10-minute series one fit +
+for series like that trace (``tests/models/test_self_check.py``). On 10-minute series one fit +
 predict is 28-36x faster than stock Prophet on the same series (~4.5 ms against ~0.15 s), under
-issue 13's 50x; on 1-minute series over 200x. Why not more at 10 minutes: Prophet's fit shrinks
+the 50x target; on 1-minute series over 200x. Why not more at 10 minutes: Prophet's fit shrinks
 with the series (2,016 points), while the selection here does not shrink much (15 profile rows x 8
 half-lives x 6 ``beta`` on ~1,000 origins: ~2 ms of filters and passes, the rest bands and profiles).
 The fit was made ~1.35x cheaper without changing a choice (one sort per band table instead of a
 partition per percentile, one filter per distinct input row, one 2-D filter for the self-check's
 sums); cutting the grid itself would trade accuracy for a ratio against a model nobody runs here.
-At 10-minute bins m_small stays at 0.911x persistence, against issue 13's 0.85 for traces with a
+At 10-minute bins m_small stays at 0.911x persistence, against the 0.85 target for traces with a
 daily cycle. Measured why (throwaway analysis, 2026-11-25): linear predictors of the 20-minute
 change from the last 24 bins plus the same window on the two days before (and a week before), fitted
 *in sample* with hindsight, reach only 0.88-0.90x persistence on it (0.87 in log space); fitted out
@@ -119,7 +119,7 @@ Cost: the self-check adds ~15 us to a one-bin ``update`` (plain-float scoring of
 and ~1.3x to a fit (a band table per mixture); a one-bin ``update`` plus ``predict`` stays under
 0.1 ms.
 
-statsforecast (issue 13: "the best open-source forecasters"), measured as peers in
+statsforecast (the best-known open-source statistical forecasters), measured as peers in
 ``benchmarks/backtest.py`` and not adopted. Cost at 14 days of 1-minute bins (NASA; one process,
 ratios to this model's fit + predict as it was then, 48 ms, now ~20 ms, and one-bin update + predict,
 39 us; measured 2026-11-23): AutoETS fit

@@ -321,7 +321,7 @@ def test_default_origin_cadence_is_every_bin(capsys: pytest.CaptureFixture[str],
     assert out.splitlines()[1].startswith("575 origins per model, every 5m")
 
 
-# -- bad input as a new user meets it (issue 9) --------------------------------------------------------------
+# -- bad input as a new user meets it -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Bad input as a new user meets it (issue 9), across every command: each mistake is one line on stderr and
+"""Bad input as a new user meets it, across every command: each mistake is one line on stderr and
 exit status 2 (no traceback, no argparse usage block), and every ``--help`` is written for users."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``export``, and ``backtest``/``simulate`` with ``--prometheus-url --deployment`` (issue 12).
+"""``export``, and ``backtest``/``simulate`` with ``--prometheus-url --deployment``.
 
 Against the real Prometheus with the backfilled vLLM metrics (``tests/servers.py``; its time is 2023, so every
 command passes ``--until``): the exported CSV is the adapter's fleet answer and the backfill's truth bin by bin,

@@ -324,7 +324,7 @@ def test_a_closed_pipe_is_not_a_traceback(trace: Path) -> None:
     assert "BrokenPipeError" not in err
 
 
-# -- bad input as a new user meets it (issue 9) --------------------------------------------------------------
+# -- bad input as a new user meets it -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -441,8 +441,9 @@ def test_units_legends_and_ceiling_thresholds_are_set_for_a_person() -> None:
     assert all("ceiling" in t["legendFormat"] for t in ceilings)
 
 
-def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
-    """Issue 9's panels, by the series they read (the name check below proves each is exported)."""
+def test_the_dashboard_shows_what_an_operator_watches() -> None:
+    """The panels an operator watches (forecast vs demand, replicas, lead, warm pool, cost, gangs, errors, tick time,
+    leadership), by the series they read (the name check below proves each is exported)."""
     text = " ".join(t["expr"] for _, t in targets(load_dashboard()))
     wanted = {
         "forecast_requests_per_second", "demand_requests_per_second", "desired_replicas", "current_replicas",
@@ -458,8 +459,8 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
 
 
 def test_the_dashboard_shows_self_tuning_and_learned_capacity() -> None:
-    """What an operator needs to see why a Deployment runs the point it runs (issue 10) and the capacity it is sized
-    on (issue 12): the chosen point, whether the objective was met on replay, the learned capacity and its state."""
+    """What an operator needs to see why a Deployment runs the point it runs and the capacity it is sized
+    on: the chosen point, whether the objective was met on replay, the learned capacity and its state."""
     dashboard = load_dashboard()
     text = " ".join(t["expr"] for _, t in targets(dashboard))
     wanted = {"slo_tuned_quantile", "slo_tuned_utilisation", "slo_tuning_met", "slo_replay_attainment",

@@ -1,4 +1,4 @@
-"""Sizing on tokens/s (issue 12): the weighted token demand, and ``backtest``/``simulate --demand tokens`` on traces."""
+"""Sizing on tokens/s: the weighted token demand, and ``backtest``/``simulate --demand tokens`` on traces."""
 
 from __future__ import annotations
 

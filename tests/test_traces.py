@@ -65,7 +65,7 @@ def test_parse_duration() -> None:
         parse_duration("0m")
 
 
-# -- files as a new user has them (issue 9) -----------------------------------------------------------------
+# -- files as a new user has them --------------------------------------------------------------------------
 
 CSV = "timestamp,requests\n0,6\n60,12\n120,18\n"
 LONG_CSV = "timestamp,requests\n" + "".join(f"{60 * i},{i * 7919 % 1000}\n" for i in range(2000))

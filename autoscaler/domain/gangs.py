@@ -660,7 +660,7 @@ def place_gangs(
     counts as no inference); ``capacity``: per pool, the GPUs the ceiling allows (missing = unbounded).
     Every other live gang of the pool (admitted, or pending without a window) is added as a constant, except those
     in ``absent`` (gangs the plan does not run: a pending gang the ceiling defers holds no GPUs, and counting it as
-    always running would keep every scheduled gang from fitting, issue 11); the
+    always running would keep every scheduled gang from fitting under a binding ceiling); the
     ``fixed`` starts (frozen placements) are kept and their runs added next; the rest are placed one by one
     with ``place_gang`` -- higher priority first, then earlier deadline, then key -- each on top of the
     runs placed before it, so two gangs do not pile into the same trough. Pure and deterministic.

@@ -1,8 +1,8 @@
 """Whether Kueue can admit a pending Workload: its LocalQueue, its ClusterQueue and the GPU quota there.
 
 Why a module of its own: nodes held ahead for a gang (placeholder headroom) cost the same as nodes that run, and
-a Workload Kueue will not admit holds them for nothing, for as long as it stays pending (issue 11: an unscheduled
-Workload whose LocalQueue did not exist kept two idle p4d nodes, $65.55/h). Kueue admits a Workload only through
+a Workload Kueue will not admit holds them for nothing, for as long as it stays pending (an unscheduled
+Workload whose LocalQueue did not exist once kept two idle p4d nodes, $65.55/h). Kueue admits a Workload only through
 ``spec.queueName`` -> a ``LocalQueue`` in its namespace -> that queue's ``spec.clusterQueue`` -> a ``ClusterQueue``
 whose quota for the Workload's resources has room. This module reads those two objects (plain API dicts, field
 names from the upstream Kueue CRDs, ``kueue.x-k8s.io`` v1beta1 and v1beta2 alike) into ``KueueQueues`` and

@@ -215,8 +215,8 @@ def unplaced_deferred(
     """Keys of the pending gangs without a placement (no window to place them in) that the ceilings defer now.
 
     Scheduled gangs are placed on top of the other live gangs of their pool; a pending gang the plan defers holds
-    no GPUs, so it must not be counted there as always running (issue 11: a deferred 16-GPU gang kept a held gang
-    from ever fitting under a binding ceiling). Which pending gangs the plan runs is what ``enforce_ceilings``
+    no GPUs, so it must not be counted there as always running (counted so, a deferred 16-GPU gang kept a held
+    gang from ever fitting under a binding ceiling). Which pending gangs the plan runs is what ``enforce_ceilings``
     decides for the inference asks, the admitted gangs and those pending gangs, before any scheduled gang counts.
     Empty without a ceiling or without a scheduled gang to place."""
     live = [g for g in gangs if not g.inactive]
@@ -242,8 +242,8 @@ def gang_headroom(
     gangs: Sequence[Gang], queues: KueueQueues | str | None, now: int, held_since: Mapping[str, int],
     limit_seconds: float,
 ) -> GangHeadroom:
-    """The gangs to hold nodes for, of the reserved ones that count now (issue 11: no idle nodes for a gang that
-    will not start).
+    """The gangs to hold nodes for, of the reserved ones that count now (no idle nodes for a gang that will not
+    start: they cost as much as nodes that run).
 
     An admitted gang's pods request its GPUs: always kept (Karpenter provisions for them; the headroom plan only
     subtracts them). A pending Kueue Workload gets nodes only when Kueue can admit it now (``domain.kueue``:

@@ -391,7 +391,7 @@ class MoneyStage:
                      errors: list[str]) -> KueueQueues | str | None:
         """Kueue's queues, read only while headroom is managed and a Workload is pending: ``KueueQueues``; None when
         Kueue's queues are not served (not checked); on a failed read the last good one, else the reason (no nodes
-        for pending Workloads: holding idle nodes on a guess is what issue 11 was about)."""
+        for pending Workloads: idle nodes held on a guess cost as much as nodes that run)."""
         if self.training is None or not any(g.kind == "Workload" and not g.admitted and not g.inactive for g in gangs):
             return None
         try:

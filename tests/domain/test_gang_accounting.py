@@ -1,4 +1,4 @@
-"""Gangs are counted where the plan puts them (issue 11): ``unplaced_deferred`` says which pending gangs the ceiling
+"""Gangs are counted where the plan puts them: ``unplaced_deferred`` says which pending gangs the ceiling
 defers, and ``place_gangs`` leaves them out of the constant under a scheduled gang's placement."""
 
 from __future__ import annotations

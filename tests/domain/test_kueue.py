@@ -1,5 +1,5 @@
 """Whether Kueue can admit a pending Workload (its LocalQueue, its ClusterQueue, the GPU quota there), from
-CRD-valid LocalQueues and ClusterQueues, and which gangs nodes are held for (issue 11)."""
+CRD-valid LocalQueues and ClusterQueues, and which gangs nodes are held for (none for one Kueue will not admit)."""
 
 from __future__ import annotations
 

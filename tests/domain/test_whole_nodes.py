@@ -1,6 +1,6 @@
 """Whole-node pricing: the cost ceiling is checked as Karpenter bills, whole nodes per NodePool.
 
-The worked numbers are issue 11's, from a real kube-apiserver run: p4d.24xlarge nodes (8 GPUs, $32.77/h), a
+The worked numbers are from a real kube-apiserver run: p4d.24xlarge nodes (8 GPUs, $32.77/h), a
 $73.74/h cluster ceiling (the plan kept 18 GPUs = 3 nodes = $98.31/h and wrote a limit of 24 GPUs) and a $245.80/h
 one (a limit of 64 GPUs = 8 nodes = $262.16/h)."""
 

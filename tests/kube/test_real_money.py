@@ -1,8 +1,8 @@
-"""Issue 11's "done when", on a real kube-apiserver with the real Karpenter and Kueue CRDs: the controller, run as its
-own ServiceAccount (``run --once``) under a binding $73.74/h ceiling on a p4d-like pool (8 GPUs, $32.77/h a node),
-keeps NodePool limits, replicas, gang reservations and headroom within the ceiling as whole nodes; holds no nodes
-for a gang Kueue cannot admit; starts the held gang through Kueue's admission gate at its planned start; and never
-writes a GPU limit on a static NodePool.
+"""The money stage end to end, on a real kube-apiserver with the real Karpenter and Kueue CRDs: the controller, run
+as its own ServiceAccount (``run --once``) under a binding $73.74/h ceiling on a p4d-like pool (8 GPUs, $32.77/h a
+node), keeps NodePool limits, replicas, gang reservations and headroom within the ceiling as whole nodes; holds no
+nodes for a gang Kueue cannot admit; starts the held gang through Kueue's admission gate at its planned start; and
+never writes a GPU limit on a static NodePool.
 
 The fleet is ``real_fleet``'s (``scene``), moved onto the p4d pool: llama-chat (1 GPU a replica; the forecast wants
 more than 16) and mistral-code; the seeded gangs of the p5 pool (whose $98.32 node the ceiling cannot buy) are

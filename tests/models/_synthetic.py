@@ -64,9 +64,9 @@ def wandering(
     gap_seconds: int = 1800,
     seed: int = 0,
 ) -> TrafficSeries:
-    """The shape of issue 13's failing trace: Poisson counts per bin around a level that wanders over
-    days (a log random walk, reverting over ``revert_days``), a weak daily cycle (``daily_amp``), a
-    collection gap of ``gap_seconds`` at the same time every day (rows absent: NaN), and a first
+    """The shape of the trace on which the default model once did worse than persistence: Poisson counts per bin
+    around a level that wanders over days (a log random walk, reverting over ``revert_days``), a weak daily cycle
+    (``daily_amp``), a collection gap of ``gap_seconds`` at the same time every day (rows absent: NaN), and a first
     timestamp that is not a midnight (``start_offset`` after one)."""
     rng = np.random.default_rng(seed)
     n = int(days * SECONDS_PER_DAY // step)

@@ -1,12 +1,12 @@
-"""The default model's self-check (issue 13): it tracks, online, its own step-h error and that of
+"""The default model's self-check: it tracks, online, its own step-h error and that of
 persistence (and of mixtures of the two) and forecasts with the mixture that has been best, so it
 is never meaningfully worse than the last value, and keeps its lead where the series has structure.
 
-Known answers: on a series shaped like the failing trace of issue 13 (weak daily cycle, a level
-wandering over days, a daily collection gap, timestamps not starting at midnight) the default
-must be no worse than persistence at 15 minutes, with a calibrated p90 band; on strongly seasonal
-traffic it must stay well ahead; when the structure it was fitted on disappears after the fit,
-the self-check must move the forecast to persistence without a refit."""
+Known answers: on a series shaped like the trace on which the model once did worse than persistence (weak daily
+cycle, a level wandering over days, a daily collection gap, timestamps not starting at midnight) the default must be
+no worse than persistence at 15 minutes, with a calibrated p90 band; on strongly seasonal traffic it must stay well
+ahead; when the structure it was fitted on disappears after the fit, the self-check must move the forecast to
+persistence without a refit."""
 
 from __future__ import annotations
 

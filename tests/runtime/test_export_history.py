@@ -1,4 +1,4 @@
-"""``export`` writes the history the controller forecasts, bin by bin (issue 12, "History straight from Prometheus").
+"""``export`` writes the history the controller forecasts, bin by bin.
 
 The controller here is the real loop (``rig``: the fake API server over HTTP, the real Prometheus with the
 backfilled vLLM metrics); after one tick its memory holds the history it forecasts from. ``export`` for the same

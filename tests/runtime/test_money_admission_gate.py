@@ -1,4 +1,4 @@
-"""Kueue's admission gate as the hold of a scheduled gang (issue 11): a Workload whose
+"""Kueue's admission gate as the hold of a scheduled gang: a Workload whose
 ``kueue.x-k8s.io/admission-gated-by`` names ``predictive-autoscaler.io/gang-scheduler`` is counted, placed and started
 exactly like one created with ``spec.active: false``; at its planned start the controller removes its own name from
 the gate (other controllers' names stay) instead of touching ``spec.active``."""

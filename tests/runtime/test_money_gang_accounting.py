@@ -1,4 +1,4 @@
-"""Gangs are counted where the plan puts them (issue 11): a pending gang the ceiling defers does not count as always
+"""Gangs are counted where the plan puts them: a pending gang the ceiling defers does not count as always
 running under a scheduled gang's placement, so it cannot keep a held gang from ever fitting (which made every
 ``run --once`` exit 1 under a binding ceiling)."""
 

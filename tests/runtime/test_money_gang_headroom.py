@@ -1,7 +1,7 @@
-"""No idle nodes for a gang that will not start (issue 11), through ``TrainingReader`` and ``KarpenterCapacity`` on
-the recording fake API server: placeholder nodes are held for a pending Kueue Workload only while Kueue can admit
-it (its LocalQueue exists, its ClusterQueue has the GPU quota free), and only for a limited time; past it they are
-released with a Warning Event on the Workload and a metric."""
+"""No idle nodes for a gang that will not start (they cost as much as busy ones), through ``TrainingReader`` and
+``KarpenterCapacity`` on the recording fake API server: placeholder nodes are held for a pending Kueue Workload only
+while Kueue can admit it (its LocalQueue exists, its ClusterQueue has the GPU quota free), and only for a limited
+time; past it they are released with a Warning Event on the Workload and a metric."""
 
 from __future__ import annotations
 

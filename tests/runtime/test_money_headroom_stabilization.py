@@ -1,4 +1,4 @@
-"""Headroom has the replicas' memory (issue 11): the ahead count it stands for gets the same scale-down
+"""Headroom has the replicas' memory: the ahead count it stands for gets the same scale-down
 stabilisation, so a forecast wobble neither creates and deletes a buffer a minute later nor resizes it 2 -> 3 -> 2;
 replicas that land still take it away at once (fulfilled, not a wobble). Through ``KarpenterCapacity`` on the
 recording fake API server."""

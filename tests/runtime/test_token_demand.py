@@ -1,4 +1,4 @@
-"""A Deployment sized on tokens/s (annotation ``demand-unit: tokens``, issue 12), through the real loop.
+"""A Deployment sized on tokens/s (annotation ``demand-unit: tokens``), through the real loop.
 
 The rig is the real loop against the fake API server and the real Prometheus, whose backfill gives every fake vLLM
 pod ``vllm:prompt_tokens_total`` (300 per completed request) and ``vllm:generation_tokens_total`` (120 per request):
