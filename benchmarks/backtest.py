@@ -405,7 +405,7 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         f"Command: `{COMMAND}` · date: {today} · machine: {machine()} · total wall time {total_seconds / 60:.1f} min "
         f"· {_environment()}.",
         "",
-        f"Rolling origin on the request rate of every trace in `shared/traces/` longer than one day: a forecast at "
+        f"Rolling origin on the request rate of every trace in `../shared/traces/` longer than one day: a forecast at "
         f"every bin (the CLI's default), scored at step h = ceil(15 min / bin), p{LEVEL} "
         f"upper band; each model (its fallback chain from `models.registry`) refitted daily on at most the last 14 "
         f"days and updated with the new bins in between; the first origin is after 3 days, the same for all "
