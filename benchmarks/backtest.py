@@ -80,7 +80,7 @@ class TraceRun:
     origin_every_seconds: int
     wall_seconds: float
     # seconds for one fit plus one forecast of each bare model on the same cleaned 14-day series (best of
-    # FIT_PREDICT_REPEATS): the brief's "fit + predict" speed target, without the fallback chain's shared costs
+    # FIT_PREDICT_REPEATS): the "fit + predict" speed target, without the fallback chain's shared costs
     fit_predict_seconds: dict[str, float]
     peers: PeerRun | None = None
 
@@ -96,7 +96,7 @@ def fit_predict_seconds(trace: Trace, models: tuple[str, ...], horizon_steps: in
     The series is the trace's last 14 days, outage-cleaned once beforehand (the chain does this for every
     model alike, so it is not part of any one model's cost). Two Prophet anchors: the registry's wrapper
     (fitted on 10-minute means, the product's choice for speed) and ``PROPHET_SAME_SERIES``, Prophet fitted
-    on the series at its own resolution -- the brief's "Prophet on the same series". Each is the best of
+    on the series at its own resolution -- the fair anchor for "faster than Prophet". Each is the best of
     ``FIT_PREDICT_REPEATS`` runs, stopping early once a model has used ``FIT_PREDICT_BUDGET_SECONDS``.
     """
     window = _steps(WINDOW_SECONDS, trace.step_seconds)
@@ -430,7 +430,7 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         "",
         "Ratios for the default model (WAPE ratio < 1: default is more accurate). Speed-up = Prophet seconds / "
         "default seconds. **Fit + predict** is one fit and one forecast of the bare model on the same cleaned 14-day "
-        "series (best of 5): against Prophet fitted on that series (the brief's target) and against our Prophet "
+        "series (best of 5): against Prophet fitted on that series (the speed target's anchor) and against our Prophet "
         "wrapper, which fits on 10-minute means to be cheap. The other three are through the fallback chain over the "
         "whole backtest: in total, per fit, and per forecast including the updates before it:",
         "",

@@ -33,7 +33,7 @@ given; for extended resources the two must be equal), summed over containers, fo
 scheduler's effective-request rule for init containers: ``max(sum(containers) + sum(sidecars),
 max(init containers))``.
 
-Departure from the brief (why): unknown keys under our prefix (typos like ``max-replica``) are
+A choice (why): unknown keys under our prefix (typos like ``max-replica``) are
 *warnings*, not errors: the Deployment is still managed when everything required parses, because
 refusing to scale a production workload over a stray annotation would be worse than the typo. The
 result therefore carries a spec *and* problems (``ParseResult``) instead of "a spec or a list".

@@ -28,8 +28,8 @@ The rules, in the order they are applied:
 Consequences the tests check as properties: the projected cost is under every ceiling whose minimum
 fits; no gang is split; nothing goes below its minimum; more cluster budget never gives anyone fewer
 GPUs when no gang is involved, and with gangs the grant in rank order only improves
-lexicographically (the highest-ranked unit whose grant changes gains). Departure from the brief
-(why): "more budget never gives fewer GPUs to anyone" cannot hold together with all-or-nothing gangs
+lexicographically (the highest-ranked unit whose grant changes gains). Why not the simpler
+promise "more budget never gives fewer GPUs to anyone": it cannot hold together with all-or-nothing gangs
 and using the budget a deferred gang leaves (budget 7: a 8-GPU gang is deferred and 7 one-GPU
 replicas run; budget 8: the gang runs and the replicas do not), so the exact form is stated above.
 
@@ -300,7 +300,7 @@ DEFAULT_KEEP_ORDER: tuple[KeepClass, ...] = tuple(
 )
 """Production inference, admitted training, production warm pools, other inference, other warm pools, pending
 training. Warm pools are split by tier so that a standard workload's spare replicas never outrank its own
-serving replicas (the brief's "warm pool, then lower tiers" read as the production warm pool)."""
+serving replicas ("warm pool, then lower tiers" read as the production warm pool)."""
 
 
 @dataclass(frozen=True)

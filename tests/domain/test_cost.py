@@ -1,4 +1,4 @@
-"""Cost ceilings: table cases for the keep order and the trail, hypothesis properties for the brief's invariants."""
+"""Cost ceilings: table cases for the keep order and the trail, hypothesis properties for the ceiling's invariants."""
 
 from __future__ import annotations
 
