@@ -27,7 +27,7 @@ from autoscaler.domain.demand import DEMAND_UNITS, DemandUnit, TokenWeights
 from autoscaler.plot_files import check_plot_path
 from autoscaler.traces import TraceError, parse_duration
 
-COMMANDS = ("backtest", "simulate", "export", "capacity", "run", "explain")
+COMMANDS = ("backtest", "simulate", "export", "trace", "capacity", "run", "explain")
 
 
 class UserError(Exception):

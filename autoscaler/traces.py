@@ -17,11 +17,12 @@ The bin size is the smallest difference between consecutive timestamps.
 
 Writing (``export``): :func:`write_trace` writes one row per bin, ``timestamp`` the bin's start, each column the
 *count* in the bin (rate x step, the format's unit), a missing bin an empty cell (so a gap stays a gap, and the
-grid is explicit). Counts are written with Python's shortest exact float spelling, so the file reads back to the
-same counts; but ``(rate x step) / step`` is not always ``rate`` in floating point (one rate in a dozen differs
-in its last bit at 60 s bins). So a trace made from rates is built by :func:`trace_from_rates`, which does that
-arithmetic once: ``export`` writes its counts and ``backtest``/``simulate`` replay its rates, and a trace
-exported then loaded is bit for bit the trace replayed straight from the source.
+grid is explicit). Counts are written with Python's shortest exact float spelling (a whole number when that reads
+back as the same rate), so the file reads back to the same rates; but ``(rate x step) / step`` is not always
+``rate`` in floating point (one rate in a dozen differs in its last bit at 60 s bins). So a trace made from rates
+is built by :func:`trace_from_rates`, which does that arithmetic once: ``export`` (and ``trace synth``, ``trace
+from-log``) writes its counts and ``backtest``/``simulate`` replay its rates, and a trace written then loaded is bit
+for bit the trace replayed straight from the source.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import gzip
 import math
 import zlib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, TextIO
 
@@ -42,7 +42,6 @@ from models.types import TrafficSeries
 
 REQUIRED = ("timestamp", "requests")
 TOKEN_COLUMNS = ("input_tokens", "output_tokens")
-BUNDLED_TRACE = "nasa_http_1995_jul_2w_1min.csv"
 
 
 class TraceError(ValueError):
@@ -66,11 +65,6 @@ class Trace:
         return len(self.requests) * self.requests.step_seconds
 
 
-def bundled_trace_path() -> Path:
-    """Path of the trace shipped with the package (used when no ``--trace`` is given)."""
-    return Path(str(resources.files("autoscaler") / "data" / BUNDLED_TRACE))
-
-
 def _parse_float(raw: str, column: str, line: int, path: str) -> float:
     if raw.strip() == "":
         return math.nan
@@ -89,15 +83,16 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
 
 
-def _open_text(p: Path) -> IO[str]:
-    """The trace as text: gzip by its magic bytes, the encoding by its byte-order mark (default UTF-8).
+def open_text(p: Path, what: str = "trace file", errors: str = "strict") -> IO[str]:
+    """The trace (or, ``what`` says, another text file) as text: gzip by its magic bytes, the encoding by its
+    byte-order mark (default UTF-8), undecodable bytes handled by ``errors`` (as in :func:`open`).
 
-    ``TraceError`` for what is not a text CSV: a zip archive (``.xlsx`` too), bytes that are not text.
+    ``TraceError`` for what is not a text file: a zip archive (``.xlsx`` too), a directory, a missing file.
     """
     if p.is_dir():
-        raise TraceError(f"{p}: is a directory, not a trace file")
+        raise TraceError(f"{p}: is a directory, not a {what}")
     if not p.exists():
-        raise TraceError(f"{p}: no such trace file")
+        raise TraceError(f"{p}: no such {what}")
     try:
         with p.open("rb") as fh:
             head = fh.read(4)
@@ -111,12 +106,14 @@ def _open_text(p: Path) -> IO[str]:
     except EOFError:
         raise TraceError(f"{p}: gzip file is truncated") from None
     if head.startswith(ZIP_MAGIC):
+        if what != "trace file":
+            raise TraceError(f"{p}: is a zip archive, not a {what}; unzip it first")
         raise TraceError(f"{p}: is a zip archive (a spreadsheet?), not a text CSV; export it as CSV")
     encoding = "utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
-    # Returned open: the caller closes it (``with _open_text(p) as fh``).
+    # Returned open: the caller closes it (``with open_text(p) as fh``).
     if compressed:
-        return gzip.open(p, "rt", encoding=encoding, newline="")
-    return p.open(encoding=encoding, newline="")
+        return gzip.open(p, "rt", encoding=encoding, errors=errors, newline="")
+    return p.open(encoding=encoding, errors=errors, newline="")
 
 
 def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]]]:
@@ -166,7 +163,7 @@ def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]]]
 def load_trace(path: str | Path) -> Trace:
     """Load and validate a trace CSV. Raises ``TraceError`` with one clear line on bad input."""
     p = Path(path)
-    with _open_text(p) as fh:
+    with open_text(p) as fh:
         try:
             ts, data = _read_rows(fh, p)
         except UnicodeDecodeError as exc:
@@ -230,10 +227,15 @@ def trace_from_rates(name: str, requests: TrafficSeries, tokens: dict[str, Traff
     return Trace(name, through_counts(requests), {c: through_counts(tokens[c]) for c in TOKEN_COLUMNS if c in tokens})
 
 
-def _count_text(count: float) -> str:
-    """Shortest text that reads back as exactly ``count``; ``''`` for a missing bin; ``12`` rather than ``12.0``."""
+def _count_text(count: float, step: int) -> str:
+    """Shortest text that reads back as the same rate (``count / step``); ``''`` for a missing bin; ``12`` rather
+    than ``12.0``, and rather than ``12.000000000000002`` when ``12 / step`` is that same rate (a whole count
+    divided by the step and multiplied back is not always whole in floating point)."""
     if not math.isfinite(count):
         return ""
+    whole = round(count)
+    if whole != count and abs(whole - count) < 1e-6 and whole / step == count / step:
+        return str(whole)
     text = repr(float(count))
     return text[:-2] if text.endswith(".0") else text
 
@@ -251,7 +253,7 @@ def write_trace(trace: Trace, out: TextIO) -> int:
     out.write(",".join(header) + "\n")
     start = trace.requests.start
     for i in range(len(trace.requests)):
-        out.write(",".join([str(start + i * step), *(_count_text(c[i]) for c in counts)]) + "\n")
+        out.write(",".join([str(start + i * step), *(_count_text(c[i], step) for c in counts)]) + "\n")
     return len(trace.requests)
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from autoscaler.cli import main
 from autoscaler.plotting import plot_backtest
-from autoscaler.traces import bundled_trace_path
+from autoscaler.synth import synth_name
 from models.evaluation import ModelResult
 
 MODEL_NAMES = ("default", "persistence", "seasonal_naive", "holt_winters", "prophet")
@@ -123,10 +123,23 @@ def test_levels_changes_the_band_scored(capsys: pytest.CaptureFixture[str], trac
     assert high["models"]["default"]["coverage"] > low["models"]["default"]["coverage"]  # type: ignore[index]
 
 
-def test_bundled_trace_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+def test_synthetic_traffic_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
     payload = run_json(capsys, "--models", "persistence", "--origin-every", "1h")
-    assert payload["trace"] == str(bundled_trace_path())
+    assert payload["trace"] == synth_name()
+    assert str(payload["trace"]).startswith("synthetic:diurnal:seed=")
     assert payload["horizon_seconds"] == 900
+    assert payload["models"]["persistence"]["wape"] > 0  # type: ignore[index]
+
+
+def test_the_table_says_the_default_traffic_is_synthetic_and_how_to_replay_real_traffic(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["backtest", "--models", "persistence", "--origin-every", "6h"]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith(f"The traffic is synthetic ({synth_name()}")
+    for how in ("--trace FILE.csv", "trace from-log", "export --deployment"):
+        assert how in first
 
 
 class TerminalBuffer(io.StringIO):
@@ -341,7 +354,7 @@ def test_plot_is_written_in_the_format_its_suffix_names(
 def test_an_unsupported_plot_suffix_is_refused_before_the_backtest(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # the bundled two-week trace and every model would take minutes: the error must come first
+    # the synthetic two-week default and every model would take minutes: the error must come first
     code = main(["backtest", "--plot", str(tmp_path / "bt.gif")])
     _, err = capsys.readouterr()
     assert code == 2

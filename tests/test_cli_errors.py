@@ -40,7 +40,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 def test_negative_or_zero_durations_are_one_line(
     capsys: pytest.CaptureFixture[str], command: str, flag: str, value: str
 ) -> None:
-    # no --trace: the durations are checked before the (bundled) trace or any model loads
+    # no --trace: the durations are checked before the (synthetic default) trace or any model loads
     err = one_line_error(capsys, [command, flag, value])
     assert err == f"predictive-autoscaler {command}: error: {flag}: must be positive, got {value}"
 
@@ -74,7 +74,7 @@ def test_only_values_after_value_flags_are_joined() -> None:
         (["explain"], "the following arguments are required: NAMESPACE/DEPLOYMENT"),
         (["run", "--once", "--at", "yesterday"], "argument --at: not Unix seconds or an ISO 8601 time"),
         (["teleport"], "invalid choice: 'teleport'"),
-        ([], "no command given; choose one of backtest, simulate, export, capacity, run, explain"),
+        ([], "no command given; choose one of backtest, simulate, export, trace, capacity, run, explain"),
     ],
 )
 def test_argparse_errors_are_one_line_without_the_usage_block(

@@ -534,7 +534,7 @@ def test_queue_options_in_a_scenario_file_equal_the_flags(trace: Path, tmp_path:
 ])
 def test_queue_durations_are_checked_before_the_trace_loads(capsys: pytest.CaptureFixture[str], flag: str,
                                                             value: str, message: str) -> None:
-    assert main(["simulate", flag, value]) == 2  # no --trace: the bundled trace would take a minute
+    assert main(["simulate", flag, value]) == 2  # no --trace: the synthetic default would take half a minute
     err = capsys.readouterr().err.strip()
     assert err == f"predictive-autoscaler simulate: error: {flag}: {message}"
     assert len(err.splitlines()) == 1

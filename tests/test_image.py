@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from autoscaler.synth import synth_trace
+from autoscaler.traces import write_trace
 from tests.conftest import in_ci
 from tests.test_deploy_manifests import controller, controller_container, find, kustomization
 
@@ -587,8 +589,8 @@ def test_forecasting_with_prophet_and_plotting_write_only_to_the_empty_dir(conta
     """Prophet (cmdstan's temp files, matplotlib imported with it) and a plot (matplotlib's font cache), as
     ``kubectl exec ... predictive-autoscaler backtest`` runs them in the pod: only /tmp is written."""
     tmp = container.mounts["/tmp"]
-    bundled = REPO / "autoscaler" / "data" / "nasa_http_1995_jul_2w_1min.csv"
-    (tmp / "trace.csv").write_text("".join(bundled.read_text().splitlines(keepends=True)[: 1 + 5 * 1440]))
+    with (tmp / "trace.csv").open("w") as out:
+        write_trace(synth_trace(days=5), out)
 
     out = container.run("backtest", "--trace", str(tmp / "trace.csv"), "--models", "prophet",
                         "--origin-every", "1h", "--json", "--plot", str(tmp / "backtest.png"), timeout=300)

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoscaler.traces import TraceError, bundled_trace_path, load_trace, parse_duration
+from autoscaler.traces import TraceError, load_trace, parse_duration, trace_from_rates, write_trace
+from models.types import TrafficSeries
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -17,12 +18,31 @@ def write(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_bundled_trace_loads_as_rates() -> None:
-    trace = load_trace(bundled_trace_path())
-    assert trace.step_seconds == 60
-    assert len(trace.requests) == 20160
-    # first bin of the NASA trace is 42 requests in a minute
-    assert trace.requests.values[0] == pytest.approx(42 / 60)
+@pytest.mark.parametrize("step", [60, 90, 600, 3600])
+def test_whole_counts_are_written_whole_and_read_back_as_the_same_rates(tmp_path: Path, step: int) -> None:
+    # (count / step) * step is not always the count in floating point; the file still says 7, not 7.000000000000001
+    counts = np.arange(0, 5000, dtype=np.float64)
+    assert np.any((counts / step) * step != counts)  # the case this guards exists at this step
+    trace = trace_from_rates("t", TrafficSeries(counts / step, step, 1_700_000_000))
+    out = io.StringIO()
+    write_trace(trace, out)
+    rows = out.getvalue().splitlines()[1:]
+    assert [row.split(",")[1] for row in rows] == [str(int(c)) for c in counts]
+    p = tmp_path / "t.csv"
+    p.write_text(out.getvalue())
+    assert np.array_equal(load_trace(p).requests.values, trace.requests.values)
+
+
+def test_a_count_that_is_not_whole_keeps_its_exact_spelling(tmp_path: Path) -> None:
+    rates = np.array([0.123, 1 / 7, 2.5e-9, 1e6 / 7])
+    trace = trace_from_rates("t", TrafficSeries(rates, 60, 0))
+    out = io.StringIO()
+    write_trace(trace, out)
+    written = [row.split(",")[1] for row in out.getvalue().splitlines()[1:]]
+    assert all("." in w or "e" in w for w in written)  # none of them rounded to a whole count
+    p = tmp_path / "t.csv"
+    p.write_text(out.getvalue())
+    assert np.array_equal(load_trace(p).requests.values, trace.requests.values)
 
 
 def test_gaps_become_nan_and_tokens_are_read(tmp_path: Path) -> None:

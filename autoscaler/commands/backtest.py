@@ -31,7 +31,7 @@ from autoscaler.cli import UserError, add_demand_arguments, demand_flags, durati
 from autoscaler.domain.demand import DemandUnit
 from autoscaler.history import add_arguments, check_source_flags, parse_args, trace_from_args, wants_prometheus
 from autoscaler.progress import ProgressBar
-from autoscaler.traces import TOKEN_COLUMNS, bundled_trace_path, demand_series, load_trace
+from autoscaler.traces import TOKEN_COLUMNS, demand_series, load_trace
 from models.base import Forecaster, InsufficientHistoryError
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import TrafficSeries
@@ -52,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--trace", type=Path, default=None,
-        help="CSV timestamp,requests[,input_tokens,output_tokens] (default: the bundled trace, or Prometheus with "
-        "--deployment)",
+        help="CSV timestamp,requests[,input_tokens,output_tokens] (default: two weeks of synthetic traffic, "
+        "autoscaler/synth.py; or Prometheus with --deployment)",
     )
     parser.add_argument(
         "--series", default="requests", help=f"which column to forecast: {'|'.join(SERIES)} (default requests)"
@@ -196,9 +196,13 @@ def run(args: argparse.Namespace) -> int:
         trace, url = trace_from_args(args, tokens=tokens_demand or args.series in TOKEN_COLUMNS,
                                      title="fetch")
         source = f"{trace.name} from Prometheus at {url}"
+    elif args.trace is not None:
+        trace, source = load_trace(args.trace), str(args.trace)
     else:
-        trace_path = args.trace if args.trace is not None else bundled_trace_path()
-        trace, source = load_trace(trace_path), str(trace_path)
+        from autoscaler.synth import synth_trace
+
+        trace = synth_trace()
+        source = trace.name
     if tokens_demand:
         series = demand_series(trace, unit, weights, source=source)
     else:
@@ -280,6 +284,11 @@ def run(args: argparse.Namespace) -> int:
 
     assert resolved.min_train_steps is not None
     assert resolved.history_window_steps is not None
+    if not from_prometheus and args.trace is None:
+        from autoscaler.synth import describe
+
+        print(describe(trace))
+        print()
     rounded = "" if scored_horizon == horizon_s else f" ({_human(horizon_s)} rounded up to whole {_human(step)} bins)"
     print(
         f"Backtest of {label} in {trace.name}: {len(series)} bins of {_human(step)} "

@@ -61,7 +61,7 @@ def _iso(t: int) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write(trace: Trace, path: Path) -> None:
+def write_file(trace: Trace, path: Path) -> None:
     """``trace`` to ``path`` (gzip for ``.gz``) through a temporary file renamed into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         write_trace(trace, sys.stdout)
         sys.stdout.flush()
         return 0
-    _write(trace, output)
+    write_file(trace, output)
     step = trace.step_seconds
     missing = int(np.isnan(trace.requests.values).sum())
     columns = ", ".join(["requests", *trace.tokens])

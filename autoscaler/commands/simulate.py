@@ -3,7 +3,8 @@
 Why it exists: before an operator lets the controller act, they want to see, on *their* traffic,
 what it would have cost and how many requests it would have dropped compared with the HPA they
 run today, and how far it is from perfect foresight. It is also the project's main demo: with no
-arguments it replays the bundled two-week NASA trace. The model of the cluster (start-ups, nodes,
+arguments it replays two weeks of synthetic traffic (``autoscaler.synth``, seeded, so the run is reproducible;
+the output says it is synthetic and how to replay real traffic instead). The model of the cluster (start-ups, nodes,
 what is billed) is documented in ``autoscaler/simulation/cluster.py`` and ``engine.py``; ``--help``
 says the essentials.
 
@@ -46,7 +47,7 @@ longer than a minute linearly, keeping each bin's count, and replays shorter one
 
 Departure from the brief: the predictive policy decides every ``--decision-interval`` (default
 30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync. Measured
-on the bundled NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
+on the NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
 GPU-hours (to 0.1 %) and costs twice the planner time.
 """
 
@@ -83,7 +84,7 @@ from autoscaler.simulation.engine import (
 from autoscaler.simulation.money import GangSpec, MoneyConfig, parse_priority
 from autoscaler.simulation.queue import QueueConfig
 from autoscaler.simulation.traffic import BIN_SHAPES
-from autoscaler.traces import Trace, bundled_trace_path, demand_series, load_trace
+from autoscaler.traces import Trace, demand_series, load_trace
 from models.base import Forecaster
 
 POLICIES = POLICY_NAMES
@@ -145,7 +146,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--trace", type=Path, default=None,
-        help="CSV timestamp,requests[,...] (default: the bundled trace, or Prometheus with --deployment)",
+        help="CSV timestamp,requests[,...] (default: two weeks of synthetic traffic, autoscaler/synth.py; or "
+        "Prometheus with --deployment)",
     )
     parser.add_argument(
         "--keep-outages",
@@ -755,12 +757,18 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         plot_flag(args.plot)
     unit, weights = demand_flags(args)
+    synthetic = not from_prometheus and args.trace is None
     if from_prometheus:
         trace, url = trace_from_args(args, tokens=unit is DemandUnit.TOKENS, title="fetch")
         source = f"{trace.name} from Prometheus at {url}"
+    elif args.trace is not None:
+        source = str(args.trace)
+        trace = load_trace(args.trace)
     else:
-        source = str(args.trace if args.trace is not None else bundled_trace_path())
-        trace = load_trace(args.trace if args.trace is not None else bundled_trace_path())
+        from autoscaler.synth import synth_trace
+
+        trace = synth_trace()
+        source = trace.name
     # With --demand tokens the replay sizes on weighted tokens/s: the demand series every policy sees (and the
     # queue serves, a token at a time) is the token rate, and a replica's capacity is tokens/s.
     trace = replace(trace, requests=demand_series(trace, unit, weights, source=source))
@@ -822,6 +830,11 @@ def run(args: argparse.Namespace) -> int:
                        "capacity_per_replica": config.capacity_per_replica}
         print(json.dumps(payload))
     else:
+        if synthetic:
+            from autoscaler.synth import describe
+
+            print(describe(trace))
+            print()
         sizing = f" (tokens: {weights.describe()})" if unit is DemandUnit.TOKENS else ""
         if args.capacity_per_replica is None:
             n = DEFAULT_PEAK_REPLICAS if args.peak_replicas is None else args.peak_replicas
