@@ -21,7 +21,7 @@ same ticks):
   minute to minute are measured counts, not an artefact; flat replay also keeps their results
   exactly comparable with earlier runs.
 
-Why not noise (Poisson or gamma at a stated coefficient of variation): none of the bundled traces
+Why not noise (Poisson or gamma at a stated coefficient of variation): none of the real traces
 states one. ServeGen's counts are *expected* counts summed over clients; at its ~1000 req/s the
 Poisson noise over a 15 s tick is under 1%, below anything the replicas resolve, and any other CV
 would be invented. Noise would also make a score depend on a seed. Interpolation is deterministic.
