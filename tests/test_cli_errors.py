@@ -71,7 +71,6 @@ def test_only_values_after_value_flags_are_joined() -> None:
         (["simulate", "--capacity-per-replica", "-1e3", "--peak-replicas", "2"], "not allowed with"),
         (["simulate", "--frobnicate"], "simulate: error: unrecognized arguments: --frobnicate"),
         (["backtest", "--horizon"], "argument --horizon: expected one argument"),
-        (["explain"], "the following arguments are required: NAMESPACE/DEPLOYMENT"),
         (["run", "--once", "--at", "yesterday"], "argument --at: not Unix seconds or an ISO 8601 time"),
         (["teleport"], "invalid choice: 'teleport'"),
         ([], "no command given; choose one of backtest, simulate, export, trace, capacity, run, explain"),
