@@ -193,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except (UserError, TraceError) as exc:
-        print(f"predictive-autoscaler {args.command}: error: {exc}", file=sys.stderr)
+        command = " ".join(c for c in (args.command, getattr(args, "trace_command", None)) if c)  # "trace synth"
+        print(f"predictive-autoscaler {command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

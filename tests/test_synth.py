@@ -230,7 +230,7 @@ def test_bad_flags_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], a
     assert main(["trace", "synth", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == f"predictive-autoscaler trace: error: {message}\n"
+    assert err == f"predictive-autoscaler trace synth: error: {message}\n"
 
 
 def test_trace_without_a_subcommand_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,7 +53,7 @@ def rows(csv_text: str) -> tuple[list[str], list[list[str]]]:
 def one_line_error(err: str) -> str:
     assert err.count("\n") == 1, err
     assert "Traceback" not in err
-    assert err.startswith("predictive-autoscaler trace: error: ")
+    assert err.startswith("predictive-autoscaler trace from-log: error: ")
     return err.strip()
 
 
@@ -108,7 +108,7 @@ def test_combined_log_format_is_detected_and_its_own_format_refuses_clf_lines(
     code, out, err = run(capsys, str(plain), "--format", "combined")
     assert code == 2
     assert out == ""
-    assert one_line_error(err).startswith(f"predictive-autoscaler trace: error: {plain}: none of its 5 lines is "
+    assert one_line_error(err).startswith(f"predictive-autoscaler trace from-log: error: {plain}: none of its 5 lines is "
                                           f"Combined Log Format; the first line is {clf(times[0])[:40]!r}"[:-1])
 
 
