@@ -39,6 +39,9 @@ class WorkloadView:
     ready_replicas: int  # status.readyReplicas (absent = 0)
     selector: str  # spec.selector rendered as a label-selector query, e.g. "app=llm,tier in (a,b)"
     pod_template: Mapping[str, Any] = field(default_factory=dict)  # spec.template as API JSON
+    # Why the Deployment controller reports its rollout stuck (condition Progressing False, reason
+    # ProgressDeadlineExceeded: no progress for progressDeadlineSeconds), None when it does not.
+    rollout_stuck: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class PodView:
 
     ``owner_replicaset``: the name of the ReplicaSet that controls it (None: no controlling ReplicaSet);
     ``template_hash``: its ``pod-template-hash`` label. Times are Unix seconds; ``ready_since`` is the Ready
-    condition's last transition when Ready, else None. ``annotations`` are the pod's own.
+    condition's last transition when Ready, else None. ``annotations`` and ``labels`` are the pod's own.
     """
 
     name: str
@@ -74,6 +77,8 @@ class PodView:
     owner_replicaset: str | None = None
     template_hash: str | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = ""
 
     @property
     def ready(self) -> bool:
@@ -109,10 +114,20 @@ class Cluster(Protocol):
         """Set spec.replicas through the scale subresource; False when it already had that value."""
         ...
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        """Merge-patch annotations of one pod (None removes one): the ``pod-deletion-cost`` marks of a scale-down
-        and the controller's record of them (``autoscaler.domain.scaledown``). No read first: ``patch`` on pods is
-        all the controller's RBAC grants beyond ``list``; the caller decides from the pods it listed."""
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None],
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Merge-patch annotations (and ``labels``) of one pod, in one write (None removes one): the
+        ``pod-deletion-cost`` marks of a scale-down and the controller's record and label of them
+        (``autoscaler.domain.scaledown``). No read first: ``patch`` on pods is all the controller's RBAC grants
+        beyond ``list``; the caller decides from the pods it listed."""
+        ...
+
+    def list_marked_pods(self, namespaces: Sequence[str]) -> list[PodView]:
+        """Every pod carrying the controller's scale-down mark label, in ``namespaces`` (empty: all namespaces),
+        whichever Deployment it belongs to: how marks of a Deployment that left the controller's care are found,
+        after a restart too. One label-selected list (per namespace when confined)."""
         ...
 
     def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:

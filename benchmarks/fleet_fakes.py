@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
-from autoscaler.ports import EventType, PodStartups, WorkloadView
+from autoscaler.ports import EventType, PodStartups, PodView, WorkloadView
 from autoscaler.traces import load_trace
 from models.types import FloatArray, TrafficSeries
 
@@ -204,6 +204,10 @@ class RecordingCluster:
     def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
         self.counts.pod_reads += 1
         return self.startups
+
+    def list_marked_pods(self, namespaces: Sequence[str]) -> list[PodView]:
+        """No pod of the synthetic fleet is ever marked (its metrics source answers no per-pod load)."""
+        return []
 
     def scale(self, namespace: str, name: str, replicas: int) -> bool:
         started = time.perf_counter()

@@ -232,3 +232,22 @@ def test_render_says_the_demand_unit_of_a_tokens_deployment() -> None:
     plain = "\n".join(render("ns", "llm", {**status, "demandUnit": "requests"}, []))
     assert "tokens" not in plain
     assert "capacity: 400 req/s per replica" in plain
+
+
+def test_render_shows_the_last_scale_down_and_why_the_marks_did_not_choose_its_pods() -> None:
+    marked = {**status_dict(), "scaleDown": {
+        "at": "2023-11-14T22:40:00+00:00", "from": 4, "to": 2, "unmarked": None, "note": None,
+        "marked": [{"pod": "llama-chat-5b7c-aaaaa", "cost": -2, "why": "not Ready"},
+                   {"pod": "llama-chat-5b7c-bbbbb", "cost": -1, "why": "0 in flight"}]}}
+    lines = render("serving", "llama-chat", marked, [])
+    assert "last scale-down: 4 -> 2 at 2023-11-14T22:40:00+00:00" in lines
+    assert ("  marked for removal: llama-chat-5b7c-aaaaa (-2: not Ready), llama-chat-5b7c-bbbbb (-1: 0 in flight)"
+            in lines)
+    foreign = {**status_dict(), "scaleDown": {
+        "at": "2023-11-14T22:40:00+00:00", "from": 4, "to": 2, "marked": [], "unmarked": "foreign_cost",
+        "note": "1 pod(s) carry a controller.kubernetes.io/pod-deletion-cost the controller did not set"}}
+    lines = render("serving", "llama-chat", foreign, [])
+    assert ("  the marks did not choose the pods removed (foreign_cost): 1 pod(s) carry a "
+            "controller.kubernetes.io/pod-deletion-cost the controller did not set") in lines
+    assert lines[-1].split()[0] == hhmm(T0 + 1800), "the track stays last"
+    assert not any(line.startswith("last scale-down") for line in render("serving", "llama-chat", status_dict(), []))

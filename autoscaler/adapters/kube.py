@@ -19,7 +19,8 @@ Choices, and why:
   resourceVersion precondition: the controller owns this one field, so "last writer wins" is right, and
   a precondition would only turn the deployment controller's frequent status updates into conflicts.
   Pod annotations are the exception to "read first": the loop decides from the pods it has just listed, and a
-  ``get`` per pod would be one more verb on pods in the RBAC for nothing (``patch`` is the only one added).
+  ``get`` per pod would be one more verb on pods in the RBAC for nothing (``patch`` is the only one added). The
+  read that shows the marks in place before a scale is the next list of the Deployment's pods (the same grant).
 * ``409 Conflict`` (the API server gave up its internal retries, or an admission webhook reported a
   conflict) is retried a bounded number of times: re-read, compare, patch again. Anything else, and
   running out of retries, raises ``KubeWriteError``.
@@ -34,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +45,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, fit_event_message
+from autoscaler.domain.scaledown import MARK_LABEL
 from autoscaler.ports import EventType, NotReadyPod, PodStartups, PodView, WorkloadView
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -284,7 +286,19 @@ class KubeCluster:
             ready_replicas=int(status.get("readyReplicas") or 0),
             selector=render_selector(spec.get("selector")),
             pod_template=spec.get("template") or {},
+            rollout_stuck=KubeCluster._rollout_stuck(status),
         )
+
+    @staticmethod
+    def _rollout_stuck(status: Mapping[str, Any]) -> str | None:
+        """The Deployment controller's verdict that the rollout is stuck: its ``Progressing`` condition False with
+        reason ``ProgressDeadlineExceeded`` (no progress for ``progressDeadlineSeconds``), as one line."""
+        for cond in status.get("conditions") or []:
+            if (cond.get("type") == "Progressing" and cond.get("status") == "False"
+                    and cond.get("reason") == "ProgressDeadlineExceeded"):
+                message = " ".join(str(cond.get("message") or "").split())
+                return "ProgressDeadlineExceeded" + (f": {message}" if message else "")
+        return None
 
     def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
         pods = self._read(
@@ -326,6 +340,29 @@ class KubeCluster:
             )
         return PodStartups(durations=tuple(durations), not_ready=tuple(not_ready), pods=tuple(views))
 
+    def list_marked_pods(self, namespaces: Sequence[str]) -> list[PodView]:
+        def listed(namespace: str | None) -> list[Any]:
+            where = "all namespaces" if namespace is None else namespace
+            page = self._read(
+                f"list pods with label {MARK_LABEL} in {where}",
+                lambda: (self._core.list_pod_for_all_namespaces(label_selector=MARK_LABEL,
+                                                                _request_timeout=self._timeout)
+                         if namespace is None else
+                         self._core.list_namespaced_pod(namespace, label_selector=MARK_LABEL,
+                                                        _request_timeout=self._timeout)),
+            )
+            return list(page.items or [])
+
+        items = [pod for ns in namespaces for pod in listed(ns)] if namespaces else listed(None)
+        views: list[PodView] = []
+        for pod in items:
+            meta, status = pod.metadata, pod.status or client.V1PodStatus()
+            if meta is None or meta.creation_timestamp is None:
+                continue
+            ready = next((c for c in status.conditions or [] if c.type == "Ready"), None)
+            views.append(self._pod_view(meta, meta.creation_timestamp, status.phase or "Pending", ready))
+        return views
+
     @staticmethod
     def _pod_view(meta: client.V1ObjectMeta, created: datetime, phase: str, ready: Any) -> PodView:
         owner = next((o.name for o in meta.owner_references or [] if o.controller and o.kind == "ReplicaSet"), None)
@@ -340,6 +377,8 @@ class KubeCluster:
             owner_replicaset=owner,
             template_hash=(meta.labels or {}).get("pod-template-hash"),
             annotations=dict(meta.annotations or {}),
+            labels=dict(meta.labels or {}),
+            namespace=meta.namespace or "",
         )
 
     # ---- writes ----------------------------------------------------------------------------------
@@ -370,15 +409,21 @@ class KubeCluster:
 
         return self._write(f"scale deployment {namespace}/{name} to {replicas}", once)
 
-    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        if not annotations:
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None],
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None:
+        if not annotations and not labels:
             return
+        metadata: dict[str, Any] = {"annotations": dict(annotations)} if annotations else {}
+        if labels:
+            metadata["labels"] = dict(labels)
 
         def once() -> bool:
             self._core.patch_namespaced_pod(
                 name,
                 namespace,
-                {"metadata": {"annotations": dict(annotations)}},
+                {"metadata": metadata},
                 field_manager=COMPONENT,
                 _content_type=MERGE_PATCH,
                 _request_timeout=self._timeout,

@@ -86,6 +86,7 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
     for i, step in enumerate(status.get("steps") or [], 1):
         lines.append(f"  {i}. {step.get('name')!s:<22} -> {step.get('replicas')!s:>4}  {step.get('detail')}")
     lines.extend(_tuning_lines(status.get("tuning")))
+    lines.extend(_scale_down_lines(status.get("scaleDown")))
     for p in problems:
         lines.append(f"problem: {p}")
     track = [e for e in status.get("track") or [] if isinstance(e, dict) and isinstance(e.get("t"), int | float)]
@@ -125,6 +126,25 @@ def _tuning_lines(tuning: Any) -> list[str]:
             shown = f"{attained * 100:8.2f}%" if isinstance(attained, int | float) else "       -"
             lines.append(f"   {c.get('warm_pool_quantile')!s:>18}  {util!s:>11} {_num(c.get('gpu_hours'))}  {shown}  "
                          f"{_num(c.get('wait_p99_seconds'))}s{mark}")
+    return lines
+
+
+def _scale_down_lines(last: Any) -> list[str]:
+    """The last scale-down applied: the pods marked for removal, or why the marks did not choose the pods removed
+    (a team's own deletion cost, loads unknown, a rollout, ...): the one place a person sees that after the Event
+    has aged out."""
+    if not isinstance(last, dict):
+        return []
+    lines = [f"last scale-down: {last.get('from')} -> {last.get('to')} at {last.get('at', '?')}"]
+    marked = [m for m in last.get("marked") or [] if isinstance(m, dict)]
+    if marked:
+        lines.append("  marked for removal: " + ", ".join(f"{m.get('pod')} ({m.get('cost')}: {m.get('why')})"
+                                                          for m in marked))
+    if last.get("unmarked"):
+        lines.append(f"  the marks did not choose {'all ' if marked else ''}the pods removed ({last['unmarked']}): "
+                     f"{last.get('note')}")
+    elif not marked:
+        lines.append("  no pod marked" + (f": {last['note']}" if last.get("note") else ""))
     return lines
 
 

@@ -32,10 +32,16 @@ Failure policy (nothing is lost, nothing scales down blindly):
   retries by construction. An Event counts as told only once it landed (per workload and
   problem), so a failed post is retried next tick and a standby leaves every Event to the leader.
 - a scale-down first marks the idlest pods (``pod-deletion-cost``, from one per-pod in-flight query for the
-  tick's scale-downs; ``autoscaler.domain.scaledown``) and later ticks clear the marks: when that query fails
-  (``pod_load``) or a pod patch fails (``pod_mark``), it is counted and reported and the Deployment is scaled
-  anyway, in the ReplicaSet's default order (no worse than without marks). A dry run marks nothing and lists
-  what it would mark in ``scale_down_marks``.
+  tick's scale-downs; ``autoscaler.domain.scaledown``), re-reads the pods and scales only once that read shows
+  the marks; later ticks clear the marks. While more than one ReplicaSet has pods (a rollout) a scale-down is
+  held (``rollout_hold``), never a scale-up, with one ``ScaleDownHeld`` Event; a rollout that is stuck or too long
+  no longer holds it (``rollout_stuck``, one ``ScaleDownDuringRollout`` Warning). When that query fails
+  (``pod_load``), a pod carries a team's own deletion cost, or a mark is still not in place after
+  ``MARK_CONFIRM_SECONDS`` (``pod_mark`` counts failed patches), the Deployment is scaled anyway, in the
+  ReplicaSet's default order (no worse than without marks), and the ``ScaledDown`` Event, the status
+  (``scaleDown``), the log and ``scale_down_unmarked_total{reason}`` say so. Marks of a Deployment that left the
+  controller's care (opted out, advisory, invalid, namespace excluded) are found by their label and cleared. A
+  dry run marks nothing and lists what it would mark in ``scale_down_marks``.
 - ``capacity-per-replica: auto`` (or absent): the capacity is learned from the Deployment's own vLLM history
   (``autoscaler.domain.learned_capacity``, read at start and then daily when ``learn_capacity`` is on, as ``run``
   sets it); until the evidence is enough its replicas are held (a ``capacity_unknown`` step says why), never scaled
@@ -74,10 +80,25 @@ from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, LearnedCapacity, estimate_capacity
 from autoscaler.domain.planner import plan_replicas, required_horizon_steps
-from autoscaler.domain.scaledown import MARK_ANNOTATION, ScaleDownMarks, plan_clear, plan_marks
+from autoscaler.domain.scaledown import (
+    MARKS_UNCONFIRMED,
+    NO_POD_LOADS,
+    PODS_UNREAD,
+    RolloutGuard,
+    ScaleDownMarks,
+    check_marks,
+    deployment_of,
+    guard_scale_down,
+    has_marks,
+    label_patch,
+    plan_clear,
+    plan_marks,
+    release_marks,
+    rollout_of,
+)
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
-from autoscaler.ports import Cluster, EventType, PodStartups, WorkloadView
+from autoscaler.ports import Cluster, EventType, PodStartups, PodView, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PlannedWorkload, ahead_replicas
@@ -90,6 +111,10 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 STARTUP_RECHECK_SECONDS = 300
+# How often the pods carrying a scale-down mark of ours are listed across the controller's namespaces (one
+# label-selected list), besides the first tick and a tick in which a Deployment with marks leaves its care: marks
+# nothing maintains any more (a restart while its Deployment was opted out, say) are cleared within this time.
+MARK_SWEEP_SECONDS = 300
 STATUS_REFRESH_SECONDS = 300
 # Share of the loop interval a tick may spend fitting forecasters. Every model falls due for its daily refit
 # in the same tick (they were all fitted in the first one): without a budget a 1,000-Deployment fleet spends
@@ -176,6 +201,13 @@ class _Memory:
     # The last pod listing showed scale-down marks of ours (or we just wrote some): pods are listed every tick
     # until they are cleared (autoscaler.domain.scaledown), instead of every STARTUP_RECHECK_SECONDS.
     marks_seen: bool = False
+    # The rollout Event told for the current rollout ("held", "stuck"; None: none, or no rollout): one per
+    # transition, reset when a listing shows one ReplicaSet again.
+    rollout_told: str | None = None
+    # When a scale-down first found its marks not in place on the read after writing them (None: it did not).
+    marks_waiting_since: float | None = None
+    # The last scale-down applied and how its pods were chosen (the status's scaleDown).
+    last_scale_down: dict[str, Any] | None = None
     # Learned capacity: the last estimate (None: none yet) and when it was made, when the evidence was last read
     # (or a failed read is to be retried), why the last read failed, and the learned / not learned state the last
     # landed Event told (None: none told, or the Deployment has a capacity annotation).
@@ -434,6 +466,7 @@ class Controller:
         self._replays: list[_Replay] = []  # self-tuning replays this tick's plans found due
         self._replay_seconds = 0.0  # running mean wall time of one replay (0: none run yet)
         self._deferred_fits = 0
+        self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
 
     # ------------------------------------------------------------------ tick
 
@@ -466,6 +499,12 @@ class Controller:
             valid.append((view, spec, profile))
         self.metrics.workloads.labels("managed").set(len(valid))
         self.metrics.workloads.labels("invalid").set(len(views) - len(valid))
+        if write:
+            advisory = {(v.namespace, v.name) for v, s, _ in valid if s.advisory}
+            in_care = {(v.namespace, v.name) for v, _, _ in valid} - advisory
+            listed = {(v.namespace, v.name): "its annotations are invalid" for v in views}
+            listed.update(dict.fromkeys(advisory, "it is advisory (mode: advisory)"))
+            self._sweep_marks(cfg, in_care, listed, now, errors)
         self._forget({(v.namespace, v.name) for v in views})
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
@@ -765,8 +804,63 @@ class Controller:
             errors.append(f"{view.namespace}/{view.name}: reading pod start-ups failed: {exc}")
             return False
         memory.startups_checked = now
-        memory.marks_seen = any(MARK_ANNOTATION in p.annotations and not p.terminating for p in memory.startups.pods)
+        memory.marks_seen = has_marks(memory.startups.pods)
         return True
+
+    def _sweep_marks(
+        self, cfg: Config, in_care: set[Key], listed: Mapping[Key, str], now: float, errors: list[str],
+    ) -> None:
+        """Clear the marks of ours on pods whose Deployment is not in the controller's care (opted out, advisory,
+        invalid annotations, a namespace the configuration excludes, gone): nothing maintains them any more, and a
+        later ``kubectl scale`` would still delete those pods first. For Deployments in its care, a mark found
+        makes the loop list their pods every tick until it is cleared (``plan_clear``).
+
+        One label-selected list of the pods carrying the mark label (all namespaces, or the configured ones and
+        those of the Deployments leaving): on the first tick (a restart, a new leader), every
+        ``MARK_SWEEP_SECONDS``, and in a tick in which a Deployment known to have marks leaves the controller's care.
+        ``listed``: why each Deployment listed but not in ``in_care`` is not (for the log).
+        """
+        leaving = {key for key, m in self._memory.items() if m.marks_seen and key not in in_care}
+        if not leaving and now - self._swept_at < MARK_SWEEP_SECONDS:
+            return
+        namespaces = sorted(set(cfg.namespaces) | {ns for ns, _ in leaving}) if cfg.namespaces else []
+        try:
+            pods = self.cluster.list_marked_pods(namespaces)
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_read").inc()
+            errors.append(f"listing the pods with scale-down marks failed (retried next tick): {exc}")
+            return
+        self._swept_at = now
+        groups: dict[Key, list[PodView]] = {}
+        for pod in pods:
+            groups.setdefault((pod.namespace, deployment_of(pod) or ""), []).append(pod)
+        for key in leaving:
+            self._memory[key].marks_seen = False
+        for key, group in sorted(groups.items()):
+            if key in in_care:
+                self._memory[key].marks_seen = True
+                continue
+            why = listed.get(key) or self._why_not_listed(key, cfg)
+            plan = release_marks(group, why)
+            for pod_name, patch in plan.patches.items():
+                try:
+                    self.cluster.patch_pod_annotations(key[0], pod_name, patch, label_patch(patch))
+                except KubeError as exc:
+                    self.metrics.errors.labels("pod_mark").inc()
+                    errors.append(f"{key[0]}/{key[1] or '?'}: clearing the scale-down mark of pod {pod_name} failed "
+                                  f"(retried next tick): {exc}")
+                    self._swept_at = -math.inf
+            if plan.clear:
+                log.info("%s/%s: scale-down marks cleared on %s: %s", key[0], key[1] or "?", ", ".join(plan.clear), why)
+
+    @staticmethod
+    def _why_not_listed(key: Key, cfg: Config) -> str:
+        """Why a Deployment with marks of ours is not among the ones the controller looks after (for the log)."""
+        if not key[1]:
+            return "the pod belongs to no Deployment's ReplicaSet"
+        if not cfg.allows_namespace(key[0]):
+            return f"namespace {key[0]} is not in the configuration's namespaces"
+        return "the Deployment is not opted in (no enabled label) or is gone"
 
     def _pod_loads(self, namespaces: set[str], now: float, errors: list[str]) -> Mapping[Key, float] | None:
         """In-flight requests per pod, now, in the namespaces of this tick's scale-downs (one query); None when
@@ -963,7 +1057,14 @@ class Controller:
             kind, reason, message = memory.tuning_event
             if self._event(view, kind, reason, message, now, errors):
                 memory.tuning_reported, memory.tuning_event = reason == "SLOReachable", None
-        marks = self._marks(view, spec, decision, loads, now, write, errors) if write or self.dry_run else None
+        decision, guard = self._guard_rollout(view, spec, decision, now, write, errors)
+        marks = None
+        if write or self.dry_run:
+            marks = self._marks(view, spec, decision, loads, now, write, errors, guard)
+        if write and marks is not None and decision.desired_replicas < view.replicas and not spec.advisory:
+            decision, marks = self._confirm_marks(view, decision, marks, now, errors)
+        else:
+            memory.marks_waiting_since = None
         actions = self._apply(view, spec, decision, plan.summary, plan.blocked, now, write, errors, marks)
         self._export((view.namespace, view.name), view, decision, plan.summary, plan.demand, spec)
         self._export_capacity((view.namespace, view.name), spec, plan.capacity)
@@ -973,43 +1074,106 @@ class Controller:
             scale_down_marks=marks if marks is not None and not marks.empty else None,
         )
 
-    def _marks(self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision,
-               loads: Mapping[Key, float] | None, now: float, write: bool, errors: list[str]) -> ScaleDownMarks | None:
-        """Which pods get (or lose) a ``pod-deletion-cost`` mark; written here unless ``write`` is False.
+    def _guard_rollout(
+        self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision, now: float, write: bool,
+        errors: list[str],
+    ) -> tuple[ScalingDecision, RolloutGuard | None]:
+        """Hold a scale-down while more than one ReplicaSet of the Deployment has pods (a rollout), from a pod
+        listing of this tick (``autoscaler.domain.scaledown.guard_scale_down``); a scale-up is never held.
 
-        A scale-down marks the idlest pods *before* the scale write, from a pod list of this tick; any other tick
-        clears marks of ours once the last scale-down landed (``autoscaler.domain.scaledown``). A failed patch is
-        counted (``pod_mark``) and reported, and never blocks the scale: the ReplicaSet's own order is no worse
-        than what it would have done without us.
+        One Event per transition (not per tick): ``ScaleDownHeld`` when a rollout first holds a scale-down,
+        ``ScaleDownDuringRollout`` (Warning) when a rollout that is not finishing no longer holds it; the state
+        resets once a listing shows one ReplicaSet again. When the pods cannot be listed nothing is held (the
+        marks path says so, and the scale-down goes ahead unmarked, as without this check).
         """
         memory = self._memory[(view.namespace, view.name)]
+        guard = None
+        if not spec.advisory and decision.desired_replicas < view.replicas and (
+                memory.startups_checked == now or self._list_pods(view, memory, now, errors)):
+            guard = guard_scale_down(view.name, memory.startups.pods, view.replicas, decision.desired_replicas, now,
+                                     view.rollout_stuck)
+        if guard is None:
+            if memory.startups_checked == now and rollout_of(view.name, memory.startups.pods) is None:
+                memory.rollout_told = None
+            return decision, None
+        state = "held" if guard.held else "stuck"
+        if write and memory.rollout_told != state:
+            if guard.held:
+                landed = self._event(view, "Normal", "ScaleDownHeld", guard.message, now, errors)
+            else:
+                landed = self._event(view, "Warning", "ScaleDownDuringRollout", guard.message, now, errors)
+                log.warning("%s/%s: %s", view.namespace, view.name, guard.message)
+            if landed:
+                memory.rollout_told = state
+        return replace(decision, desired_replicas=guard.step.replicas, steps=(*decision.steps, guard.step)), guard
+
+    def _marks(self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision,
+               loads: Mapping[Key, float] | None, now: float, write: bool, errors: list[str],
+               guard: RolloutGuard | None = None) -> ScaleDownMarks | None:
+        """Which pods get (or lose) a ``pod-deletion-cost`` mark; written here unless ``write`` is False.
+
+        A scale-down marks the idlest pods *before* the scale write, from a pod list of this tick (per ReplicaSet
+        when it goes ahead during a rollout that is not finishing); any other tick clears marks of ours once the
+        last scale-down landed, or at once when it holds a scale-down for a rollout
+        (``autoscaler.domain.scaledown``). An advisory Deployment's marks are cleared by ``_sweep_marks``. A failed
+        patch is counted (``pod_mark``) and reported; whether the scale waits for it is ``_confirm_marks``'s call.
+        """
+        memory = self._memory[(view.namespace, view.name)]
+        if spec.advisory:
+            return None
         desired = decision.desired_replicas
-        if not spec.advisory and desired < view.replicas:
+        if desired < view.replicas:
             if loads is None and not memory.marks_seen:  # nothing to mark from, no mark of ours known: no pod read
                 why = "the query failed" if isinstance(self.source, PodLoadSource) else "no per-pod query"
                 return ScaleDownMarks(note=f"in-flight requests per pod unknown ({why}): no pod marked, the "
-                                           "ReplicaSet's default order applies")
+                                           "ReplicaSet's default order applies", unmarked=NO_POD_LOADS)
             if memory.startups_checked != now and not self._list_pods(view, memory, now, errors):
-                return ScaleDownMarks(note="pods could not be listed: no pod marked")
+                return ScaleDownMarks(note="pods could not be listed: no pod marked", unmarked=PODS_UNREAD)
             pods = memory.startups.pods
             mine = None if loads is None else {pod: v for (ns, pod), v in loads.items() if ns == view.namespace}
-            marks = plan_marks(view.name, pods, view.replicas - desired, mine, now)
+            marks = plan_marks(view.name, pods, view.replicas - desired, mine, now,
+                               per_replicaset=guard is not None and not guard.held)
         elif memory.marks_seen:
-            scaling_up = not spec.advisory and desired > view.replicas
-            marks = plan_clear(view.name, memory.startups.pods, view.replicas, now, scaling_up=scaling_up)
+            scaling_up = desired > view.replicas
+            marks = plan_clear(view.name, memory.startups.pods, view.replicas, now, scaling_up=scaling_up,
+                               held=guard is not None and guard.held)
         else:
             return None
         if write:
             for pod, patch in marks.patches.items():
                 try:
-                    self.cluster.patch_pod_annotations(view.namespace, pod, patch)
+                    self.cluster.patch_pod_annotations(view.namespace, pod, patch, label_patch(patch))
                 except KubeError as exc:
                     self.metrics.errors.labels("pod_mark").inc()
-                    errors.append(f"{view.namespace}/{view.name}: marking pod {pod} for the scale-down failed "
-                                  f"(scaling anyway, in the ReplicaSet's default order): {exc}")
+                    errors.append(f"{view.namespace}/{view.name}: marking pod {pod} for the scale-down failed: {exc}")
                 else:
                     memory.marks_seen = True  # list the pods next tick: clear the marks once the scale-down landed
         return marks
+
+    def _confirm_marks(
+        self, view: WorkloadView, decision: ScalingDecision, marks: ScaleDownMarks, now: float, errors: list[str],
+    ) -> tuple[ScalingDecision, ScaleDownMarks]:
+        """Scale only once a read shows the marks in place: the Deployment's pods are listed again after the
+        patches (unless nothing was written: this tick's listing already shows them), and the scale-down waits a
+        tick for a mark the read does not show, for at most ``MARK_CONFIRM_SECONDS``; then it goes ahead without
+        relying on the marks, and says so (``autoscaler.domain.scaledown.check_marks``)."""
+        memory = self._memory[(view.namespace, view.name)]
+        if not marks.marks:
+            memory.marks_waiting_since = None
+            return decision, marks
+        read_ok = not marks.patches or self._list_pods(view, memory, now, errors)
+        pods = memory.startups.pods if read_ok else ()
+        check = check_marks(marks, pods, view.replicas, decision.desired_replicas, memory.marks_waiting_since, now)
+        if not check.missing:
+            memory.marks_waiting_since = None
+            return decision, marks
+        if memory.marks_waiting_since is None:
+            memory.marks_waiting_since = now
+        assert check.step is not None
+        decision = replace(decision, desired_replicas=check.step.replicas, steps=(*decision.steps, check.step))
+        if check.hold:
+            return decision, replace(marks, note=check.step.detail)
+        return decision, replace(marks, note=check.step.detail, unmarked=MARKS_UNCONFIRMED)
 
     @staticmethod
     def _forecast_summary(forecast: Forecast | None, profile: ForecastProfile, now: float) -> dict[str, Any] | None:
@@ -1088,10 +1252,11 @@ class Controller:
                 if changed:
                     actions.append(f"scaled {view.replicas} -> {desired}")
                     why = _deciding_step(decision)
-                    idlest = "" if marks is None or not marks.marks else (
-                        "; idlest pods marked for removal: " + ", ".join(f"{m.pod} ({m.why})" for m in marks.marks))
+                    chosen = ""
+                    if outcome == "down":
+                        chosen = self._scaled_down(view, desired, marks, now)
                     self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown",
-                                f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail}){idlest}", now,
+                                f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail}){chosen}", now,
                                 errors)
                 else:  # someone set it between our list and our write: nothing happened, nothing to announce
                     actions.append(f"already at {desired}")
@@ -1120,13 +1285,16 @@ class Controller:
             # With the objective and sizing it was made for and when it ran, a restarted controller continues it.
             "tuning": ({**memory.tuning.to_dict(), "inputs": list(memory.tuning_inputs or ()),
                         "tried": memory.tuning_tried} if memory.tuning is not None else None),
+            # The last scale-down applied: the pods marked for removal, or why the marks did not choose them.
+            "scaleDown": memory.last_scale_down,
         }
         # Written when the decision changes (replica counts, mode, warm pool, which rules set which count) and
         # otherwise every
         # STATUS_REFRESH_SECONDS: the forecast's numbers move every bin, and a PATCH per Deployment per
         # tick would be a thousand writes every 30 s on a large fleet for nothing anyone acts on.
         decided = {k: status[k] for k in ("mode", "desiredReplicas", "currentReplicas", "readyReplicas", "warmPool",
-                                          "demandSource", "tuning", "capacity", "demandUnit", "tokenWeights")}
+                                          "demandSource", "tuning", "capacity", "demandUnit", "tokenWeights",
+                                          "scaleDown")}
         decided["trail"] = [(step.name, step.replicas) for step in decision.steps]
         if decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
             try:
@@ -1137,6 +1305,30 @@ class Controller:
                 self.metrics.errors.labels("kube_write").inc()
                 errors.append(f"{view.namespace}/{view.name}: writing status failed: {exc}")
         return actions
+
+    def _scaled_down(self, view: WorkloadView, desired: int, marks: ScaleDownMarks | None, now: float) -> str:
+        """Record how the pods of a scale-down just applied were chosen (the status's ``scaleDown``), count and log
+        one the marks did not all choose (``scale_down_unmarked_total{reason}``), and return the ``ScaledDown``
+        Event's account of it."""
+        memory = self._memory[(view.namespace, view.name)]
+        marked = [] if marks is None else [{"pod": m.pod, "cost": m.cost, "why": m.why} for m in marks.marks]
+        reason = None if marks is None else marks.unmarked
+        note = None if marks is None else marks.note
+        memory.last_scale_down = {"at": utc(now).isoformat(), "from": view.replicas, "to": desired,
+                                  "marked": marked, "unmarked": reason, "note": note}
+        text = ""
+        if marked and reason is None:
+            return "; idlest pods marked for removal: " + ", ".join(f"{m['pod']} ({m['why']})" for m in marked)
+        if marked:
+            text = "; pods marked for removal: " + ", ".join(f"{m['pod']} ({m['why']})" for m in marked)
+        if reason is not None:
+            self.metrics.scale_down_unmarked.labels(view.namespace, view.name, reason).inc()
+            log.warning("%s/%s: scale-down %d -> %d not (fully) steered by the marks (%s): %s", view.namespace,
+                        view.name, view.replicas, desired, reason, note)
+            text += f"; the marks do not choose {'all ' if marked else ''}the pods removed ({reason}): {note}"
+        elif not marked:
+            text = f"; no pod marked: {note}" if note else "; no pod marked"
+        return text
 
     def _export(
         self, key: Key, view: WorkloadView, decision: ScalingDecision, summary: dict[str, Any] | None,

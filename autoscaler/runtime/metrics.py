@@ -210,18 +210,30 @@ class ControllerMetrics:
             [*WORKLOAD, "unit"],
             registry=r,
         )
+        self.scale_down_unmarked = Counter(
+            "predictive_autoscaler_scale_down_unmarked_total",
+            "Scale-downs applied whose removed pods the controller's pod-deletion-cost marks did not all choose, by "
+            "reason: foreign_cost (a pod carries a deletion cost the controller did not set: that order is kept), "
+            "no_pod_loads (in-flight requests per pod unknown), unscraped_pods (Ready pods without an in-flight "
+            "series: fewer marked than removed), pods_unread (the pods could not be listed), marks_unconfirmed (the "
+            "marks were not in place on the read after writing them), rollout (a rollout that is not finishing: the "
+            "Deployment controller splits the cut across ReplicaSets).",
+            [*WORKLOAD, "reason"],
+            registry=r,
+        )
         # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
         self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
             self.forecast, self.demand, self.demand_degraded, self.desired, self.current, self.ready, self.lead,
             self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable, self.tuned_quantile, self.slo_met,
             self.replay_attainment, self.tuned_utilisation, self.capacity, self.capacity_unknown,
-            self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit,
+            self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit, self.scale_down_unmarked,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
             id(self.decisions): (*WORKLOAD, "outcome"),
             id(self.capacity): (*WORKLOAD, "source"),
             id(self.demand_unit): (*WORKLOAD, "unit"),
+            id(self.scale_down_unmarked): (*WORKLOAD, "reason"),
             **{id(m): WORKLOAD for m in (self.demand, self.demand_degraded, self.desired, self.current, self.ready,
                                          self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable,
                                          self.tuned_quantile, self.slo_met, self.replay_attainment,

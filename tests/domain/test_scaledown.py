@@ -1,4 +1,5 @@
-"""Which pods a scale-down marks (``pod-deletion-cost``) and when the marks are cleared: pure, table-driven."""
+"""Which pods a scale-down marks (``pod-deletion-cost``), when a rollout holds it, whether the marks are in place
+before the scale, and when the marks are cleared: pure, table-driven."""
 
 from __future__ import annotations
 
@@ -9,13 +10,27 @@ import pytest
 
 from autoscaler.domain.scaledown import (
     DELETION_COST_ANNOTATION,
+    FOREIGN_COST,
     MARK_ANNOTATION,
+    MARK_CONFIRM_SECONDS,
+    MARK_LABEL,
     MARK_TTL_SECONDS,
+    NO_POD_LOADS,
+    ROLLOUT,
+    ROLLOUT_HOLD_MAX_SECONDS,
+    UNMARKED_REASONS,
     UNSCRAPED_GRACE_SECONDS,
+    UNSCRAPED_PODS,
     active_pods,
+    check_marks,
+    deployment_of,
+    guard_scale_down,
+    label_patch,
     plan_clear,
     plan_marks,
     read_mark,
+    release_marks,
+    rollout_of,
 )
 from autoscaler.ports import PodView
 
@@ -27,10 +42,12 @@ HASH = "7d9f8b6c5d"
 def pod(suffix: str, *, ready_for: float | None = 3600.0, age: float = 7200.0, phase: str = "Running",
         terminating: bool = False, owner: str | None = f"{DEP}-{HASH}", template_hash: str | None = HASH,
         annotations: dict[str, str] | None = None) -> PodView:
+    annotations = annotations or {}
     return PodView(
         name=f"{DEP}-{HASH}-{suffix}", created=NOW - age,
         ready_since=None if ready_for is None else NOW - ready_for, phase=phase, terminating=terminating,
-        owner_replicaset=owner, template_hash=template_hash, annotations=annotations or {},
+        owner_replicaset=owner, template_hash=template_hash, annotations=annotations,
+        labels={MARK_LABEL: "true"} if MARK_ANNOTATION in annotations else {},  # as the controller writes a mark
     )
 
 
@@ -68,19 +85,41 @@ def test_ties_go_to_the_most_recently_ready_then_by_name() -> None:
     assert marked(plan) == [(name("new01"), -3), (name("new02"), -2), (name("old01"), -1)]
 
 
-def test_not_ready_pods_go_first_and_just_started_unscraped_ones_count_as_idle() -> None:
+def test_not_ready_pods_go_first_then_pods_measured_idle_before_just_started_unscraped_ones() -> None:
+    """A pod Ready for a moment without a series yet may be serving already: its load is unknown, not zero."""
     pods = [
-        pod("idle0"),  # Ready long ago, 0 in flight
+        pod("idle0"),  # Ready long ago, measured at 0 in flight
         pod("start", ready_for=UNSCRAPED_GRACE_SECONDS / 2),  # Ready just now, not scraped yet
         pod("loads", ready_for=None, phase="Pending"),  # not Ready (starting)
         pod("busy1"),
     ]
     loads = {name("idle0"): 0.0, name("busy1"): 9.0}
     plan = plan_marks(DEP, pods, 3, loads, NOW)
-    assert marked(plan) == [(name("loads"), -3), (name("start"), -2), (name("idle0"), -1)]
+    assert marked(plan) == [(name("loads"), -3), (name("idle0"), -2), (name("start"), -1)]
     assert plan.marks[0].why == "not Ready"
-    assert "not scraped yet" in plan.marks[1].why
-    assert plan.marks[1].in_flight is None
+    assert "not scraped yet" in plan.marks[2].why
+    assert plan.marks[2].in_flight is None
+    assert marked(plan_marks(DEP, pods, 2, loads, NOW)) == [(name("loads"), -2), (name("idle0"), -1)]
+
+
+@pytest.mark.parametrize("measured", [[0.0], [0.0, 0.0, 0.0], [0.0, 5.0, 9.0]])
+def test_a_pod_measured_idle_always_goes_before_one_not_scraped_yet(measured: list[float]) -> None:
+    """Whatever the others carry, a pod measured at zero is the better one to remove than a pod just Ready whose
+    load nobody has measured, however recently that one turned Ready (the ReplicaSet's own tie-break)."""
+    fresh = [pod(f"new{i:02d}", ready_for=5.0 + i) for i in range(3)]
+    known = [pod(f"old{i:02d}", ready_for=3600.0 + i) for i in range(len(measured))]
+    loads = {p.name: v for p, v in zip(known, measured, strict=True)}
+    idle = sum(v == 0 for v in measured)
+    plan = plan_marks(DEP, [*fresh, *known], idle, loads, NOW)
+    assert {m.pod for m in plan.marks} == {p.name for p, v in zip(known, measured, strict=True) if v == 0}
+
+
+def test_a_pod_not_scraped_yet_is_taken_as_carrying_the_mean_load() -> None:
+    """Unknown is not idle and not the busiest either: it goes after pods measured below the Deployment's mean
+    in-flight load and before pods measured above it."""
+    pods = [pod("light"), pod("heavy"), pod("fresh", ready_for=30.0)]
+    loads = {name("light"): 1.0, name("heavy"): 9.0}  # mean 5
+    assert marked(plan_marks(DEP, pods, 2, loads, NOW)) == [(name("light"), -2), (name("fresh"), -1)]
 
 
 def test_a_ready_pod_without_metrics_for_long_is_unknown_and_never_marked() -> None:
@@ -180,3 +219,144 @@ def test_read_mark_refuses_malformed_records() -> None:
     assert read_mark(pod("aaaaa", annotations=ours(-3, 123))) == (-3, 123.0)
     for raw in ("[]", '{"cost": "x", "markedAt": 1}', '{"cost": true, "markedAt": 1}', '{"cost": 1}'):
         assert read_mark(pod("aaaaa", annotations={MARK_ANNOTATION: raw})) is None
+
+
+# ---------------------------------------------------------------------------------------------- rollouts
+
+NEW_HASH = "9a8b7c6d5e"
+
+
+def new_pod(suffix: str, **kw: Any) -> PodView:
+    """A pod of the Deployment's newer ReplicaSet (a rollout), created ``age`` seconds ago (default 300)."""
+    kw.setdefault("age", 300.0)
+    return pod(suffix, owner=f"{DEP}-{NEW_HASH}", template_hash=NEW_HASH, **kw)
+
+
+def test_a_scale_down_is_held_while_more_than_one_replicaset_has_pods() -> None:
+    pods = [pod("old01"), pod("old02"), new_pod("new01", ready_for=None)]
+    guard = guard_scale_down(DEP, pods, current=3, desired=2, now=NOW, stuck=None)
+    assert guard is not None
+    assert guard.held
+    assert (guard.step.name, guard.step.replicas) == ("rollout_hold", 3)
+    assert f"{DEP}-{HASH}: 2" in guard.step.detail
+    assert f"{DEP}-{NEW_HASH}: 1" in guard.step.detail
+    assert "held" in guard.message
+    assert guard.rollout.since == NOW - 300, "the overlap began with the newer ReplicaSet's first pod"
+
+
+@pytest.mark.parametrize("pods", [
+    [pod("old01"), pod("old02")],  # one ReplicaSet
+    [pod("old01"), new_pod("new01", terminating=True)],  # the other one's pods are all going
+    [pod("old01"), new_pod("new01", phase="Failed")],
+])
+def test_one_replicaset_with_active_pods_holds_nothing(pods: list[PodView]) -> None:
+    assert rollout_of(DEP, pods) is None
+    assert guard_scale_down(DEP, pods, current=2, desired=1, now=NOW, stuck=None) is None
+
+
+def test_a_rollout_never_holds_a_scale_up_or_a_hold() -> None:
+    pods = [pod("old01"), new_pod("new01")]
+    assert guard_scale_down(DEP, pods, current=2, desired=3, now=NOW, stuck=None) is None
+    assert guard_scale_down(DEP, pods, current=2, desired=2, now=NOW, stuck=None) is None
+
+
+def test_a_stuck_or_too_long_rollout_no_longer_holds_the_scale_down() -> None:
+    pods = [pod("old01"), pod("old02"), new_pod("new01", ready_for=None)]
+    stuck = guard_scale_down(DEP, pods, current=3, desired=2, now=NOW,
+                             stuck='ProgressDeadlineExceeded: ReplicaSet "x" has timed out progressing.')
+    assert stuck is not None
+    assert not stuck.held
+    assert (stuck.step.name, stuck.step.replicas) == ("rollout_stuck", 2)
+    assert "ProgressDeadlineExceeded" in stuck.step.detail
+    long_ago = [pod("old01"), new_pod("new01", age=ROLLOUT_HOLD_MAX_SECONDS + 1)]
+    late = guard_scale_down(DEP, long_ago, current=2, desired=1, now=NOW, stuck=None)
+    assert late is not None
+    assert not late.held
+    assert "bound" in late.step.detail
+    just_in_time = [pod("old01"), new_pod("new01", age=ROLLOUT_HOLD_MAX_SECONDS - 1)]
+    held = guard_scale_down(DEP, just_in_time, current=2, desired=1, now=NOW, stuck=None)
+    assert held is not None
+    assert held.held
+
+
+def test_during_a_rollout_that_goes_ahead_each_replicaset_gets_its_own_idlest_marked() -> None:
+    """Whatever share of the cut the Deployment controller gives a ReplicaSet (at most the whole cut), the pods it
+    removes first are its own idlest: up to ``remove`` marks per ReplicaSet, costs ``-k..-1`` within each."""
+    pods = [pod("oldbz"), pod("oldi1"), pod("oldi2"), new_pod("newi1"), new_pod("newbz")]
+    loads = {name("oldbz"): 6.0, name("oldi1"): 0.0, name("oldi2"): 1.0, name("newi1"): 0.0, name("newbz"): 4.0}
+    plan = plan_marks(DEP, pods, 2, loads, NOW, per_replicaset=True)
+    assert sorted(marked(plan)) == sorted([(name("oldi1"), -2), (name("oldi2"), -1),
+                                           (name("newi1"), -2), (name("newbz"), -1)])
+    assert sorted(marked(plan_marks(DEP, pods, 2, loads, NOW))) == [(name("newi1"), -2), (name("oldi1"), -1)], \
+        "without a rollout going ahead: the idlest overall"
+    assert plan.unmarked == ROLLOUT
+    assert plan.note is not None
+    assert "per ReplicaSet" in plan.note
+
+
+# ---------------------------------------------------------------------------------------------- saying so
+
+
+def test_every_way_a_scale_down_goes_unsteered_has_a_reason_code() -> None:
+    pods = [pod("aaaaa"), pod("bbbbb")]
+    assert plan_marks(DEP, pods, 1, None, NOW).unmarked == NO_POD_LOADS
+    foreign = [pod("aaaaa", annotations={DELETION_COST_ANNOTATION: "100"}), pod("bbbbb")]
+    assert plan_marks(DEP, foreign, 1, {name("aaaaa"): 0.0, name("bbbbb"): 0.0}, NOW).unmarked == FOREIGN_COST
+    assert plan_marks(DEP, pods, 2, {name("aaaaa"): 0.0}, NOW).unmarked == UNSCRAPED_PODS
+    assert plan_marks(DEP, pods, 2, {name("aaaaa"): 0.0, name("bbbbb"): 1.0}, NOW).unmarked is None
+    assert set(UNMARKED_REASONS) >= {NO_POD_LOADS, FOREIGN_COST, UNSCRAPED_PODS, ROLLOUT}
+
+
+# ---------------------------------------------------------------------------------------------- marks seen
+
+
+def test_the_scale_goes_ahead_only_once_a_read_shows_every_planned_cost() -> None:
+    pods = [pod("aaaaa"), pod("bbbbb"), pod("ccccc")]
+    plan = plan_marks(DEP, pods, 2, {name("aaaaa"): 0.0, name("bbbbb"): 1.0, name("ccccc"): 9.0}, NOW)
+    read = [pod("aaaaa", annotations=ours(-2)), pod("bbbbb", annotations=ours(-1)), pod("ccccc")]
+    assert check_marks(plan, read, 3, 1, None, NOW).missing == ()
+
+    one_missing = [pod("aaaaa", annotations=ours(-2)), pod("bbbbb"), pod("ccccc")]
+    first = check_marks(plan, one_missing, 3, 1, None, NOW)
+    assert first.missing == (name("bbbbb"),)
+    assert first.hold
+    assert first.step is not None
+    assert (first.step.name, first.step.replicas) == ("marks_unconfirmed", 3)
+    later = check_marks(plan, one_missing, 3, 1, NOW - MARK_CONFIRM_SECONDS + 1, NOW)
+    assert later.hold
+    given_up = check_marks(plan, one_missing, 3, 1, NOW - MARK_CONFIRM_SECONDS, NOW)
+    assert not given_up.hold
+    assert given_up.step is not None
+    assert given_up.step.replicas == 1
+    assert "without relying on them" in given_up.step.detail
+    wrong_cost = [pod("aaaaa", annotations=ours(-2)), pod("bbbbb", annotations=ours(-7)), pod("ccccc")]
+    assert check_marks(plan, wrong_cost, 3, 1, None, NOW).missing == (name("bbbbb"),)
+
+
+# ---------------------------------------------------------------------------------------------- leaving care
+
+
+def test_released_marks_lose_both_annotations_and_the_label_whatever_their_age() -> None:
+    pods = [pod("aaaaa", annotations=ours(-1, NOW)), pod("bbbbb"),
+            pod("ccccc", annotations={DELETION_COST_ANNOTATION: "9", MARK_ANNOTATION: "{}"})]
+    plan = release_marks(pods, "the Deployment is advisory")
+    assert plan.patches == {name("aaaaa"): {DELETION_COST_ANNOTATION: None, MARK_ANNOTATION: None},
+                            name("ccccc"): {MARK_ANNOTATION: None}}, "a cost someone else set stays"
+    assert label_patch(plan.patches[name("aaaaa")]) == {MARK_LABEL: None}
+    assert plan.note is not None
+    assert "advisory" in plan.note
+    labelled_only = PodView(name("ddddd"), NOW, NOW, "Running", False, labels={MARK_LABEL: "true"})
+    assert release_marks([labelled_only], "gone").patches == {name("ddddd"): {MARK_ANNOTATION: None}}
+
+
+def test_a_mark_sets_the_label_that_finds_it_and_a_clear_removes_it() -> None:
+    plan = plan_marks(DEP, [pod("aaaaa"), pod("bbbbb")], 1, {name("aaaaa"): 0.0, name("bbbbb"): 3.0}, NOW)
+    assert label_patch(plan.patches[name("aaaaa")]) == {MARK_LABEL: "true"}
+    assert label_patch({DELETION_COST_ANNOTATION: None}) == {}
+
+
+def test_the_deployment_of_a_pod_is_read_from_its_replicasets_name() -> None:
+    assert deployment_of(pod("aaaaa")) == DEP
+    assert deployment_of(pod("aaaaa", owner=None)) is None
+    assert deployment_of(pod("aaaaa", owner="other-rs", template_hash=HASH)) is None
+    assert deployment_of(pod("aaaaa", owner=f"{DEP}-{HASH}", template_hash=None)) is None

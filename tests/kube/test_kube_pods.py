@@ -1,5 +1,6 @@
 """KubeCluster and pods for a scale-down: the plain ``PodView`` of each listed pod (owner ReplicaSet, template hash,
-readiness, termination, annotations) and the merge patch of the ``pod-deletion-cost`` marks, on the wire."""
+readiness, termination, annotations, labels), the merge patch of the ``pod-deletion-cost`` marks and their label,
+the label-selected list that finds every marked pod, and a Deployment's stuck rollout, on the wire."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kube import MERGE_PATCH, KubeCluster, KubeWriteError
-from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION
-from tests.kube.conftest import T0, pod
+from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION, MARK_LABEL
+from tests.kube.conftest import T0, deployment, pod
 from tests.kube.fakeapi import FakeKubeAPI
 
 
@@ -72,3 +73,51 @@ def test_patch_pod_annotations_is_one_merge_patch_without_a_read(fake_api: FakeK
 def test_a_failed_pod_patch_is_a_write_error_naming_the_pod(cluster: KubeCluster) -> None:
     with pytest.raises(KubeWriteError, match=r"annotate pod ml/gone: HTTP 404"):
         cluster.patch_pod_annotations("ml", "gone", {DELETION_COST_ANNOTATION: "-1"})
+
+
+def test_a_mark_and_its_label_go_in_one_merge_patch(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
+    fake_api.add("pods", pod("ml", "llama-7d9f-aaaaa", "llama", created=T0))
+    cluster.patch_pod_annotations("ml", "llama-7d9f-aaaaa", {DELETION_COST_ANNOTATION: "-1"}, {MARK_LABEL: "true"})
+    (patch,) = fake_api.calls("PATCH", "/pods/")
+    assert patch.body == {"metadata": {"annotations": {DELETION_COST_ANNOTATION: "-1"}, "labels": {MARK_LABEL: "true"}}}
+    stored = fake_api.get("pods", "ml", "llama-7d9f-aaaaa")
+    assert stored is not None
+    assert stored["metadata"]["labels"] == {"app": "llama", MARK_LABEL: "true"}
+
+
+def test_marked_pods_are_found_by_one_label_selected_list(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
+    for ns, name, marked in (("ml", "llama-7d9f-aaaaa", True), ("ml", "llama-7d9f-bbbbb", False),
+                             ("research", "chat-1a2b-ccccc", True)):
+        obj = owned(pod(ns, name, name.split("-")[0], created=T0, ready_at=T0), name.rsplit("-", 1)[0],
+                    name.split("-")[1])
+        if marked:
+            obj["metadata"]["labels"][MARK_LABEL] = "true"  # type: ignore[index]
+        fake_api.add("pods", obj)
+
+    everywhere = cluster.list_marked_pods([])
+    assert sorted((p.namespace, p.name) for p in everywhere) == [("ml", "llama-7d9f-aaaaa"),
+                                                                 ("research", "chat-1a2b-ccccc")]
+    assert all(p.labels[MARK_LABEL] == "true" and p.owner_replicaset is not None for p in everywhere)
+    (listed,) = fake_api.calls("GET", r"^/api/v1/pods$")
+    assert listed.query["labelSelector"] == [MARK_LABEL]
+
+    confined = cluster.list_marked_pods(["research"])
+    assert [p.name for p in confined] == ["chat-1a2b-ccccc"]
+    assert fake_api.calls("GET", r"^/api/v1/namespaces/research/pods$")[0].query["labelSelector"] == [MARK_LABEL]
+
+
+def test_a_rollout_the_deployment_controller_reports_stuck_is_seen(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
+    stuck = deployment("ml", "llama")
+    stuck["status"]["conditions"] = [
+        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+         "message": 'ReplicaSet "llama-7d9f" has timed out progressing.'},
+    ]
+    fake_api.add("deployments", stuck)
+    progressing = deployment("ml", "chat")
+    progressing["status"]["conditions"] = [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]
+    fake_api.add("deployments", progressing)
+    views = {v.name: v for v in cluster.list_workloads()}
+    assert views["llama"].rollout_stuck == \
+        'ProgressDeadlineExceeded: ReplicaSet "llama-7d9f" has timed out progressing.'
+    assert views["chat"].rollout_stuck is None
