@@ -2,7 +2,7 @@
 
 Why it exists: the controller only writes ``pod-deletion-cost`` marks and ``spec.replicas``; which pods go is
 decided by two other controllers. A test that stops at "the marks were written" cannot tell whether the pods it
-meant to remove are the ones removed (the issue found in a real cluster: during a rollout they were not). So the
+meant to remove are the ones removed (in a real cluster, during a rollout, they were not). So the
 tests run this model over the fake API server's pods after each tick and assert on the pods that *go*.
 
 Modelled from kube-controller-manager's documented behaviour (``pkg/controller``), as plain functions over the
