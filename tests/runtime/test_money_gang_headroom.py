@@ -17,10 +17,10 @@ from tests.domain.test_kueue import cluster_queue, local_queue
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.test_money import (
     CONTROLLER_NS,
-    CRDS,
     KUEUE_CRD,
     NODEPOOL_CRD,
     config,
+    crd,
     kueue_workload,
     nodepool,
 )
@@ -33,9 +33,8 @@ KEY = "Workload/training/pretrain"
 class Rig:
     def __init__(self, fake: FakeKubeAPI, api: client.ApiClient) -> None:
         self.fake = fake
-        for crd in (NODEPOOL_CRD, KUEUE_CRD, CRDS / "kueue.x-k8s.io_localqueues.yaml",
-                    CRDS / "kueue.x-k8s.io_clusterqueues.yaml"):
-            fake.install_crd(crd)
+        for name in (NODEPOOL_CRD, KUEUE_CRD, "kueue.x-k8s.io_localqueues.yaml", "kueue.x-k8s.io_clusterqueues.yaml"):
+            fake.install_crd(crd(name))
         fake.add("nodepools.karpenter.sh", nodepool("h100", "p5.48xlarge", 8))
         workload = kueue_workload("pretrain", pods=2, gpus=8, admitted=False, pool="h100")
         workload["metadata"]["uid"] = "uid-pretrain"

@@ -13,7 +13,7 @@ from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
 from tests.domain.test_money import NOW, planned
 from tests.kube.fakeapi import FakeKubeAPI
-from tests.runtime.test_money import CONTROLLER_NS, NODEPOOL_CRD, config, nodepool
+from tests.runtime.test_money import CONTROLLER_NS, NODEPOOL_CRD, config, crd, nodepool
 
 WINDOW = 600  # the default profile's scale_down_stabilization
 
@@ -40,7 +40,7 @@ def test_the_ahead_count_falls_only_to_the_highest_of_the_window() -> None:
 def test_placeholder_nodes_are_not_churned_by_a_wobbling_forecast_but_go_when_the_replicas_land(
     fake_api: FakeKubeAPI, api_client: client.ApiClient
 ) -> None:
-    fake_api.install_crd(NODEPOOL_CRD)
+    fake_api.install_crd(crd(NODEPOOL_CRD))
     fake_api.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=1))
     stage = MoneyStage(capacity=KarpenterCapacity(api_client, namespace=CONTROLLER_NS))
     cfg = config("http://127.0.0.1:1", karpenter={"headroom": "placeholder"})
