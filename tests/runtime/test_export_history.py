@@ -58,9 +58,10 @@ def test_export_writes_the_history_the_controller_forecasts(
     assert stamps == list(range(stamps[0], stamps[0] + STEP * len(rows), STEP)), "one row per bin, no row skipped"
     controller = seen.values[first : first + len(rows)]
     counts = np.array([float(r["requests"]) if r["requests"] else math.nan for r in rows])
-    # Bin by bin: the count written is the controller's rate x step, exactly; an empty cell where it has NaN.
+    # Bin by bin: the count written reads back (count / step, as the loader does) to the controller's rate taken
+    # through a count (rate x step / step, ``trace_from_rates``), exactly; an empty cell where it has NaN.
     np.testing.assert_array_equal(np.isnan(counts), np.isnan(controller))
-    np.testing.assert_array_equal(counts[~np.isnan(counts)], controller[~np.isnan(controller)] * STEP)
+    np.testing.assert_array_equal(counts[~np.isnan(counts)] / STEP, controller[~np.isnan(controller)] * STEP / STEP)
     # What is left out is only what the controller has no value for (before the first and after the last).
     assert np.isnan(seen.values[:first]).all()
     assert np.isnan(seen.values[first + len(rows) :]).all()
