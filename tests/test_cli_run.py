@@ -25,7 +25,7 @@ fleet = runtime.fleet
 
 pytestmark = pytest.mark.prometheus
 
-LEASE = ("leases", "ops", "predictive-autoscaler")
+LEASE = ("leases", "predictive-autoscaler", "predictive-autoscaler")
 
 
 @pytest.fixture

@@ -1,8 +1,13 @@
 """Fixtures for the Kubernetes adapter tests: the recording fake over real HTTP, and a real API server.
 
-``fake_api``/``api_client``: our ``FakeKubeAPI`` on 127.0.0.1 with the official client pointed at it
-(see ``fakeapi.py`` for why not kmock). ``real_api_client``/``real_namespace``: for ``@pytest.mark.kube``
-tests, the session's real kube-apiserver (``tests/kubeserver.py``), in a fresh namespace.
+``fake_api``/``api_client``: our ``FakeKubeAPI`` on 127.0.0.1 with the official client pointed at it as the
+controller's ServiceAccount (bearer ``CONTROLLER_TOKEN``), so every request is authorized against
+``deploy/rbac.yaml`` and every write checked as the real server checks it (see ``fakeapi.py``, and for why not
+kmock). ``admin_client``: the same server as an admin (``ADMIN_TOKEN``, never refused), for state a test sets up
+over HTTP. ``fake_api`` fails the test at teardown if the fake refused a request (401/403/400/422) or dropped an
+unknown field, unless the test called ``fake_api.expect_refusals()``: a controller that reports a failed write
+and carries on must not hide it. ``real_api_client``/``real_namespace``: for ``@pytest.mark.kube`` tests, the
+session's real kube-apiserver (``tests/kubeserver.py``), in a fresh namespace.
 """
 
 from __future__ import annotations
@@ -18,12 +23,11 @@ from kubernetes import client
 
 from autoscaler.adapters.karpenter import GPU
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
-from tests.conftest import REPO
-from tests.kube.fakeapi import FakeKubeAPI, load_crd, schema_errors
+from tests.kube.fakeapi import ADMIN_TOKEN, CONTROLLER_TOKEN, FakeKubeAPI, load_crd, schema_errors
 from tests.kubeserver import KubeServer, ensure_namespace
+from tests.shared import CRDS, require_shared
 
-CRDS = REPO.parent / "shared" / "crds"  # the CRDs the workspace ships (see SOURCES.md there)
-NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"
+NODEPOOL_CRD = CRDS / "karpenter.sh_nodepools.yaml"  # the CRDs the workspace ships, from ../shared/crds
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -34,13 +38,33 @@ def fake_api() -> Iterator[FakeKubeAPI]:
     api.start()
     yield api
     api.stop()
+    unexpected = api.unexpected()
+    assert not unexpected, (
+        "the fake API server refused requests or dropped fields (fake_api.expect_refusals() if the test means "
+        "it):\n" + "\n".join(unexpected)
+    )
+
+
+def fake_client(fake: FakeKubeAPI, token: str = CONTROLLER_TOKEN) -> client.ApiClient:
+    """An official client of the fake, authenticated with ``token`` (the controller's ServiceAccount by default)."""
+    cfg = client.Configuration()
+    cfg.host = fake.url
+    cfg.api_key = {"authorization": token}
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(cfg)
 
 
 @pytest.fixture
 def api_client(fake_api: FakeKubeAPI) -> Iterator[client.ApiClient]:
-    cfg = client.Configuration()
-    cfg.host = fake_api.url
-    with client.ApiClient(cfg) as api:
+    """The controller's client: requests as its ServiceAccount, held to deploy/rbac.yaml."""
+    with fake_client(fake_api) as api:
+        yield api
+
+
+@pytest.fixture
+def admin_client(fake_api: FakeKubeAPI) -> Iterator[client.ApiClient]:
+    """An admin's client of the same fake (never refused by RBAC), for setting state up over HTTP."""
+    with fake_client(fake_api, ADMIN_TOKEN) as api:
         yield api
 
 
@@ -179,7 +203,8 @@ def nodepool(
     taints: list[dict[str, str]] | None = None,
     instance_types: tuple[str, ...] = ("p5.48xlarge", "p4d.24xlarge"),
 ) -> dict[str, Any]:
-    """A Karpenter v1 NodePool as the API server serves it, checked against the CRD's schema."""
+    """A Karpenter v1 NodePool as the API server serves it, checked against the CRD's schema (skips without
+    ../shared/crds)."""
     requirements: list[dict[str, Any]] = [
         {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": list(instance_types)},
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
@@ -208,5 +233,5 @@ def nodepool(
         obj["spec"]["limits"] = {"cpu": "1000", GPU: gpu_limit}
     if gpus_in_use is not None:
         obj["status"]["resources"][GPU] = str(gpus_in_use)
-    assert schema_errors(obj, crd_schema(NODEPOOL_CRD, "v1"), strict=True) == []
+    assert schema_errors(obj, crd_schema(require_shared("crds", NODEPOOL_CRD.name), "v1"), strict=True) == []
     return obj

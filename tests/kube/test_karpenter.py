@@ -9,6 +9,7 @@ against the Kubernetes schemas of ``kubernetes-validate``.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -386,7 +387,9 @@ def test_long_deployment_names_give_bounded_stable_buffer_names() -> None:
 
 
 def test_the_schema_check_in_the_fake_can_fail(with_buffers: FakeKubeAPI, api_client: client.ApiClient) -> None:
-    """Control: a misspelt field is rejected under Strict and pruned without it, like the real API server."""
+    """Control: a misspelt field is rejected under Strict (400: a strict decoding error) and pruned without it
+    (with a warning), like the real API server; a value the schema forbids is 422."""
+    with_buffers.expect_refusals()
     custom = client.CustomObjectsApi(api_client)
     body = {
         "apiVersion": "autoscaling.x-k8s.io/v1beta1",
@@ -397,8 +400,8 @@ def test_the_schema_check_in_the_fake_can_fail(with_buffers: FakeKubeAPI, api_cl
     with pytest.raises(ApiException) as err:
         custom.create_namespaced_custom_object("autoscaling.x-k8s.io", "v1beta1", "ns", "capacitybuffers",
                                                body, field_validation="Strict")
-    assert err.value.status == 422
-    assert "replica" in str(err.value.body)
+    assert err.value.status == 400
+    assert 'strict decoding error: unknown field "spec.replica"' in json.loads(err.value.body)["message"]
     created = custom.create_namespaced_custom_object("autoscaling.x-k8s.io", "v1beta1", "ns", "capacitybuffers", body)
     assert isinstance(created, dict)
     assert created["spec"] == {"scalableRef": {"kind": "Deployment", "name": "llama"}}

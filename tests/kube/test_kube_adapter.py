@@ -25,7 +25,8 @@ from autoscaler.adapters.kube import (
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, event_payloads, parse_workload
 from autoscaler.ports import Cluster
 from tests.kube.conftest import T0, deployment, pod
-from tests.kube.fakeapi import FakeKubeAPI
+from tests.kube.fake_rbac import CONTROLLER
+from tests.kube.fakeapi import CONTROLLER_TOKEN, FakeKubeAPI
 
 
 @pytest.fixture
@@ -295,7 +296,7 @@ def test_api_client_from_kubeconfig(tmp_path: Path, fake_api: FakeKubeAPI) -> No
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "fake", "cluster": {"server": fake_api.url}}],
-                "users": [{"name": "u", "user": {"token": "t0ken"}}],
+                "users": [{"name": "u", "user": {"token": CONTROLLER_TOKEN}}],
                 "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
                 "current-context": "fake",
             }
@@ -304,6 +305,7 @@ def test_api_client_from_kubeconfig(tmp_path: Path, fake_api: FakeKubeAPI) -> No
     fake_api.add("deployments", deployment("ml", "llama"))
     with api_client_from_config(kubeconfig) as api:
         assert [v.name for v in KubeCluster(api).list_workloads()] == ["llama"]
+    assert {r.user for r in fake_api.calls()} == {CONTROLLER.name}  # the kubeconfig's token reached the server
     with pytest.raises(KubeConfigError, match=r"kubeconfig .*missing does not exist"):
         api_client_from_config(tmp_path / "missing")
 

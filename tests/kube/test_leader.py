@@ -15,7 +15,8 @@ from autoscaler.runtime.leader import LeaderElector
 from tests.kube.conftest import T0
 from tests.kube.fakeapi import MICROTIME, FakeKubeAPI
 
-LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/ops/leases/predictive-autoscaler"
+NS = "predictive-autoscaler"  # the controller's namespace: deploy/rbac.yaml grants its Lease there only
+LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/predictive-autoscaler"
 
 
 class Clock:
@@ -36,12 +37,12 @@ def clock() -> Clock:
     return Clock(T0.replace(microsecond=0))  # whole seconds: isoformat() would drop the fraction
 
 
-def elector(api: client.ApiClient, identity: str, clock: Clock, namespace: str = "ops") -> LeaderElector:
+def elector(api: client.ApiClient, identity: str, clock: Clock, namespace: str = NS) -> LeaderElector:
     return LeaderElector(api, namespace, "predictive-autoscaler", identity, lease_duration_seconds=15, clock=clock)
 
 
 def lease_spec(fake_api: FakeKubeAPI) -> dict[str, object]:
-    lease = fake_api.get("leases", "ops", "predictive-autoscaler")
+    lease = fake_api.get("leases", NS, "predictive-autoscaler")
     assert lease is not None
     spec: dict[str, object] = lease["spec"]
     return spec
@@ -53,7 +54,7 @@ def test_first_replica_creates_the_lease(fake_api: FakeKubeAPI, api_client: clie
     assert a.is_leader
 
     (create,) = fake_api.calls("POST")
-    assert create.path == "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
+    assert create.path == "/apis/coordination.k8s.io/v1/namespaces/predictive-autoscaler/leases"
     assert create.body["metadata"]["name"] == "predictive-autoscaler"
     spec = create.body["spec"]
     assert spec["holderIdentity"] == "pod-a"
@@ -121,7 +122,7 @@ def test_racer_writing_between_read_and_put_wins(
     clock.advance(60)
 
     def c_takes_over(api: FakeKubeAPI) -> None:
-        lease = api.objects[("leases", "ops", "predictive-autoscaler")]
+        lease = api.objects[("leases", NS, "predictive-autoscaler")]
         api.store_unlocked("leases", {**lease, "spec": {**lease["spec"], "holderIdentity": "pod-c"}})
 
     fake_api.before("PUT", LEASE_PATH + "$", c_takes_over)
@@ -136,7 +137,7 @@ def test_stale_resource_version_gets_409(fake_api: FakeKubeAPI, api_client: clie
     """The fake enforces resourceVersion like the API server: a write based on an old read gets 409."""
     a = elector(api_client, "pod-a", clock)
     assert a.try_acquire_or_renew()
-    old = fake_api.get("leases", "ops", "predictive-autoscaler")
+    old = fake_api.get("leases", NS, "predictive-autoscaler")
     assert old is not None
     clock.advance(1)
     assert a.try_acquire_or_renew()  # bumps resourceVersion
@@ -150,12 +151,13 @@ def test_whole_second_isoformat_is_rejected_like_the_real_server(
     fake_api: FakeKubeAPI, api_client: client.ApiClient, clock: Clock
 ) -> None:
     """Why the elector formats MicroTime itself: the client's own serialisation of a Lease read back."""
+    fake_api.expect_refusals()
     a = elector(api_client, "pod-a", clock)
     assert a.try_acquire_or_renew()
     api = client.CoordinationV1Api(api_client)
-    lease = api.read_namespaced_lease("predictive-autoscaler", "ops")
+    lease = api.read_namespaced_lease("predictive-autoscaler", NS)
     with pytest.raises(client.ApiException) as info:
-        api.replace_namespaced_lease("predictive-autoscaler", "ops", lease)
+        api.replace_namespaced_lease("predictive-autoscaler", NS, lease)
     assert info.value.status == 400
     assert "2006-01-02T15:04:05.000000Z07:00" in str(info.value.body)
 
@@ -166,7 +168,7 @@ def test_losing_the_create_race(fake_api: FakeKubeAPI, api_client: client.ApiCli
     fake_api.add(
         "leases",
         {
-            "metadata": {"name": "predictive-autoscaler", "namespace": "ops"},
+            "metadata": {"name": "predictive-autoscaler", "namespace": NS},
             "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "renewTime": "2025-03-01T12:00:00.000000Z"},
         },
     )  # ...but a created it meanwhile
@@ -202,7 +204,7 @@ def test_api_errors_mean_not_leading_and_are_reported(
         assert a.try_acquire_or_renew() is False
     assert not a.is_leader
     assert a.last_error is not None
-    assert re.fullmatch(r"renew lease ops/predictive-autoscaler: HTTP 500 .*", a.last_error)
+    assert re.fullmatch(r"renew lease predictive-autoscaler/predictive-autoscaler: HTTP 500 .*", a.last_error)
     assert a.last_error in caplog.text
     clock.advance(5)
     assert a.try_acquire_or_renew() is True  # still the holder once the API server answers again
@@ -210,7 +212,7 @@ def test_api_errors_mean_not_leading_and_are_reported(
 
 
 def test_rejects_naive_clock(api_client: client.ApiClient) -> None:
-    naive = LeaderElector(api_client, "ops", "x", "pod-a", clock=lambda: datetime(2025, 1, 1))  # noqa: DTZ001
+    naive = LeaderElector(api_client, NS, "x", "pod-a", clock=lambda: datetime(2025, 1, 1))  # noqa: DTZ001
     with pytest.raises(ValueError, match="aware UTC datetime"):
         naive.try_acquire_or_renew()
 

@@ -35,6 +35,7 @@ def workload(namespace: str, name: str, *, gpus: int = 8, count: int = 4, admitt
         "spec": {
             "queueName": "gpu-queue",
             "priorityClassName": "training-low",
+            "priority": 50,  # Kueue copies the class's value; the CRD's CEL rule wants it with priorityClassName
             "podSets": [
                 {
                     "name": "workers",

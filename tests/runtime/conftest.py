@@ -30,7 +30,7 @@ from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.metrics import ControllerMetrics
 from tests.kube.conftest import api_client, deployment, fake_api
-from tests.kube.fakeapi import FakeKubeAPI
+from tests.kube.fakeapi import CONTROLLER_TOKEN, FakeKubeAPI
 from tests.servers import PrometheusServer
 
 __all__ = [
@@ -72,7 +72,7 @@ prometheus:
   retries: 0
   timeout: 10s
 leader_election:
-  lease_namespace: ops
+  lease_namespace: predictive-autoscaler
   lease_duration: 15s
 """
 
@@ -82,11 +82,12 @@ def loop_config_text(url: str) -> str:
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig whose only context points at ``server`` (the fake API server) with a dummy token."""
+    """A kubeconfig whose only context points at ``server`` (the fake API server) with the token the fake knows as
+    the controller's ServiceAccount (held to deploy/rbac.yaml)."""
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
         f"clusters:\n- name: fake\n  cluster:\n    server: {server}\n"
-        "users:\n- name: tester\n  user:\n    token: not-a-secret\n"
+        f"users:\n- name: tester\n  user:\n    token: {CONTROLLER_TOKEN}\n"
         "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tester\n"
         "current-context: fake\n",
         encoding="utf-8",

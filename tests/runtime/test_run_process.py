@@ -28,7 +28,7 @@ from tests.servers import PrometheusServer, free_port
 
 pytestmark = pytest.mark.prometheus
 
-LEASE = ("leases", "ops", "predictive-autoscaler")
+LEASE = ("leases", "predictive-autoscaler", "predictive-autoscaler")
 STARTUP_SECONDS = 90.0
 
 
