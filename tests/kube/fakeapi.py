@@ -60,8 +60,8 @@ What it does like the real API server:
 * Events need ``involvedObject.namespace`` equal to the Event's namespace, and ``generateName`` works (cut to 58
   characters, 5 random ones added);
 * pods are listed and merge-patched (the ``pod-deletion-cost`` marks of a scale-down);
-* Deployments can be created and deleted, PriorityClasses listed (paged), read and created (``value`` is
-  immutable; creating an existing name is ``409 AlreadyExists``).
+* Deployments can be created and deleted, PriorityClasses listed (paged), read and created (creating an existing
+  name is ``409 AlreadyExists``).
 
 Every request is recorded (method, path, query, content type, parsed body, user), and faults can be injected
 (``fail("PATCH", r"/scale$", 409, times=2)``) to exercise retries and error reporting. What the fake's own
@@ -664,6 +664,8 @@ class FakeKubeAPI:
                 raise strict_decoding(b.kind, b.version, names)
             fake_validation.drop_fields(obj, problems.unknown)
             self._warned += [f'unknown field "{n}"' for n in names]
+        if b.resource == "priorityclasses":
+            obj.setdefault("value", 0)  # int32 without omitempty: decoding gives 0, and every read shows it
         errors = list(problems.invalid)
         errors += fake_validation.object_meta_errors(
             obj.get("metadata"), name_rule="segment" if b.resource == "events" else "subdomain")
