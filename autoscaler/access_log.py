@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.traces import Trace, TraceError, open_text, trace_from_rates
+from autoscaler.traces import MAX_TRACE_BINS, Trace, TraceError, open_text, trace_from_rates
 from models.types import TrafficSeries
 
 FORMATS = ("clf", "combined", "json")
@@ -51,7 +51,7 @@ DETECT_LINES = 100
 TIME_FIELDS = ("time", "timestamp", "@timestamp", "ts", "time_local", "time_iso8601", "datetime", "date")
 INPUT_TOKEN_FIELDS = ("prompt_tokens", "input_tokens", "usage.prompt_tokens", "usage.input_tokens")
 OUTPUT_TOKEN_FIELDS = ("completion_tokens", "output_tokens", "usage.completion_tokens", "usage.output_tokens")
-MAX_BINS = 10_000_000  # a log spanning more bins than this is refused (a stray year-1970 line, or a tiny --step)
+MAX_BINS = MAX_TRACE_BINS  # a log spanning more bins is refused (a stray year-1970 line, or a tiny --step)
 
 _CORE = r'^\S+ \S+ \S+ \[(?P<time>[^\]]+)\] "(?P<request>.*{lazy})" (?P<status>\d{{3}}) (?P<bytes>\d+|-)'
 CLF_LINE = re.compile(_CORE.format(lazy="") + r"\s*$")

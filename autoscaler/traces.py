@@ -10,7 +10,14 @@ Defined behaviour for messy files:
   irregular steps that are not multiples of the base step, fewer than two rows: ``TraceError``;
 - a directory, a binary file, a zip archive (an ``.xlsx``), text that is not UTF-8: ``TraceError``;
 - absent rows (gaps on the regular grid): filled with ``NaN`` (missing, not zero);
-- empty cells (and ``nan``): ``NaN``.
+- empty cells (and ``nan``): ``NaN``; the ``nan`` values are counted (``Trace.nan_values``) so that the commands
+  can say how many became gaps (an empty cell is the format's own way to write a gap, ``nan`` is not);
+- timestamps in milliseconds, microseconds or nanoseconds (after the year 2200 as seconds, or a step that is a
+  whole number of seconds in milliseconds but no sensible bin in seconds): ``TraceError`` saying which unit
+  they look like, since read as seconds they make bins of hours or a grid of millennia;
+- a grid (first to last timestamp, in steps) of more than :data:`MAX_TRACE_BINS` bins: ``TraceError`` naming
+  the span and the longest gap, checked before the grid is allocated (a stray row a year late, or a
+  one-second row among minutes, must not cost gigabytes).
 Accepted as they are: gzip-compressed files (``.csv.gz``; recognised by their magic bytes, whatever the
 name), a UTF-8 byte-order mark (spreadsheet exports), UTF-16 with a byte-order mark.
 The bin size is the smallest difference between consecutive timestamps.
@@ -32,6 +39,7 @@ import gzip
 import math
 import zlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TextIO
 
@@ -42,6 +50,21 @@ from models.types import TrafficSeries
 
 REQUIRED = ("timestamp", "requests")
 TOKEN_COLUMNS = ("input_tokens", "output_tokens")
+
+# The most bins a trace's grid may hold (first to last timestamp, in steps), so that any trace costs at most
+# 80 MB a column (3 columns: 240 MB) before anything else is done with it: about 19 years of 1-minute bins, or
+# 115 days of 1-second bins. Checked before the grid is allocated; ``trace from-log`` uses the same bound.
+MAX_TRACE_BINS = 10_000_000
+
+# A replay of a trace with more of its grid missing than this is refused by ``backtest`` and ``simulate``: it says
+# more about a stray row or a wrong file than about the traffic (a gap is missing data, not zeros, so such a
+# replay would mostly score nothing, or bill replicas held through the void).
+MOSTLY_MISSING = 0.5
+
+# Timestamps after this (2200-01-01T00:00:00Z) are not Unix seconds of a real trace: they are almost always
+# milliseconds (a 2020s time in ms reads as the year ~55,000) or micro/nanoseconds.
+LATEST_PLAUSIBLE_SECONDS = 7_258_118_400
+_SUBSECOND_UNITS = ((1_000, "milliseconds"), (1_000_000, "microseconds"), (1_000_000_000, "nanoseconds"))
 
 
 class TraceError(ValueError):
@@ -55,6 +78,7 @@ class Trace:
     name: str
     requests: TrafficSeries
     tokens: dict[str, TrafficSeries]
+    nan_values: int = 0  # cells written as ``nan`` (read as missing, like an empty cell)
 
     @property
     def step_seconds(self) -> int:
@@ -93,6 +117,7 @@ def open_text(p: Path, what: str = "trace file", errors: str = "strict") -> IO[s
         raise TraceError(f"{p}: is a directory, not a {what}")
     if not p.exists():
         raise TraceError(f"{p}: no such {what}")
+    compressed = False  # until the magic bytes are read: an unreadable file is not a gzip error
     try:
         with p.open("rb") as fh:
             head = fh.read(4)
@@ -116,7 +141,8 @@ def open_text(p: Path, what: str = "trace file", errors: str = "strict") -> IO[s
     return p.open(encoding=encoding, errors=errors, newline="")
 
 
-def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]]]:
+def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]], int]:
+    """Timestamps, each column's values, and how many cells said ``nan`` (empty cells are not counted)."""
     reader = csv.reader(fh)
     try:
         header = [h.strip() for h in next(reader)]
@@ -141,6 +167,7 @@ def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]]]
     cols = {c: header.index(c) for c in (*REQUIRED, *TOKEN_COLUMNS) if c in header}
     ts: list[int] = []
     data: dict[str, list[float]] = {c: [] for c in cols if c != "timestamp"}
+    nans = 0
     for lineno, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
@@ -154,10 +181,16 @@ def _read_rows(fh: IO[str], p: Path) -> tuple[list[int], dict[str, list[float]]]
             raise TraceError(f"{p}:{lineno}: timestamp {shown_ts!r} is not a number of seconds") from None
         if not math.isfinite(t) or t != int(t):
             raise TraceError(f"{p}:{lineno}: timestamp {raw_ts!r} is not an integer number of seconds")
+        if abs(t) >= 2**62:  # past any unit of Unix time (and past what the grid's integers hold)
+            raise TraceError(f"{p}:{lineno}: timestamp {raw_ts!r} is not a time in Unix seconds")
         ts.append(int(t))
         for c in data:
-            data[c].append(_parse_float(row[cols[c]], c, lineno, str(p)))
-    return ts, data
+            raw = row[cols[c]]
+            value = _parse_float(raw, c, lineno, str(p))
+            if value != value and raw.strip():
+                nans += 1
+            data[c].append(value)
+    return ts, data, nans
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -165,7 +198,7 @@ def load_trace(path: str | Path) -> Trace:
     p = Path(path)
     with open_text(p) as fh:
         try:
-            ts, data = _read_rows(fh, p)
+            ts, data, nans = _read_rows(fh, p)
         except UnicodeDecodeError as exc:
             kind = "UTF-16" if "16" in exc.encoding else "UTF-8"
             raise TraceError(
@@ -186,12 +219,21 @@ def load_trace(path: str | Path) -> Trace:
         i = int(np.argmax(diffs < 0))
         raise TraceError(f"{p}: timestamps are not sorted ({t_arr[i]} is followed by {t_arr[i + 1]} at row {i + 3})")
     step = int(diffs.min())
+    _check_seconds(p, t_arr, step)
     if np.any(diffs % step != 0):
         i = int(np.argmax(diffs % step != 0))
         raise TraceError(
             f"{p}: irregular timestamps: step {step}s inferred, but {t_arr[i]} -> {t_arr[i + 1]} is not a multiple"
         )
     n = int((t_arr[-1] - t_arr[0]) // step) + 1
+    if n > MAX_TRACE_BINS:
+        i = int(np.argmax(diffs))
+        raise TraceError(
+            f"{p}: its rows span {format_span(int(t_arr[-1] - t_arr[0]))} ({iso_time(int(t_arr[0]))} to "
+            f"{iso_time(int(t_arr[-1]))}) in {format_span(step)} steps: {n:,} bins, more than the {MAX_TRACE_BINS:,} a "
+            f"trace may hold; the longest gap is {format_span(int(diffs[i]))} between rows {i + 2} and {i + 3} "
+            f"({t_arr[i]} -> {t_arr[i + 1]}): remove the stray rows or split the trace"
+        )
     idx = ((t_arr - t_arr[0]) // step).astype(np.int64)
 
     def grid(column: str) -> TrafficSeries:
@@ -203,7 +245,87 @@ def load_trace(path: str | Path) -> Trace:
         name=p.name,
         requests=grid("requests"),
         tokens={c: grid(c) for c in TOKEN_COLUMNS if c in data},
+        nan_values=nans,
     )
+
+
+def iso_time(t: int) -> str:
+    """Unix seconds as ``2024-05-01T12:00:00Z`` (or the year alone, past what a date can hold)."""
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        return f"the year {1970 + t / 31_556_952:,.0f}"
+
+
+def _check_seconds(p: Path, t: np.ndarray, step: int) -> None:
+    """``TraceError`` when the timestamps are plainly not Unix seconds (see the module docstring)."""
+    last = int(t[-1])
+    if last > LATEST_PLAUSIBLE_SECONDS:
+        for scale, unit in _SUBSECOND_UNITS:
+            if last // scale <= LATEST_PLAUSIBLE_SECONDS:
+                raise TraceError(
+                    f"{p}: timestamps look like {unit} since 1970 ({last} read as seconds is {iso_time(last)}; as "
+                    f"{unit}, {iso_time(last // scale)}); write seconds (divide by {scale:,})"
+                )
+        raise TraceError(f"{p}: timestamp {last} is {iso_time(last)} read as seconds; write Unix seconds")
+    for scale, unit in reversed(_SUBSECOND_UNITS):
+        # A step that is a sensible bin (a divisor of an hour, or whole hours dividing a day) once divided by
+        # ``scale``, but no whole divisor of a day in seconds: 60000 "seconds" are a minute in milliseconds.
+        if step % scale == 0 and (3600 % (step // scale) == 0 or 86_400 % (step // scale) == 0):
+            raise TraceError(
+                f"{p}: timestamps look like {unit}: the step between rows is {step:,}s ({format_span(step)}) read as "
+                f"seconds, {format_span(step // scale)} as {unit}; write seconds (divide by {scale:,})"
+            )
+
+
+def format_span(seconds: float) -> str:
+    """``90`` -> ``'90s'``, ``900`` -> ``'15m'``, ``3600`` -> ``'1h'``, ``5400`` -> ``'1.5h'``, ``31_622_400`` ->
+    ``'366d'``: the largest unit that fits, one decimal when not whole (for messages a person reads)."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if abs(seconds) >= size:
+            value = seconds / size
+            return f"{value:,.0f}{unit}" if value == int(value) else f"{value:,.1f}{unit}"
+    return f"{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """The missing bins (NaN) of a series: how many, and its longest run (a gap), to decide what a command does
+    with them before a long run."""
+
+    bins: int
+    missing: int
+    longest_bins: int
+    longest_start: int  # Unix seconds of the longest gap's first bin (the series' start when there is none)
+    step_seconds: int
+
+    @property
+    def share(self) -> float:
+        return self.missing / self.bins if self.bins else 0.0
+
+    @property
+    def longest_seconds(self) -> int:
+        return self.longest_bins * self.step_seconds
+
+    def describe(self) -> str:
+        """``'62% of the 4,321 bins are missing; the longest gap is 2d, from 2024-05-01T00:00:00Z'``."""
+        text = f"{100 * self.share:.0f}% of the {self.bins:,} bins are missing"
+        if self.longest_bins:
+            text += f"; the longest gap is {format_span(self.longest_seconds)}, from {iso_time(self.longest_start)}"
+        return text
+
+
+def gaps(series: TrafficSeries) -> Gaps:
+    """The missing bins of ``series`` and its longest gap (a run of NaN)."""
+    missing = np.isnan(series.values)
+    count = int(missing.sum())
+    longest, start = 0, 0
+    if count:
+        edges = np.diff(np.concatenate(([0], missing.astype(np.int8), [0])))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        i = int(np.argmax(ends - starts))
+        longest, start = int(ends[i] - starts[i]), int(starts[i])
+    return Gaps(len(series), count, longest, series.start + start * series.step_seconds, series.step_seconds)
 
 
 def trace_from_rates(name: str, requests: TrafficSeries, tokens: dict[str, TrafficSeries] | None = None) -> Trace:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autoscaler.traces import TraceError, load_trace, parse_duration, trace_from_rates, write_trace
+from autoscaler import traces
+from autoscaler.traces import TraceError, format_span, gaps, load_trace, parse_duration, trace_from_rates, write_trace
 from models.types import TrafficSeries
 
 
@@ -144,3 +145,105 @@ def test_files_that_are_not_trace_csvs_are_one_line(tmp_path: Path, data: bytes,
 def test_a_directory_is_not_a_trace(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="is a directory"):
         load_trace(tmp_path)
+
+
+# -- timestamps that are not seconds, grids that would not fit, files that cannot be read ------------------------
+
+MINUTES = [1_700_000_000 + 60 * i for i in range(5)]
+
+
+@pytest.mark.parametrize(("scale", "unit"), [(1_000, "milliseconds"), (1_000_000, "microseconds"),
+                                             (1_000_000_000, "nanoseconds")])
+def test_timestamps_after_2200_say_which_unit_they_look_like(tmp_path: Path, scale: int, unit: str) -> None:
+    p = write(tmp_path, "timestamp,requests\n" + "".join(f"{t * scale},5\n" for t in MINUTES))
+    with pytest.raises(TraceError) as info:
+        load_trace(p)
+    message = str(info.value)
+    assert f"timestamps look like {unit} since 1970" in message
+    assert f"divide by {scale:,}" in message
+    assert "\n" not in message
+
+
+def test_millisecond_offsets_are_caught_by_their_step(tmp_path: Path) -> None:
+    # offsets from 0 in milliseconds are not in the future; a step of 60,000 "seconds" (16.7h) is a minute in ms
+    p = write(tmp_path, "timestamp,requests\n" + "".join(f"{60_000 * i},5\n" for i in range(5)))
+    with pytest.raises(TraceError, match="look like milliseconds: the step between rows is 60,000s"):
+        load_trace(p)
+
+
+@pytest.mark.parametrize("step", [1, 15, 60, 300, 3600, 86_400])
+def test_ordinary_steps_in_seconds_are_not_taken_for_milliseconds(tmp_path: Path, step: int) -> None:
+    p = write(tmp_path, "timestamp,requests\n" + "".join(f"{1_700_006_400 + step * i},5\n" for i in range(5)))
+    assert load_trace(p).step_seconds == step
+
+
+def test_a_grid_larger_than_the_bound_is_refused_before_it_is_allocated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stray row 10^9 seconds after one-second rows: a grid of 8 GB a column
+    p = write(tmp_path, "timestamp,requests\n0,1\n1,1\n1000000000,1\n")
+
+    def no_grid(*_: object, **__: object) -> None:
+        raise AssertionError("the grid was allocated")
+
+    monkeypatch.setattr(traces.np, "full", no_grid)
+    with pytest.raises(TraceError) as info:
+        load_trace(p)
+    message = str(info.value)
+    assert f"more than the {traces.MAX_TRACE_BINS:,} a trace may hold" in message
+    assert "the longest gap is" in message
+    assert "between rows 3 and 4" in message
+
+
+def test_the_bound_is_the_number_of_bins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(traces, "MAX_TRACE_BINS", 10)
+    assert len(load_trace(write(tmp_path, "timestamp,requests\n0,1\n60,1\n540,1\n")).requests) == 10
+    with pytest.raises(TraceError, match="11 bins, more than the 10"):
+        load_trace(write(tmp_path, "timestamp,requests\n0,1\n60,1\n600,1\n"))
+
+
+def test_an_unreadable_file_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # root reads a chmod 000 file: refuse the open itself, as the kernel does for anyone else
+    p = write(tmp_path, CSV)
+    real_open = Path.open
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> object:
+        if self == p:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(TraceError) as info:
+        load_trace(p)
+    assert str(info.value) == f"{p}: cannot read: Permission denied"
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc/self/mem (reading it fails)")
+def test_a_file_whose_read_fails_is_one_line() -> None:
+    with pytest.raises(TraceError, match="/proc/self/mem: cannot read: "):
+        load_trace("/proc/self/mem")
+
+
+def test_nan_values_are_counted_and_empty_cells_are_not(tmp_path: Path) -> None:
+    p = write(tmp_path, "timestamp,requests,input_tokens,output_tokens\n0,6,nan,6\n60,NaN,,12\n120,,1,1\n180,1,1,1\n")
+    trace = load_trace(p)
+    assert trace.nan_values == 2
+    assert np.isnan(trace.requests.values[1:3]).all()
+    assert load_trace(write(tmp_path, "timestamp,requests\n0,6\n60,\n120,1\n")).nan_values == 0
+
+
+def test_gaps_name_the_missing_share_and_the_longest_run() -> None:
+    values = np.array([1, np.nan, 2, np.nan, np.nan, np.nan, 3, 4], dtype=float)
+    found = gaps(TrafficSeries(values, 60, 1_700_000_000))
+    assert (found.bins, found.missing, found.longest_bins) == (8, 4, 3)
+    assert found.longest_start == 1_700_000_000 + 3 * 60
+    assert found.longest_seconds == 180
+    assert found.describe() == "50% of the 8 bins are missing; the longest gap is 3m, from 2023-11-14T22:16:20Z"
+    none = gaps(TrafficSeries(np.ones(4), 60, 0))
+    assert (none.missing, none.longest_bins, none.share) == (0, 0, 0.0)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(45, "45s"), (900, "15m"), (5400, "1.5h"), (86_400, "1d"),
+                                               (365 * 86_400, "365d")])
+def test_format_span(seconds: int, text: str) -> None:
+    assert format_span(seconds) == text
