@@ -86,6 +86,27 @@ class PodView:
 
 
 @dataclass(frozen=True)
+class StatusObject:
+    """A Deployment's status object (``autoscaler.domain.status``) as last read or written: its name, the JSON it
+    holds, the uid of the Deployment that owns it ("" when no owner reference names one) and its
+    ``resourceVersion``, which the next write sends so that a change by anyone else is a conflict, not lost."""
+
+    name: str
+    text: str
+    owner_uid: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class StatusWrite:
+    """A status write's result: the object as it now is, and whether anything was written (False: it already held
+    exactly this status for this Deployment)."""
+
+    stored: StatusObject
+    written: bool
+
+
+@dataclass(frozen=True)
 class PodStartups:
     """Observed start-up durations (creation -> Ready, seconds), the pods still starting, and every pod listed
     (``pods``: for choosing which pods a scale-down removes, and clearing those marks afterwards)."""
@@ -130,11 +151,25 @@ class Cluster(Protocol):
         after a restart too. One label-selected list (per namespace when confined)."""
         ...
 
-    def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
-        """Publish ``status`` as JSON in the ``predictive-autoscaler.io/status`` annotation.
+    def list_statuses(self, namespace: str) -> Mapping[str, StatusObject]:
+        """The status objects in ``namespace``, by object name: one label-selected list, made when Deployments there
+        are first seen (what they left is resumed from), not a read per Deployment."""
+        ...
 
-        Returns False when the annotation already held exactly this JSON (no write).
+    def write_status(
+        self, namespace: str, name: str, uid: str, status: Mapping[str, Any], last: StatusObject | None,
+    ) -> StatusWrite:
+        """Write ``status`` as the JSON of Deployment ``name``'s status object (owned by the Deployment ``uid``).
+
+        ``last``: the object as last read or written (None: none known, it is created). Nothing is written when it
+        already holds exactly this JSON for this Deployment. The write carries ``last``'s resourceVersion: a
+        conflict re-reads the object and retries, within the adapter's bounded retries.
         """
+        ...
+
+    def remove_status_annotation(self, namespace: str, name: str) -> None:
+        """Remove the ``predictive-autoscaler.io/status`` annotation older versions wrote on the Deployment (one
+        merge patch; nothing happens when it is not there)."""
         ...
 
     def post_event(

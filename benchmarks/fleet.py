@@ -378,14 +378,16 @@ def kube_client_costs(deployments: int = 50) -> dict[str, float]:
     from kubernetes import client
 
     from autoscaler.adapters.kube import KubeCluster
+    from autoscaler.ports import StatusObject
     from tests.kube.conftest import deployment
     from tests.kube.fakeapi import FakeKubeAPI
 
     api = FakeKubeAPI()
     api.start()
     try:
-        for i in range(deployments):
-            api.add("deployments", deployment("team-00", f"llm-{i:05d}"))
+        uids = [api.add("deployments", deployment("team-00", f"llm-{i:05d}"))["metadata"]["uid"]
+                for i in range(deployments)]
+        last: list[StatusObject | None] = [None] * deployments
         cfg = client.Configuration()
         cfg.host = api.url
         status: dict[str, Any] = {
@@ -400,7 +402,8 @@ def kube_client_costs(deployments: int = 50) -> dict[str, float]:
             for rep in range(3):
                 started = time.perf_counter()
                 for i in range(deployments):
-                    cluster.write_status("team-00", f"llm-{i:05d}", {**status, "desiredReplicas": rep * 100 + i})
+                    last[i] = cluster.write_status("team-00", f"llm-{i:05d}", uids[i],
+                                                   {**status, "desiredReplicas": rep * 100 + i}, last[i]).stored
                 writes.append((time.perf_counter() - started) / deployments)
                 started = time.perf_counter()
                 listed = cluster.list_workloads()
@@ -557,7 +560,7 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
         lines += [
             "Kubernetes client path (not in the ticks above): `KubeCluster` through the official client over real",
             "HTTP to the project's fake API server (`tests/kube/fakeapi.py`, same process, so no network or API",
-            f"server latency): one status write (GET + merge PATCH) {_fmt_s(kube['write_status'])}, listing "
+            f"server latency): one status write (its ConfigMap replaced) {_fmt_s(kube['write_status'])}, listing "
             f"{_fmt_s(kube['list_per_deployment'])} per Deployment. The loop rewrites the status of almost every",
             "Deployment on every tick (the status embeds the forecast, which moves every tick), so *estimated*",
             "tick = in-process tick + status writes x write cost + N x list cost:",

@@ -5,7 +5,8 @@ two weeks of 1-minute history each. A real API server and a real Prometheus woul
 Prometheus answering 1,000 x 20,160 points dominates everything), so the tick is driven through the same
 ports (``autoscaler.ports.Cluster`` and the loop's ``MetricsSource``) by in-process parts that do the
 least work an honest implementation could: the cluster keeps Deployments as plain views and records every
-write (serialising status to JSON, as the real adapter does before its PATCH); the source answers fleet
+write (serialising status to JSON, as the real adapter does before it writes the status object); the source answers
+fleet
 queries from arrays.
 
 The traffic is real: every Deployment's series is one of the public traces in ``../shared/traces``
@@ -21,7 +22,6 @@ modelled - the benchmark reports the write counts so a per-request cost can be a
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
-from autoscaler.ports import EventType, PodStartups, PodView, WorkloadView
+from autoscaler.domain.status import encode_status, status_object_name
+from autoscaler.ports import EventType, PodStartups, PodView, StatusObject, StatusWrite, WorkloadView
 from autoscaler.traces import load_trace
 from models.types import FloatArray, TrafficSeries
 
@@ -188,7 +189,7 @@ class RecordingCluster:
     def __init__(self, fleet: SyntheticFleet, *, on_status: Callable[[int], None] | None = None) -> None:
         self._workloads = {(w.namespace, w.name): w for w in fleet.workloads}
         self._views = {key: _view(w, replicas=2) for key, w in self._workloads.items()}
-        self._statuses: dict[tuple[str, str], str] = {}
+        self._statuses: dict[tuple[str, str], StatusObject] = {}
         self._on_status = on_status
         self.counts = WriteCounts()
         self.seconds = 0.0
@@ -219,18 +220,31 @@ class RecordingCluster:
         self.seconds += time.perf_counter() - started
         return changed
 
-    def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+    def list_statuses(self, namespace: str) -> dict[str, StatusObject]:
+        """The status objects written so far in ``namespace``."""
+        return {obj.name: obj for (ns, _), obj in self._statuses.items() if ns == namespace}
+
+    def write_status(
+        self, namespace: str, name: str, uid: str, status: Mapping[str, Any], last: StatusObject | None,
+    ) -> StatusWrite:
+        """As ``KubeCluster`` does: serialised, compared with ``last`` (no read), stored with a new version."""
         started = time.perf_counter()
-        text = json.dumps(status, sort_keys=True, separators=(",", ":"), allow_nan=False)  # as KubeCluster does
-        key = (namespace, name)
-        changed = self._statuses.get(key) != text
-        self._statuses[key] = text
+        text = encode_status(status)
         self.counts.statuses += 1
         self.counts.status_bytes += len(text)
+        if last is not None and last.text == text and last.owner_uid == uid:
+            result = StatusWrite(last, False)
+        else:
+            stored = StatusObject(status_object_name(name), text, uid, str(self.counts.statuses))
+            self._statuses[(namespace, name)] = stored
+            result = StatusWrite(stored, True)
         self.seconds += time.perf_counter() - started
         if self._on_status is not None:
             self._on_status(self.counts.statuses)
-        return changed
+        return result
+
+    def remove_status_annotation(self, namespace: str, name: str) -> None:
+        """The synthetic fleet never carried the old annotation: nothing to remove."""
 
     def post_event(
         self, namespace: str, name: str, uid: str, type: EventType, reason: str, message: str, now: datetime

@@ -1,5 +1,6 @@
 """``predictive-autoscaler explain``: the pure ``render`` on a status dict, and the command against the
-recording fake API server after a real tick (fake API server + real Prometheus)."""
+recording fake API server after a real tick (fake API server + real Prometheus): it reads the Deployment's status
+object (a ConfigMap), or the annotation an older controller wrote when there is none."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import pytest
 from autoscaler.cli import main
 from autoscaler.commands.explain import render
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, STATUS_ANNOTATION
-from tests.kube.fakeapi import FakeKubeAPI
+from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
+from tests.kube.conftest import stored_status
+from tests.kube.fake_rbac import ADMIN
+from tests.kube.fakeapi import ADMIN_TOKEN, CONTROLLER_TOKEN, FakeKubeAPI
 from tests.runtime import conftest as runtime
 from tests.servers import PrometheusServer
 
@@ -95,7 +99,17 @@ def test_render_tolerates_a_status_from_another_version() -> None:
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path, fleet: FakeKubeAPI) -> str:
-    return str(runtime.write_kubeconfig(tmp_path / "kubeconfig", fleet.url))
+    """A person's kubeconfig (explain is not run as the controller): the admin, who reads Deployments and ConfigMaps
+    as the ``view`` role does."""
+    path = runtime.write_kubeconfig(tmp_path / "kubeconfig", fleet.url)
+    path.write_text(path.read_text().replace(CONTROLLER_TOKEN, ADMIN_TOKEN), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def no_configmaps_kubeconfig(tmp_path: Path, fleet: FakeKubeAPI) -> str:
+    """Someone who may read Deployments but no ConfigMap (the controller's own ServiceAccount is such a one)."""
+    return str(runtime.write_kubeconfig(tmp_path / "sa-kubeconfig", fleet.url))
 
 
 @pytest.mark.prometheus
@@ -120,17 +134,80 @@ def test_explain_after_a_tick_prints_what_the_controller_published(
         assert line.split()[:4] == [f"{i}.", step.name, "->", str(step.replicas)]
         assert line.endswith(step.detail)
     assert lines[-1].split()[0] == hhmm(now)  # the track's one point so far
-    # Reading it took one GET of that Deployment: no cluster-wide list.
-    reads = rig.fake.calls("GET", r"/deployments")
-    assert reads[-1].path == "/apis/apps/v1/namespaces/serving/deployments/llama-chat"
+    # Reading it took one GET of that Deployment and one of its status object: no list.
+    reads = [c.path for c in rig.fake.calls("GET") if c.user == ADMIN.name]
+    assert reads == ["/apis/apps/v1/namespaces/serving/deployments/llama-chat",
+                     f"/api/v1/namespaces/serving/configmaps/{status_object_name('llama-chat')}"]
 
     assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig, "--json"]) == 0
-    dep = rig.fake.get("deployments", "serving", "llama-chat")
-    assert dep is not None
-    assert json.loads(capsys.readouterr().out) == json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    assert json.loads(capsys.readouterr().out) == stored_status(rig.fake, "serving", "llama-chat")
     # --deployment, as backtest, simulate and export take it, is the same Deployment
     assert main(["explain", "--deployment", "serving/llama-chat", "--kubeconfig", kubeconfig, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    assert json.loads(capsys.readouterr().out) == stored_status(rig.fake, "serving", "llama-chat")
+
+
+def _status_object(
+    fake: FakeKubeAPI, namespace: str, name: str, status: dict[str, Any], uid: str | None = None,
+) -> None:
+    dep = fake.get("deployments", namespace, name)
+    assert dep is not None
+    fake.add("configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": status_object_name(name), "namespace": namespace,
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                                          "uid": uid or dep["metadata"]["uid"]}]},
+        "data": {STATUS_DATA_KEY: json.dumps(status)},
+    })
+
+
+def _annotate_status(fake: FakeKubeAPI, namespace: str, name: str, status: dict[str, Any]) -> None:
+    dep = fake.get("deployments", namespace, name)
+    assert dep is not None
+    dep["metadata"]["annotations"][STATUS_ANNOTATION] = json.dumps(status)
+    fake.add("deployments", dep)
+
+
+def test_explain_reads_the_status_object_before_an_older_annotation(
+    fleet: FakeKubeAPI, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _annotate_status(fleet, "serving", "llama-chat", {**status_dict(), "time": "2023-11-14T20:00:00+00:00"})
+    _status_object(fleet, "serving", "llama-chat", status_dict())
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "serving/llama-chat  mode=scale  as of 2023-11-14T22:45:00+00:00"
+
+
+def test_explain_falls_back_to_the_annotation_an_older_controller_wrote(
+    fleet: FakeKubeAPI, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _annotate_status(fleet, "serving", "llama-chat", status_dict())
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == status_dict()
+
+
+def test_explain_ignores_the_status_object_of_an_earlier_deployment_of_that_name(
+    fleet: FakeKubeAPI, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deleted and created again before the garbage collector removed the old one's status object."""
+    _status_object(fleet, "serving", "llama-chat", status_dict(), uid="0b1d-earlier")
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "serving/llama-chat: the controller has not published a decision yet"]
+
+
+def test_explain_without_read_access_to_configmaps_says_which_grant_it_needs(
+    fleet: FakeKubeAPI, no_configmaps_kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.expect_refusals()  # the 403s are the point
+    _status_object(fleet, "serving", "llama-chat", status_dict())
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", no_configmaps_kubeconfig]) == 2
+    obj = status_object_name("llama-chat")
+    assert capsys.readouterr().err == (
+        f"predictive-autoscaler explain: error: reading configmap serving/{obj} failed: HTTP 403 Forbidden: "
+        "explain needs get on configmaps in namespace serving, where the controller keeps the status\n")
+    # a Deployment an older controller annotated is still explained from the annotation
+    _annotate_status(fleet, "serving", "llama-chat", status_dict())
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", no_configmaps_kubeconfig, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == status_dict()
 
 
 def test_explain_before_the_first_decision(

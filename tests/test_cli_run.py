@@ -15,6 +15,7 @@ import pytest
 
 from autoscaler.cli import main
 from autoscaler.domain.annotations import STATUS_ANNOTATION
+from tests.kube.conftest import stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime import conftest as runtime
 from tests.servers import PrometheusServer, free_port
@@ -80,7 +81,8 @@ def test_once_exits_0_after_acting_as_leader_and_releases_the_lease(
     dep = fleet.get("deployments", "serving", "llama-chat")
     assert dep is not None
     assert dep["spec"]["replicas"] > 2
-    status = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    assert STATUS_ANNOTATION not in dep["metadata"]["annotations"]
+    status = stored_status(fleet, "serving", "llama-chat")
     assert status["time"] == datetime.fromtimestamp(at, tz=UTC).isoformat()
     (create,) = fleet.calls("POST", r"/leases$")
     assert create.body["spec"]["holderIdentity"] == "ctl-once"

@@ -202,6 +202,11 @@ ALLOWED_CLUSTER_GRANTS = {
     ("", "pods", "list"),
     ("", "pods", "patch"),  # pod-deletion-cost marks of a scale-down (set, then cleared)
     ("", "events", "create"),
+    # the status of each Deployment, in a ConfigMap it owns (no get: a conflict re-reads by a field-selected list;
+    # no delete: garbage collection removes it with its Deployment)
+    ("", "configmaps", "list"),
+    ("", "configmaps", "create"),
+    ("", "configmaps", "update"),
     # GPU nodes and cost ceiling (autoscaler/adapters/karpenter.py, training.py)
     ("karpenter.sh", "nodepools", "get"),
     ("karpenter.sh", "nodepools", "list"),

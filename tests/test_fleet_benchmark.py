@@ -71,8 +71,10 @@ def test_cluster_scales_at_once_and_counts_writes(fleet: SyntheticFleet) -> None
     assert cluster.scale(w.namespace, w.name, 5) is False
     view = next(v for v in cluster.list_workloads() if v.name == w.name)
     assert (view.replicas, view.ready_replicas) == (5, 5)
-    assert cluster.write_status(w.namespace, w.name, {"desiredReplicas": 5}) is True
-    assert cluster.write_status(w.namespace, w.name, {"desiredReplicas": 5}) is False
+    first = cluster.write_status(w.namespace, w.name, view.uid, {"desiredReplicas": 5}, None)
+    assert first.written
+    assert not cluster.write_status(w.namespace, w.name, view.uid, {"desiredReplicas": 5}, first.stored).written
+    assert cluster.list_statuses(w.namespace) == {first.stored.name: first.stored}
     assert (cluster.counts.scales, cluster.counts.statuses, seen) == (2, 2, [1, 2])
 
 

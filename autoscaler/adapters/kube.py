@@ -1,5 +1,6 @@
 """``Cluster`` over the official ``kubernetes`` client: list opted-in Deployments, read pod start-ups, scale,
-publish status, post Events, annotate pods (the ``pod-deletion-cost`` marks of a scale-down).
+publish status (a ConfigMap per Deployment, ``autoscaler.domain.status``), post Events, annotate pods (the
+``pod-deletion-cost`` marks of a scale-down).
 
 Why it exists: this is the one place that knows the Kubernetes wire format. Everything it returns is a
 plain view from ``autoscaler.ports``; every write either succeeds or raises ``KubeWriteError`` with one
@@ -14,10 +15,18 @@ Choices, and why:
   rewrites it to ``strategic-merge-patch+json`` (``kubernetes/client/rest.py``). Strategic merge works for
   built-in kinds but not for custom resources and has list-merge semantics nobody needs for one
   annotation or one integer, so we pass ``_content_type`` explicitly: RFC 7386, same on every kind.
-* Every write reads first and is skipped when the object already has the value, so a steady state
-  writes nothing (no resourceVersion churn for GitOps tools and watchers). The patch itself carries no
-  resourceVersion precondition: the controller owns this one field, so "last writer wins" is right, and
-  a precondition would only turn the deployment controller's frequent status updates into conflicts.
+* Every write to someone else's object (the scale, a NodePool's limit) reads first and is skipped when the
+  object already has the value, so a steady state writes nothing (no resourceVersion churn for GitOps tools and
+  watchers). The patch itself carries no resourceVersion precondition: the controller owns that one field, so
+  "last writer wins" is right, and a precondition would only turn the deployment controller's frequent status
+  updates into conflicts.
+  The status object (``autoscaler.domain.status``) is the controller's own, so it is not read before each write:
+  it is compared with what the controller last read or wrote of it (one label-selected list per namespace when its
+  Deployments are first seen, then each write's answer) and replaced whole with that resourceVersion (optimistic
+  concurrency: whoever else changed it meanwhile makes the write a ``409``, which re-reads it and retries; one
+  deleted meanwhile is created again; a ConfigMap of that name without our label is never overwritten). No
+  ``get``: that re-read is a list with a field selector, so ``list``, ``create`` and ``update`` on ConfigMaps are
+  all the status needs, each used in ordinary ticks.
   Pod annotations are the exception to "read first": the loop decides from the pods it has just listed, and a
   ``get`` per pod would be one more verb on pods in the RBAC for nothing (``patch`` is the only one added). The
   read that shows the marks in place before a scale is the next list of the Deployment's pods (the same grant).
@@ -46,7 +55,25 @@ from kubernetes.client.exceptions import ApiException
 
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, fit_event_message
 from autoscaler.domain.scaledown import MARK_LABEL
-from autoscaler.ports import EventType, NotReadyPod, PodStartups, PodView, WorkloadView
+from autoscaler.domain.status import (
+    DEPLOYMENT_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    STATUS_DATA_KEY,
+    STATUS_SELECTOR,
+    deployment_label,
+    encode_status,
+    status_object_name,
+)
+from autoscaler.ports import (
+    EventType,
+    NotReadyPod,
+    PodStartups,
+    PodView,
+    StatusObject,
+    StatusWrite,
+    WorkloadView,
+)
 
 MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "predictive-autoscaler"
@@ -432,25 +459,118 @@ class KubeCluster:
 
         self._write(f"annotate pod {namespace}/{name}", once)
 
-    def write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
-        text = json.dumps(status, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    def list_statuses(self, namespace: str) -> dict[str, StatusObject]:
+        found: dict[str, StatusObject] = {}
+        token: str | None = None
+        while True:
+            page = self._read(
+                f"list configmaps in {namespace} with labels {STATUS_SELECTOR}",
+                lambda token=token: self._core.list_namespaced_config_map(  # type: ignore[misc]
+                    namespace, label_selector=STATUS_SELECTOR, limit=self._page_size, _continue=token,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            for cm in page.items or []:
+                if cm.metadata is not None and cm.metadata.name:
+                    found[cm.metadata.name] = self._status_object(cm)
+            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
+            if not token:
+                return found
+
+    @staticmethod
+    def _status_object(cm: client.V1ConfigMap) -> StatusObject:
+        meta = cm.metadata or client.V1ObjectMeta()
+        owner = next((o.uid for o in meta.owner_references or [] if o.kind == "Deployment" and o.uid), "")
+        return StatusObject(name=meta.name or "", text=(cm.data or {}).get(STATUS_DATA_KEY, ""), owner_uid=owner,
+                            resource_version=meta.resource_version or "")
+
+    @staticmethod
+    def _status_body(
+        namespace: str, name: str, uid: str, text: str, resource_version: str | None,
+    ) -> client.V1ConfigMap:
+        """The whole ConfigMap (a replace sends all of it): labels to find it by, the owner reference that has the
+        garbage collector delete it with its Deployment (``blockOwnerDeletion`` false: deleting the Deployment does
+        not wait for it, and creating it needs no grant on the Deployment's finalizers), the status."""
+        owners = [client.V1OwnerReference(api_version="apps/v1", kind="Deployment", name=name, uid=uid,
+                                          controller=False, block_owner_deletion=False)] if uid else None
+        return client.V1ConfigMap(
+            api_version="v1",
+            kind="ConfigMap",
+            metadata=client.V1ObjectMeta(
+                name=status_object_name(name),
+                namespace=namespace,
+                labels={MANAGED_BY_LABEL: MANAGED_BY, DEPLOYMENT_LABEL: deployment_label(name)},
+                owner_references=owners,
+                resource_version=resource_version or None,
+            ),
+            data={STATUS_DATA_KEY: text},
+        )
+
+    def _reread_status(self, namespace: str, obj_name: str, deployment: str) -> StatusObject | None:
+        """The status object as it is now (None: there is none), after a conflict. A ConfigMap of that name that is
+        not the controller's (no managed-by label) is never overwritten: that is a write error naming it."""
+        page = self._core.list_namespaced_config_map(
+            namespace, field_selector=f"metadata.name={obj_name}", _request_timeout=self._timeout)
+        for cm in page.items or []:
+            if cm.metadata is None or cm.metadata.name != obj_name:
+                continue
+            if (cm.metadata.labels or {}).get(MANAGED_BY_LABEL) != MANAGED_BY:
+                raise KubeWriteError(
+                    f"write status of deployment {namespace}/{deployment}: configmap {namespace}/{obj_name} exists "
+                    f"and is not the controller's (no label {MANAGED_BY_LABEL}={MANAGED_BY}); rename or delete it")
+            return self._status_object(cm)
+        return None
+
+    def write_status(
+        self, namespace: str, name: str, uid: str, status: Mapping[str, Any], last: StatusObject | None,
+    ) -> StatusWrite:
+        text = encode_status(status)
+        obj_name = status_object_name(name)
+        known = last
+        result: StatusWrite | None = None
 
         def once() -> bool:
-            dep = self._apps.read_namespaced_deployment(name, namespace, _request_timeout=self._timeout)
-            annotations = (dep.metadata.annotations if dep.metadata is not None else None) or {}
-            if annotations.get(STATUS_ANNOTATION) == text:
-                return False
+            nonlocal known, result
+            while True:
+                if known is not None and known.text == text and known.owner_uid == uid:
+                    result = StatusWrite(known, False)
+                    return False
+                body = self._status_body(namespace, name, uid, text, None if known is None else known.resource_version)
+                try:
+                    if known is None:
+                        cm = self._core.create_namespaced_config_map(
+                            namespace, body, field_manager=COMPONENT, _request_timeout=self._timeout)
+                    else:
+                        cm = self._core.replace_namespaced_config_map(
+                            obj_name, namespace, body, field_manager=COMPONENT, _request_timeout=self._timeout)
+                except ApiException as exc:
+                    if exc.status == 404 and known is not None:
+                        known = None  # deleted since it was read (by a person, or collected with a predecessor)
+                        continue
+                    if exc.status == 409:  # changed since it was read, or created by someone: read it, retry
+                        known = self._reread_status(namespace, obj_name, name)
+                    raise
+                result = StatusWrite(self._status_object(cm), True)
+                return True
+
+        self._write(f"write status configmap {namespace}/{obj_name} of deployment {namespace}/{name}", once)
+        if result is None:  # pragma: no cover - once() sets it whenever it returns
+            raise AssertionError("unreachable")
+        return result
+
+    def remove_status_annotation(self, namespace: str, name: str) -> None:
+        def once() -> bool:
             self._apps.patch_namespaced_deployment(
                 name,
                 namespace,
-                {"metadata": {"annotations": {STATUS_ANNOTATION: text}}},
+                {"metadata": {"annotations": {STATUS_ANNOTATION: None}}},
                 field_manager=COMPONENT,
                 _content_type=MERGE_PATCH,
                 _request_timeout=self._timeout,
             )
             return True
 
-        return self._write(f"write status annotation on deployment {namespace}/{name}", once)
+        self._write(f"remove the status annotation from deployment {namespace}/{name}", once)
 
     def post_event(
         self,

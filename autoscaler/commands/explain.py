@@ -1,10 +1,12 @@
 """``predictive-autoscaler explain NAMESPACE/DEPLOYMENT``: why a Deployment has the replicas it has.
 
-Reads what the controller published on the Deployment (the ``predictive-autoscaler.io/status``
-annotation: the decision's steps, the forecast at the horizon, and a 4-hour track of forecasts
-and actuals) and prints it for a person. It reads that one Deployment with a single ``GET`` in
-its namespace (not a cluster-wide list), so an inference team can run it with its own
-namespace-scoped read access. ``render`` is pure, so the wording is tested without a cluster.
+Reads what the controller published for the Deployment (its status object, a ConfigMap beside it:
+``autoscaler.domain.status``; the decision's steps, the forecast at the horizon, and a 4-hour track of
+forecasts and actuals) and prints it for a person. It reads that one Deployment and that one ConfigMap with a
+``GET`` each in their namespace (not a cluster-wide list), so an inference team can run it with its own
+namespace-scoped read access (the ``view`` role reads both). A Deployment an older version of the controller
+wrote its status on (the ``predictive-autoscaler.io/status`` annotation) and the running one has not moved yet
+is read from that annotation. ``render`` is pure, so the wording is tested without a cluster.
 
 The "forecast vs actual" table lines each tracked time up with the forecast that was made *for*
 that time (one horizon earlier), so a person sees how far the forecast was off, not two unrelated
@@ -26,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from autoscaler.adapters.kube import KubeError, api_client_from_config
 from autoscaler.cli import UserError, add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
+from autoscaler.domain.status import STATUS_DATA_KEY, decode_status, status_object_name
 
 # Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time
 # within half that spacing (a forecast for five minutes later is not a forecast of this point).
@@ -36,7 +39,8 @@ MATCH_SECONDS = 150
 DESCRIPTION = (
     "Show why a Deployment has the replicas it has: each rule the controller's last decision went through, with "
     "its numbers, and the forecast against what actually arrived over the last hours. It reads the status the "
-    "controller published on that one Deployment, so read access to its namespace is enough."
+    "controller published for that one Deployment (the ConfigMap <deployment>-predictive-autoscaler beside it), so "
+    "read access to Deployments and ConfigMaps in its namespace is enough."
 )
 
 
@@ -183,8 +187,52 @@ def _read_deployment(api: client.ApiClient, namespace: str, name: str) -> dict[s
     return out
 
 
-def explain(deployment: Mapping[str, Any], as_json: bool = False) -> list[str]:
-    """The lines ``explain`` prints for a Deployment (API JSON); ``UserError`` when it is not ours."""
+def _read_status_object(
+    api: client.ApiClient, namespace: str, name: str, annotated: bool,
+) -> dict[str, Any] | None:
+    """The Deployment's status object as API JSON, None when there is none; one GET in its namespace.
+
+    Without read access to ConfigMaps there, the status an older controller left in the annotation is shown when
+    the Deployment has one (``annotated``); otherwise the error says which grant is missing."""
+    core = client.CoreV1Api(api)
+    obj_name = status_object_name(name)
+    try:
+        cm = core.read_namespaced_config_map(obj_name, namespace, _request_timeout=30)
+    except ApiException as exc:
+        if exc.status == 404 or (exc.status == 403 and annotated):
+            return None
+        detail = f"HTTP {exc.status} {exc.reason or ''}".strip()
+        hint = (f": explain needs get on configmaps in namespace {namespace}, where the controller keeps the status"
+                if exc.status == 403 else "")
+        raise UserError(f"reading configmap {namespace}/{obj_name} failed: {detail}{hint}") from None
+    except urllib3.exceptions.HTTPError:
+        raise UserError(f"cannot reach the API server at {api.configuration.host}") from None
+    out: dict[str, Any] = api.sanitize_for_serialization(cm)  # type: ignore[no-untyped-call]
+    return out
+
+
+def published(deployment: Mapping[str, Any], status_object: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """The status text the controller published for ``deployment`` and where it was read: its status object, else
+    the annotation an older version wrote (None: neither). An object owned by an earlier Deployment of the same name
+    (not garbage-collected yet) is not this one's."""
+    meta = deployment.get("metadata") or {}
+    namespace, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+    if status_object is not None:
+        obj_meta = status_object.get("metadata") or {}
+        owners = [str(o.get("uid") or "") for o in obj_meta.get("ownerReferences") or []
+                  if isinstance(o, dict) and o.get("kind") == "Deployment"]
+        text = (status_object.get("data") or {}).get(STATUS_DATA_KEY)
+        if isinstance(text, str) and (not uid or not owners or uid in owners):
+            return text, f"configmap {namespace}/{obj_meta.get('name', '')}"
+    raw = (meta.get("annotations") or {}).get(STATUS_ANNOTATION)
+    return (raw, "status annotation") if isinstance(raw, str) else None
+
+
+def explain(
+    deployment: Mapping[str, Any], as_json: bool = False, status_object: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The lines ``explain`` prints for a Deployment (API JSON) and its status object (API JSON, None: none read);
+    ``UserError`` when the Deployment is not ours."""
     meta = deployment.get("metadata") or {}
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     labels = meta.get("labels") or {}
@@ -195,16 +243,15 @@ def explain(deployment: Mapping[str, Any], as_json: bool = False) -> list[str]:
         )
     parsed = parse_workload(namespace, name, labels, annotations, (deployment.get("spec") or {}).get("template"))
     problems = [str(p) for p in parsed.problems]
-    raw = annotations.get(STATUS_ANNOTATION)
-    if raw is None:
+    found = published(deployment, status_object)
+    if found is None:
         return [f"{namespace}/{name}: the controller has not published a decision yet",
                 *(f"problem: {p}" for p in problems)]
+    raw, source = found
     try:
-        status = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{namespace}/{name}: status annotation is not JSON ({exc})") from None
-    if not isinstance(status, dict):
-        raise UserError(f"{namespace}/{name}: status annotation is not a JSON object")
+        status = decode_status(raw)
+    except ValueError as exc:
+        raise UserError(f"{namespace}/{name}: the status in the {source} is not a JSON object ({exc})") from None
     if as_json:
         return [json.dumps(status, indent=2)]
     return render(namespace, name, status, problems)
@@ -225,5 +272,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     with api:
         deployment = _read_deployment(api, namespace, name)
-    print("\n".join(explain(deployment, args.json)))
+        meta = deployment.get("metadata") or {}
+        annotated = STATUS_ANNOTATION in (meta.get("annotations") or {})
+        # one not opted in is refused by explain() without a second read
+        status_object = (_read_status_object(api, namespace, name, annotated)
+                         if is_enabled(meta.get("labels") or {}) else None)
+    print("\n".join(explain(deployment, args.json, status_object)))
     return 0

@@ -52,7 +52,6 @@ Failure policy (nothing is lost, nothing scales down blindly):
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import time
@@ -96,9 +95,10 @@ from autoscaler.domain.scaledown import (
     release_marks,
     rollout_of,
 )
+from autoscaler.domain.status import first_sight, status_object_name
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
-from autoscaler.ports import Cluster, EventType, PodStartups, PodView, WorkloadView
+from autoscaler.ports import Cluster, EventType, PodStartups, PodView, StatusObject, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PlannedWorkload, ahead_replicas
@@ -190,6 +190,14 @@ class _Memory:
     gpus_reported: bool = False  # a GPUsUnavailable Event was posted for the current shortage
     status_written: dict[str, Any] | None = None
     status_written_at: float = -math.inf
+    # The status it left (autoscaler.domain.status): looked for (its namespace's status objects listed; until then
+    # no status is written, which would drop the self-tuning days it may hold), the object as last read or written
+    # (None: none known), the status to resume from, and one an older version's annotation holds that is to be
+    # copied to the object before the annotation is removed.
+    status_read: bool = False
+    status_object: StatusObject | None = None
+    saved_status: dict[str, Any] | None = None
+    status_copy: dict[str, Any] | None = None
     track: list[dict[str, Any]] = field(default_factory=list)
     exported_bands: frozenset[str] = frozenset()  # forecast bands on /metrics for this Deployment
     exported_unit: str | None = None  # the unit label of its demand_unit_info series
@@ -506,6 +514,7 @@ class Controller:
             listed.update(dict.fromkeys(advisory, "it is advisory (mode: advisory)"))
             self._sweep_marks(cfg, in_care, listed, now, errors)
         self._forget({(v.namespace, v.name) for v in views})
+        self._read_statuses(views, write, errors)
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         self._report_outage(valid, metrics_ok, now, write, errors)
@@ -739,6 +748,60 @@ class Controller:
 
     # ------------------------------------------------------------------ decide
 
+    def _read_statuses(self, views: Sequence[WorkloadView], write: bool, errors: list[str]) -> None:
+        """Read the status each Deployment seen for the first time left, and move an older version's annotation off
+        the Deployment (``autoscaler.domain.status``).
+
+        One label-selected list of status objects per namespace with such Deployments (not a read per Deployment):
+        in steady state no tick reads them, each write's answer is what the next one compares with. A failed list
+        is counted and reported; those Deployments' statuses are neither resumed from nor written until a later
+        tick's list succeeds. When acting, a Deployment that carries the annotation has its status copied to the
+        object (when the annotation's is the newer) and then the annotation removed, in one merge patch: from then
+        on the ReplicaSets' copy of it no longer changes. A rollback that copies the annotation back from an old
+        ReplicaSet has it removed again the same way.
+        """
+        unread = [v for v in views if not self._memory[(v.namespace, v.name)].status_read]
+        for namespace in sorted({v.namespace for v in unread}):
+            try:
+                stored = self.cluster.list_statuses(namespace)
+            except KubeError as exc:
+                self.metrics.errors.labels("kube_read").inc()
+                errors.append(f"listing the status objects in namespace {namespace} failed: {exc}; the statuses of "
+                              "its Deployments seen for the first time are written once a list succeeds")
+                continue
+            for view in (v for v in unread if v.namespace == namespace):
+                memory = self._memory[(view.namespace, view.name)]
+                found = stored.get(status_object_name(view.name))
+                sight = first_sight(view.uid, view.annotations.get(STATUS_ANNOTATION),
+                                    None if found is None else found.text, None if found is None else found.owner_uid)
+                for problem in sight.problems:
+                    log.warning("%s/%s: %s; it starts over", view.namespace, view.name, problem)
+                memory.status_read, memory.status_object = True, found
+                memory.saved_status, memory.status_copy = sight.saved, sight.copy
+        if not write:
+            return
+        for view in views:
+            memory = self._memory[(view.namespace, view.name)]
+            if memory.status_read and STATUS_ANNOTATION in view.annotations:
+                self._migrate_status(view, memory, errors)
+
+    def _migrate_status(self, view: WorkloadView, memory: _Memory, errors: list[str]) -> None:
+        """Copy the annotation's status to the status object when it is the newer, then remove the annotation; a
+        failure is counted and reported, and the next tick tries again (the annotation is still there)."""
+        try:
+            if memory.status_copy is not None:
+                result = self.cluster.write_status(view.namespace, view.name, view.uid, memory.status_copy,
+                                                   memory.status_object)
+                memory.status_object, memory.status_copy = result.stored, None
+            self.cluster.remove_status_annotation(view.namespace, view.name)
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_write").inc()
+            errors.append(f"{view.namespace}/{view.name}: moving the status annotation to configmap "
+                          f"{status_object_name(view.name)} failed: {exc}")
+            return
+        log.info("%s/%s: the status annotation was moved to configmap %s", view.namespace, view.name,
+                 status_object_name(view.name))
+
     def _staleness(self, view: WorkloadView) -> float:
         memory = self._memory.get((view.namespace, view.name))
         return -math.inf if memory is None or memory.forecaster is None else float(memory.fitted_at)
@@ -943,7 +1006,7 @@ class Controller:
         if not profile.self_tune or policy.warm_pool is not None:
             memory.tuning = None
             return policy
-        if not memory.tuning_read:
+        if not memory.tuning_read and memory.status_read:
             memory.tuning_read = True
             self._resume_tuning(view, memory)
         wait, target = _objective(spec, profile)
@@ -961,12 +1024,14 @@ class Controller:
         return candidate_policy(policy, last.chosen, last.chosen_utilisation)
 
     def _resume_tuning(self, view: WorkloadView, memory: _Memory) -> None:
-        """Continue from the self-tuning state the status holds (written by this controller before a restart, or by
-        the previous leader): its pooled days, error budget and choice, for the objective and sizing it was made
-        for. A status that cannot be read is logged and tuning starts over, as it would without one."""
-        raw = view.annotations.get(STATUS_ANNOTATION)
+        """Continue from the self-tuning state the saved status holds (written by this controller before a restart, or
+        by the previous leader, in the status object or an older version's annotation): its pooled days, error
+        budget and choice, for the objective and sizing it was made for. A replay this controller already ran is
+        kept. A state that cannot be read is logged and tuning starts over, as it would without one."""
+        if memory.tuning is not None:
+            return
         try:
-            saved = json.loads(raw).get("tuning") if raw else None
+            saved = (memory.saved_status or {}).get("tuning")
             if not saved or saved.get("chosen") is None:
                 return
             tuning = Tuning.from_dict(saved)
@@ -1296,14 +1361,21 @@ class Controller:
                                           "demandSource", "tuning", "capacity", "demandUnit", "tokenWeights",
                                           "scaleDown")}
         decided["trail"] = [(step.name, step.replicas) for step in decision.steps]
-        if decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS:
+        # Not before the status it left was read (a failed list, reported): this one would replace it, self-tuning days
+        # and all.
+        due = decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS
+        if due and memory.status_read:
             try:
-                self.cluster.write_status(view.namespace, view.name, {**status, "time": utc(now).isoformat()})
-                memory.status_written, memory.status_written_at = decided, now
-                actions.append("status written")
+                result = self.cluster.write_status(view.namespace, view.name, view.uid,
+                                                   {**status, "time": utc(now).isoformat()}, memory.status_object)
             except KubeError as exc:
                 self.metrics.errors.labels("kube_write").inc()
                 errors.append(f"{view.namespace}/{view.name}: writing status failed: {exc}")
+            else:
+                memory.status_object, memory.status_copy = result.stored, None  # newer than any copy left to make
+                memory.status_written, memory.status_written_at = decided, now
+                if result.written:
+                    actions.append("status written")
         return actions
 
     def _scaled_down(self, view: WorkloadView, desired: int, marks: ScaleDownMarks | None, now: float) -> str:

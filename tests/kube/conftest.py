@@ -23,6 +23,7 @@ from kubernetes import client
 
 from autoscaler.adapters.karpenter import GPU
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
+from autoscaler.domain.status import STATUS_DATA_KEY, decode_status, status_object_name
 from tests.kube.fakeapi import ADMIN_TOKEN, CONTROLLER_TOKEN, FakeKubeAPI, load_crd, schema_errors
 from tests.kubeserver import KubeServer, ensure_namespace
 from tests.shared import CRDS, require_shared
@@ -114,6 +115,14 @@ def deployment(
         },
         "status": {"replicas": replicas, "readyReplicas": max(0, replicas - 1)},
     }
+
+
+def stored_status(fake: FakeKubeAPI, namespace: str, name: str) -> dict[str, Any]:
+    """The status the controller published for Deployment ``namespace/name``: the JSON of its status object (the
+    ConfigMap ``autoscaler.domain.status`` names). Fails the test when there is none."""
+    obj = fake.get("configmaps", namespace, status_object_name(name))
+    assert obj is not None, f"no status object for deployment {namespace}/{name}"
+    return decode_status(obj["data"][STATUS_DATA_KEY])
 
 
 def pod(

@@ -62,6 +62,8 @@ What it does like the real API server:
 * pods are listed and merge-patched (the ``pod-deletion-cost`` marks of a scale-down);
 * Deployments can be created and deleted, PriorityClasses listed (paged), read and created (creating an existing
   name is ``409 AlreadyExists``).
+* ConfigMaps (the controller's status objects) are listed (label selector, and ``fieldSelector`` on
+  ``metadata.name``), read, created, replaced (a stale ``resourceVersion`` is ``409 Conflict``) and merge-patched.
 
 Every request is recorded (method, path, query, content type, parsed body, user), and faults can be injected
 (``fail("PATCH", r"/scale$", 409, times=2)``) to exercise retries and error reporting. What the fake's own
@@ -163,6 +165,7 @@ BUILTINS = {
         Builtin("events", "", "v1", "Event"),
         Builtin("leases", "coordination.k8s.io", "v1", "Lease"),
         Builtin("priorityclasses", "scheduling.k8s.io", "v1", "PriorityClass", namespaced=False),
+        Builtin("configmaps", "", "v1", "ConfigMap"),
     )
 }
 SCALE = Builtin("deployments/scale", "autoscaling", "v1", "Scale")
@@ -638,6 +641,9 @@ class FakeKubeAPI:
             return 200, listed
         if pc and method == "POST" and pc.group(1) is None:
             return 201, self._create_builtin("priorityclasses", "", body, strict)
+        cm = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/configmaps(?:/([^/]+))?", path)
+        if cm:
+            return self._configmaps(method, cm.group(1), cm.group(2), query, ctype, body, strict)
         raise ApiError(404, "NotFound", f"the fake API server does not serve {method} {path}")
 
     # ---- built-in kinds: what the API server checks before it stores ----------------------------
@@ -686,6 +692,35 @@ class FakeKubeAPI:
     def _create_builtin(self, resource: str, ns: str, body: Any, strict: bool) -> dict[str, Any]:
         b = BUILTINS[resource]
         return self._create(resource, ns, body, lambda obj: self._admit(b, obj, None, ns, strict))
+
+    def _configmaps(
+        self, method: str, ns: str | None, name: str | None, query: dict[str, list[str]], ctype: str | None,
+        body: Any, strict: bool,
+    ) -> tuple[int, Any]:
+        """core/v1 ConfigMaps: list (labelSelector; fieldSelector ``metadata.name=NAME``, the only field this fake
+        selects on), get, create, replace and merge patch, each checked like the other built-in kinds."""
+        if method == "GET" and name is None:
+            listed = self._list("configmaps", ns, query, "ConfigMapList", "v1")
+            wanted = query.get("fieldSelector", [""])[0]
+            if wanted:
+                field_name, _, value = wanted.partition("=")
+                if field_name != "metadata.name":
+                    raise ApiError(400, "BadRequest", f'"{field_name}" is not a known field selector: only '
+                                   '"metadata.name" is served by this fake')
+                listed["items"] = [o for o in listed["items"] if o["metadata"]["name"] == value.lstrip("=")]
+            return 200, listed
+        if ns is None:
+            raise ApiError(404, "NotFound", f"the fake API server does not serve {method} on configmaps of all "
+                           "namespaces")
+        if method == "GET" and name is not None:
+            return 200, self._fetch("configmaps", ns, name)
+        if method == "POST" and name is None:
+            return 201, self._create_builtin("configmaps", ns, body, strict)
+        if method == "PUT" and name is not None:
+            return 200, self._replace("configmaps", ns, name, body, strict)
+        if method == "PATCH" and name is not None:
+            return 200, self._patch("configmaps", ns, name, ctype, body, strict)
+        raise ApiError(405, "MethodNotAllowed", f"{method} on configmaps")
 
     def _check_lease(self, body: Any) -> Any:
         if not isinstance(body, dict):

@@ -45,6 +45,7 @@ from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.cli import main
 from autoscaler.config import load_config
 from autoscaler.domain.annotations import PREFIX
+from autoscaler.domain.status import STATUS_SELECTOR
 from autoscaler.runtime.loop import Controller
 from tests.kube.conftest import deployment, nodepool
 from tests.kubeserver import REPO, ensure_namespace
@@ -302,8 +303,8 @@ def sa_controller(kubeconfig: Path, config: Path, *, dry_run: bool = False) -> t
 def reset_fleet(api: client.ApiClient) -> None:
     """Delete (as admin) everything :func:`seed_fleet` made and everything a tick may have made: the fleet's
     Deployments, Events, CapacityBuffers, gangs and NodePool, the placeholder Deployments, the placeholder
-    PriorityClass and the leader Lease. Nothing holds finalizers here (no controllers), so all of it is gone at
-    once and the next test starts from a cluster where every create path is taken again."""
+    PriorityClass, the leader Lease and the status objects. Nothing holds finalizers here (no controllers), so all
+    of it is gone at once and the next test starts from a cluster where every create path is taken again."""
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     for namespace in (SERVING, RESEARCH, TRAINING):
@@ -315,6 +316,8 @@ def reset_fleet(api: client.ApiClient) -> None:
         core.delete_collection_namespaced_pod(namespace)
         apps.delete_collection_namespaced_replica_set(namespace)
         core.delete_collection_namespaced_event(namespace)
+        # the status objects (no garbage collector runs here to delete them with their Deployments)
+        core.delete_collection_namespaced_config_map(namespace, label_selector=STATUS_SELECTOR)
         custom.delete_collection_namespaced_custom_object(*BUFFERS[:2], namespace, BUFFERS[2])
         custom.delete_collection_namespaced_custom_object(*KUEUE[:2], namespace, KUEUE[2])
         custom.delete_collection_namespaced_custom_object(*LOCAL_QUEUES[:2], namespace, LOCAL_QUEUES[2])
@@ -334,6 +337,7 @@ def reset_fleet(api: client.ApiClient) -> None:
 
 SNAPSHOT_KINDS = (
     ("apps/v1", "Deployment"),
+    ("v1", "ConfigMap"),
     ("v1", "Event"),
     ("v1", "Pod"),
     ("coordination.k8s.io/v1", "Lease"),

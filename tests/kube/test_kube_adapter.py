@@ -23,6 +23,7 @@ from autoscaler.adapters.kube import (
     render_selector,
 )
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, event_payloads, parse_workload
+from autoscaler.domain.status import STATUS_DATA_KEY
 from autoscaler.ports import Cluster
 from tests.kube.conftest import T0, deployment, pod
 from tests.kube.fake_rbac import CONTROLLER
@@ -186,43 +187,6 @@ def test_missing_deployment_is_a_write_error(cluster: KubeCluster) -> None:
         cluster.scale("ml", "ghost", 3)
 
 
-def test_write_status_sends_json_in_the_annotation_as_merge_patch(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
-    fake_api.add("deployments", deployment("ml", "llama", annotations={"team.io/owner": "alice"}))
-    status = {"desired": 5, "forecast": {"p90": 61.5}, "mode": "scale", "reasons": ["lead 240s"]}
-
-    assert cluster.write_status("ml", "llama", status) is True
-
-    (patch,) = fake_api.calls("PATCH")
-    assert patch.path == "/apis/apps/v1/namespaces/ml/deployments/llama"
-    assert patch.content_type == "application/merge-patch+json"
-    assert list(patch.body) == ["metadata"]
-    assert list(patch.body["metadata"]) == ["annotations"]
-    assert json.loads(patch.body["metadata"]["annotations"][STATUS_ANNOTATION]) == status
-    stored = fake_api.get("deployments", "ml", "llama")
-    assert stored is not None
-    assert stored["metadata"]["annotations"]["team.io/owner"] == "alice"  # merge, not replace
-    assert json.loads(stored["metadata"]["annotations"][STATUS_ANNOTATION]) == status
-
-    # the same status again: read, compare, no write
-    assert cluster.write_status("ml", "llama", dict(reversed(status.items()))) is False
-    assert len(fake_api.calls("PATCH")) == 1
-
-
-def test_write_status_retries_conflict(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
-    fake_api.add("deployments", deployment("ml", "llama"))
-    fake_api.fail("PATCH", r"/deployments/llama$", 409)
-    assert cluster.write_status("ml", "llama", {"desired": 2}) is True
-    assert len(fake_api.calls("PATCH")) == 2
-    assert len(fake_api.calls("GET", r"/deployments/llama$")) == 2
-
-
-def test_write_status_rejects_nan_before_sending(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
-    fake_api.add("deployments", deployment("ml", "llama"))
-    with pytest.raises(ValueError, match="Out of range float"):
-        cluster.write_status("ml", "llama", {"forecast": float("nan")})
-    assert fake_api.writes() == []
-
-
 def test_post_event_references_the_deployment(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:
     stored = fake_api.add("deployments", deployment("ml", "llama", annotations={"predictive-autoscaler.io/mode": "x"}))
     uid = stored["metadata"]["uid"]
@@ -328,14 +292,22 @@ def test_real_server_scale_status_and_event(real_api_client: client.ApiClient, r
     assert view.selector == "app=pa-probe"
     assert cluster.scale(real_namespace, "pa-probe", 1) is True
     assert cluster.scale(real_namespace, "pa-probe", 1) is False
-    assert cluster.write_status(real_namespace, "pa-probe", {"desired": 1}) is True
+    written = cluster.write_status(real_namespace, "pa-probe", view.uid, {"desired": 1}, None)
+    assert written.written
+    assert not cluster.write_status(real_namespace, "pa-probe", view.uid, {"desired": 1}, written.stored).written
+    assert cluster.list_statuses(real_namespace) == {written.stored.name: written.stored}
+    cluster.remove_status_annotation(real_namespace, "pa-probe")
     cluster.post_event(real_namespace, "pa-probe", view.uid, "Normal", "ProbeOK", "adapter test", T0)
 
     dep = apps.read_namespaced_deployment("pa-probe", real_namespace)
     assert dep.spec is not None
     assert dep.spec.replicas == 1
     assert dep.metadata is not None
-    assert dep.metadata.annotations is not None
-    assert json.loads(dep.metadata.annotations[STATUS_ANNOTATION]) == {"desired": 1}
+    assert STATUS_ANNOTATION not in (dep.metadata.annotations or {})
+    cm = client.CoreV1Api(real_api_client).read_namespaced_config_map(written.stored.name, real_namespace)
+    assert json.loads(cm.data[STATUS_DATA_KEY]) == {"desired": 1}
+    (owner,) = cm.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.block_owner_deletion) == ("Deployment", "pa-probe", view.uid,
+                                                                               False)
     events = client.CoreV1Api(real_api_client).list_namespaced_event(real_namespace)
     assert any(e.reason == "ProbeOK" and e.involved_object.uid == view.uid for e in events.items)

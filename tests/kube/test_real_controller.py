@@ -30,6 +30,7 @@ from autoscaler.adapters.karpenter import DEFAULT_PAUSE_IMAGE, SPEC_HASH_ANNOTAT
 from autoscaler.domain.annotations import EVENT_REASON_INVALID, PREFIX, STATUS_ANNOTATION
 from autoscaler.domain.gangs import ACTIVATED_ANNOTATION, PLANNED_START_ANNOTATION
 from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION
+from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from tests.kube.real_fleet import (
     BUFFER,
     BUFFERS,
@@ -144,6 +145,12 @@ class Scene:
             self.apps().read_namespaced_deployment(name, namespace))
         return obj
 
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        """What the controller published for Deployment ``name``: its status object's JSON."""
+        cm = client.CoreV1Api(self.api).read_namespaced_config_map(status_object_name(name), namespace)
+        found: dict[str, Any] = json.loads(cm.data[STATUS_DATA_KEY])
+        return found
+
     def events(self, namespace: str) -> list[client.CoreV1Event]:
         # CoreV1Api: EventsV1Api fails on core/v1 Events without eventTime (../shared/kube/README.md).
         items: list[client.CoreV1Event] = client.CoreV1Api(self.api).list_namespaced_event(namespace).items
@@ -255,8 +262,10 @@ def test_a_full_tick_as_the_service_account_does_what_the_plan_says(scene: Scene
     event_keys = sorted(("Event", ns, e.metadata.name) for ns, es in events.items() for e in es)
     assert changes(before, after) == {
         "created": sorted([("CapacityBuffer", SERVING, BUFFER), ("Lease", CONTROLLER_NAMESPACE, LEASE),
-                           *event_keys]),
-        "changed": sorted([("Deployment", SERVING, "llama-chat"), ("Deployment", SERVING, "mistral-code"),
+                           ("ConfigMap", SERVING, status_object_name("llama-chat")),
+                           ("ConfigMap", SERVING, status_object_name("mistral-code")), *event_keys]),
+        # mistral-code is held: its status is in its ConfigMap, so the Deployment (and its ReplicaSet) is untouched
+        "changed": sorted([("Deployment", SERVING, "llama-chat"),
                            ("NodePool", "", POOL), ("PodGroup", TRAINING, PODGROUP),
                            ("Workload", TRAINING, WORKLOAD)]),
         "deleted": [],
@@ -266,14 +275,15 @@ def test_a_full_tick_as_the_service_account_does_what_the_plan_says(scene: Scene
     # Scaled through the scale subresource, to exactly the plan.
     assert scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas == desired
     llama_obj = scene.deployment(SERVING, "llama-chat")
-    status = json.loads(llama_obj["metadata"]["annotations"][STATUS_ANNOTATION])
+    assert STATUS_ANNOTATION not in llama_obj["metadata"]["annotations"]
+    status = scene.status(SERVING, "llama-chat")
     assert status["desiredReplicas"] == desired
     assert (status["currentReplicas"], status["readyReplicas"], status["mode"]) == (2, 2, "scale")
     assert status["time"] == utc_iso(scene.t1)
     assert status["forecast"]["at"] == scene.t1 + 1800  # the profile's horizon
     assert status["steps"] == llama["decision"]["steps"], "the tick acted on the plan --dry-run printed"
     assert status["track"][-1]["t"] == scene.t1
-    mistral_status = json.loads(scene.deployment(SERVING, "mistral-code")["metadata"]["annotations"][STATUS_ANNOTATION])
+    mistral_status = scene.status(SERVING, "mistral-code")
     assert mistral_status["desiredReplicas"] == mistral_status["currentReplicas"] == 1
     assert scene.apps().read_namespaced_deployment_scale("mistral-code", SERVING).spec.replicas == 1
 
@@ -350,30 +360,31 @@ def test_a_second_tick_changes_only_what_changed_and_dry_run_writes_nothing(scen
     """What "needs no change" means (``autoscaler/runtime/loop.py``): every write is read-compare-write, so an
     object is written only when its desired content differs. After the first tick the deployment controller
     rolls llama-chat out (written here); the next tick at the same ``--at`` therefore rewrites llama-chat's
-    status annotation (its current/ready replicas moved) and nothing else; the tick after that writes nothing
-    at all. Two things are written by every ``--once`` and are not changes of the fleet: the Lease (taken,
-    released) and the Warning Event of a still-malformed Deployment (a one-shot has no memory of having reported
-    it; a running controller reports it once)."""
+    status object (its current/ready replicas moved) and nothing else, not the Deployment; the tick after that
+    writes nothing at all. Two things are written by every ``--once`` and are not changes of the fleet: the Lease
+    (taken, released) and the Warning Event of a still-malformed Deployment (a one-shot has no memory of having
+    reported it; a running controller reports it once)."""
     scene.once(scene.t1)
     desired = scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas
     set_ready(scene.api, SERVING, "llama-chat", desired)
     llama_before = scene.deployment(SERVING, "llama-chat")
+    old = scene.status(SERVING, "llama-chat")
     before = snapshot(scene.api)
 
     scene.once(scene.t1)
 
     after = snapshot(scene.api)
     diff = changes(before, after)
-    assert diff["changed"] == [("Deployment", SERVING, "llama-chat"), ("Lease", CONTROLLER_NAMESPACE, LEASE)]
+    assert diff["changed"] == [("ConfigMap", SERVING, status_object_name("llama-chat")),
+                               ("Lease", CONTROLLER_NAMESPACE, LEASE)]
     assert diff["deleted"] == []
     assert [key[:2] for key in diff["created"]] == [("Event", RESEARCH)]
     (warning,) = [e for e in scene.events(RESEARCH) if e.metadata.name == diff["created"][0][2]]
     assert (warning.reason, warning.involved_object.name) == (EVENT_REASON_INVALID, "qwen-eval")
     llama_after = scene.deployment(SERVING, "llama-chat")
     assert llama_after["spec"] == llama_before["spec"], "no scale: it is at the plan"
-    old = json.loads(llama_before["metadata"]["annotations"].pop(STATUS_ANNOTATION))
-    new = json.loads(llama_after["metadata"]["annotations"].pop(STATUS_ANNOTATION))
-    assert llama_after["metadata"]["annotations"] == llama_before["metadata"]["annotations"]
+    assert llama_after["metadata"] == llama_before["metadata"], "the status is not on the Deployment"
+    new = scene.status(SERVING, "llama-chat")
     assert (old["currentReplicas"], old["readyReplicas"]) == (2, 2)
     assert (new["currentReplicas"], new["readyReplicas"], new["desiredReplicas"]) == (desired, desired, desired)
 

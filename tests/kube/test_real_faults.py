@@ -56,7 +56,8 @@ from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.adapters.training import TrainingReader
 from autoscaler.config import Config, parse_config_text
-from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import PREFIX
+from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.leader import LeaderElector
 from autoscaler.runtime.loop import Controller, TickReport
@@ -283,8 +284,14 @@ def replicas_of(api: client.ApiClient, namespace: str, name: str) -> int:
 
 
 def status_of(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    meta = client.AppsV1Api(api).read_namespaced_deployment(name, namespace).metadata
-    text = (meta.annotations or {}).get(STATUS_ANNOTATION) if meta is not None else None
+    """What the controller published for Deployment ``name``: its status object's JSON (None: there is none)."""
+    try:
+        cm = client.CoreV1Api(api).read_namespaced_config_map(status_object_name(name), namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    text = (cm.data or {}).get(STATUS_DATA_KEY)
     return None if text is None else dict(json.loads(text))
 
 
@@ -1068,7 +1075,7 @@ def test_api_groups_removed_between_ticks_are_noticed_once_and_the_fleet_goes_on
             create(api, gang)
         rig = make_rig(api, ["serving"], identity="ctl-crds", ceiling=2000.0)
         t = prometheus_server.now - 3600
-        step = 300  # a tick every 5 minutes of data: the status annotation is refreshed on each one
+        step = 300  # a tick every 5 minutes of data: the status is refreshed on each one
 
         def tick_and_check(what: str) -> TickReport:
             nonlocal t

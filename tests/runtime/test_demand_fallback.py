@@ -27,11 +27,11 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import parse_config_text
-from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.promql import DEGRADED_SOURCES, SOURCE_FULL
 from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
-from tests.kube.conftest import deployment
+from tests.kube.conftest import deployment, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import RecordingTransport, Rig, loop_config_text
 from tests.servers import BACKFILL_START, Backfill, FakePod, PrometheusServer, serve_backfill
@@ -177,10 +177,7 @@ def degraded_rig(make_rig: Callable[[str], Rig], degraded_server: PrometheusServ
 
 
 def status_of(rig: Rig, name: str) -> dict[str, Any]:
-    dep = rig.fake.get("deployments", "serving", name)
-    assert dep is not None
-    status: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-    return status
+    return stored_status(rig.fake, "serving", name)
 
 
 def events(rig: Rig, reason: str) -> list[str]:

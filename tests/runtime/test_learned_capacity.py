@@ -9,7 +9,6 @@ planned on the learned capacity. The evidence is read at start and then daily, n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -19,7 +18,7 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.config import Config, parse_config_text
-from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime import loop
 from autoscaler.runtime.loop import (
     CAPACITY_EVERY_SECONDS,
@@ -30,7 +29,7 @@ from autoscaler.runtime.loop import (
 )
 from autoscaler.runtime.metrics import ControllerMetrics
 from models.types import TrafficSeries
-from tests.kube.conftest import deployment
+from tests.kube.conftest import deployment, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import RecordingTransport
 from tests.synthetic_vllm import BUSY_CAPACITY, CapacityServer
@@ -85,10 +84,7 @@ class Rig:
                 if e["involvedObject"]["name"] == name]
 
     def status(self, name: str) -> dict[str, Any]:
-        dep = self.fake.get("deployments", "serving", name)
-        assert dep is not None
-        status: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-        return status
+        return stored_status(self.fake, "serving", name)
 
     def gauge(self, name: str, **labels: str) -> float | None:
         value = self.metrics.registry.get_sample_value(name, {"namespace": "serving", **labels})

@@ -1,9 +1,9 @@
 """The control loop end to end: real HTTP to a recording fake API server and to the real Prometheus.
 
 Every tick gets ``now`` as data (inside the backfilled history), so what the loop fetched, decided and
-wrote is checked exactly: the range query's window, the scale subresource PATCH, the status merge
-patch, the Events, the exported metrics and the ``TickReport``. Expected demand comes from the
-backfill's ground truth, not from a previous run.
+wrote is checked exactly: the range query's window, the scale subresource PATCH, the status object
+(a ConfigMap beside each Deployment), the Events, the exported metrics and the ``TickReport``. Expected
+demand comes from the backfill's ground truth, not from a previous run.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import PREFIX
+from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.runtime.loop import TickReport, WorkloadOutcome
-from tests.kube.conftest import pod
+from tests.kube.conftest import pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import Rig, make_source
 from tests.servers import PrometheusServer, free_port
@@ -38,15 +39,15 @@ def scale_patches(fake: FakeKubeAPI, name: str) -> list[Any]:
     return [c.body for c in fake.calls("PATCH", rf"/deployments/{name}/scale$")]
 
 
-def status_patches(fake: FakeKubeAPI, name: str) -> list[Any]:
-    return fake.calls("PATCH", rf"/deployments/{name}$")
+def status_writes(fake: FakeKubeAPI, namespace: str, name: str) -> list[Any]:
+    """The writes of Deployment ``name``'s status object (create, then replace)."""
+    obj = status_object_name(name)
+    return [c for c in fake.calls(path=rf"^/api/v1/namespaces/{namespace}/configmaps")
+            if c.method in ("POST", "PUT") and (c.body or {}).get("metadata", {}).get("name") == obj]
 
 
 def published(fake: FakeKubeAPI, namespace: str, name: str) -> dict[str, Any]:
-    dep = fake.get("deployments", namespace, name)
-    assert dep is not None
-    status: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-    return status
+    return stored_status(fake, namespace, name)
 
 
 def replicas(fake: FakeKubeAPI, namespace: str, name: str) -> int:
@@ -94,12 +95,13 @@ def test_first_tick_fetches_the_fleet_once_scales_the_short_deployment_and_publi
     assert scale.body == {"spec": {"replicas": desired}}
     assert replicas(rig.fake, "serving", "llama-chat") == desired
 
-    # The status annotation, written as a merge patch of that one annotation.
-    (patch,) = status_patches(rig.fake, "llama-chat")
-    assert patch.content_type == "application/merge-patch+json"
-    assert set(patch.body) == {"metadata"}
-    assert set(patch.body["metadata"]) == {"annotations"}
-    status = json.loads(patch.body["metadata"]["annotations"][STATUS_ANNOTATION])
+    # The status, in the Deployment's status object (created): the Deployment itself is written only through its
+    # scale subresource.
+    (create,) = status_writes(rig.fake, "serving", "llama-chat")
+    assert (create.method, create.path) == ("POST", "/api/v1/namespaces/serving/configmaps")
+    assert rig.fake.calls("PATCH", r"/deployments/llama-chat$") == []
+    status = json.loads(create.body["data"][STATUS_DATA_KEY])
+    assert status == published(rig.fake, "serving", "llama-chat")
     assert status["desiredReplicas"] == desired
     assert status["currentReplicas"] == 2
     assert status["mode"] == "scale"

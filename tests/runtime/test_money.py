@@ -13,7 +13,6 @@ Alert tests use the wall clock, because Alertmanager judges expiry against its o
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
@@ -32,12 +31,12 @@ from autoscaler.adapters.karpenter import GPU, KarpenterCapacity, buffer_name, p
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.training import TrainingReader
 from autoscaler.config import Config, parse_config
-from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime import money as money_module
 from autoscaler.runtime.loop import STATUS_REFRESH_SECONDS, Controller, TickReport, WorkloadOutcome
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
-from tests.kube.conftest import deployment, pod
+from tests.kube.conftest import deployment, pod, stored_status
 from tests.kube.conftest import nodepool as kube_nodepool
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import make_source
@@ -148,10 +147,7 @@ class MoneyRig:
         return value
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
-        dep = self.fake.get("deployments", namespace, name)
-        assert dep is not None
-        found: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-        return found
+        return stored_status(self.fake, namespace, name)
 
     def replicas(self, namespace: str, name: str) -> int:
         dep = self.fake.get("deployments", namespace, name)

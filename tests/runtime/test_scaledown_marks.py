@@ -32,7 +32,7 @@ from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.commands.explain import explain
 from autoscaler.config import Config, parse_config_text
-from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.scaledown import (
     DELETION_COST_ANNOTATION,
     MARK_ANNOTATION,
@@ -40,10 +40,11 @@ from autoscaler.domain.scaledown import (
     MARK_LABEL,
     MARK_TTL_SECONDS,
 )
+from autoscaler.domain.status import status_object_name
 from autoscaler.runtime.loop import Controller, TickReport, WorkloadOutcome
 from autoscaler.runtime.metrics import ControllerMetrics
 from models.types import TrafficSeries
-from tests.kube.conftest import pod
+from tests.kube.conftest import pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.kube.replicaset_model import DeploymentModel
 from tests.runtime.conftest import loop_config_text, make_source
@@ -178,16 +179,13 @@ def replicas(fake: FakeKubeAPI) -> int:
 
 
 def status(fake: FakeKubeAPI) -> dict[str, Any]:
-    dep = fake.get("deployments", NS, DEP)
-    assert dep is not None
-    found: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-    return found
+    return stored_status(fake, NS, DEP)
 
 
 def explained(fake: FakeKubeAPI) -> list[str]:
     dep = fake.get("deployments", NS, DEP)
     assert dep is not None
-    return explain(dep)
+    return explain(dep, status_object=fake.get("configmaps", NS, status_object_name(DEP)))
 
 
 def events(fake: FakeKubeAPI, reason: str) -> list[dict[str, Any]]:

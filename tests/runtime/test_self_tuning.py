@@ -17,8 +17,10 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.config import Config, parse_config_text
 from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.metrics import ControllerMetrics
+from tests.kube.conftest import stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import RecordingTransport, Rig, make_source
 from tests.servers import PrometheusServer
@@ -60,10 +62,7 @@ def tuning_rig(fleet: FakeKubeAPI, api_client: client.ApiClient, prometheus_serv
 
 
 def _status(fake: FakeKubeAPI, namespace: str, name: str) -> dict[str, Any]:
-    dep = fake.get("deployments", namespace, name)
-    assert dep is not None
-    out: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-    return out
+    return stored_status(fake, namespace, name)
 
 
 def _annotate(fake: FakeKubeAPI, namespace: str, name: str, **annotations: str) -> None:
@@ -226,18 +225,66 @@ def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_th
     assert after["days_pooled"] == 2
 
     # a status spoiled by hand is logged and tuning starts over: one day, nothing lost but the history
-    dep = rig.fake.get("deployments", "serving", "llama-chat")
-    assert dep is not None
-    spoiled = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
+    cm = rig.fake.get("configmaps", "serving", status_object_name("llama-chat"))
+    assert cm is not None
+    spoiled = json.loads(cm["data"][STATUS_DATA_KEY])
     spoiled["tuning"]["days"] = "lost"
-    dep["metadata"]["annotations"][STATUS_ANNOTATION] = json.dumps(spoiled)
-    rig.fake.add("deployments", dep)
+    cm["data"][STATUS_DATA_KEY] = json.dumps(spoiled)
+    rig.fake.add("configmaps", cm)
     third = restart()
     with caplog.at_level("WARNING"):
         third.controller.tick(now + 60)
         third.controller.tick(now + 90)
     assert "serving/llama-chat: the self-tuning state in the status cannot be read" in caplog.text
     assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 1
+
+
+def test_an_upgrade_resumes_from_the_annotation_an_older_version_left_and_moves_it(
+    tuning_rig: Rig, api_client: client.ApiClient, prometheus_server: PrometheusServer,
+) -> None:
+    """What an older version left on the Deployment (the status annotation, no status object) is resumed from, copied
+    to the status object, and then removed from the Deployment in one merge patch: its ReplicaSets' copy of the
+    Deployment's annotations stops changing."""
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    rig.controller.tick(now - 86_400)
+    rig.controller.tick(now - 86_400 + 30)
+    before = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert before["chosen"] is not None
+    obj = status_object_name("llama-chat")
+    cm = rig.fake.objects.pop(("configmaps", "serving", obj))
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["metadata"]["annotations"][STATUS_ANNOTATION] = cm["data"][STATUS_DATA_KEY]
+    rig.fake.add("deployments", dep)
+    seen = len(rig.fake.requests)
+
+    cfg = _config(prometheus_server.url)
+    metrics = ControllerMetrics()
+    upgraded = Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: cfg, metrics=metrics)
+    upgraded.fit_budget_seconds = 120.0
+    assert upgraded.tick(now).ok
+
+    calls = rig.fake.requests[seen:]
+    lists = [c for c in calls if c.method == "GET" and c.path.endswith("/configmaps")]
+    assert sorted(c.path for c in lists) == ["/api/v1/namespaces/research/configmaps",
+                                             "/api/v1/namespaces/serving/configmaps"], "one list per namespace"
+    (copy, *_) = [i for i, c in enumerate(calls) if c.method == "POST" and c.body["metadata"].get("name") == obj]
+    (patch,) = [(i, c) for i, c in enumerate(calls) if c.method == "PATCH" and c.path.endswith("/llama-chat")]
+    assert copy < patch[0], "the status object holds the status before the annotation goes"
+    assert json.loads(calls[copy].body["data"][STATUS_DATA_KEY]) == json.loads(cm["data"][STATUS_DATA_KEY])
+    assert patch[1].body == {"metadata": {"annotations": {STATUS_ANNOTATION: None}}}
+    assert not [c for c in calls if c.method == "PATCH" and c.path.endswith(("/mistral-code", "/qwen-eval"))]
+    moved = rig.fake.get("deployments", "serving", "llama-chat")
+    assert moved is not None
+    assert STATUS_ANNOTATION not in moved["metadata"]["annotations"]
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert metrics.registry.get_sample_value("predictive_autoscaler_slo_tuned_quantile", labels) == before["chosen"]
+
+    assert upgraded.tick(now + 30).ok
+    after = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert after["days_pooled"] == 2, "yesterday's replay, resumed from the annotation, is pooled with today's"
+    assert after["days"][0] == before["days"][0]
 
 
 def test_a_new_objective_after_a_restart_is_tuned_afresh(

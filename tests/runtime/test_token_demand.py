@@ -8,7 +8,6 @@ forecast and plan on with ``capacity-per-replica`` in tokens/s.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -17,9 +16,10 @@ import numpy as np
 import pytest
 
 from autoscaler.config import Config
-from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.demand import TokenWeights
 from autoscaler.runtime.loop import TickReport, WorkloadOutcome
+from tests.kube.conftest import stored_status
 from tests.runtime.conftest import Rig, make_source
 from tests.servers import PrometheusServer, free_port
 
@@ -47,10 +47,7 @@ def outcome(report: TickReport, name: str) -> WorkloadOutcome:
 
 
 def published(rig: Rig, namespace: str, name: str) -> dict[str, Any]:
-    dep = rig.fake.get("deployments", namespace, name)
-    assert dep is not None
-    status: dict[str, Any] = json.loads(dep["metadata"]["annotations"][STATUS_ANNOTATION])
-    return status
+    return stored_status(rig.fake, namespace, name)
 
 
 def token_queries(rig: Rig) -> list[dict[str, str]]:

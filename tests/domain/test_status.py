@@ -1,0 +1,99 @@
+"""``autoscaler.domain.status``: the status object's name and labels, its JSON, and which status a Deployment seen
+for the first time resumes from (the object, or the annotation an older version wrote)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.domain.status import (
+    decode_status,
+    deployment_label,
+    encode_status,
+    first_sight,
+    status_object_name,
+)
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
+names = st.lists(label, min_size=1, max_size=12).map(".".join).filter(lambda n: len(n) <= 253)
+
+
+def test_a_short_name_reads_as_the_deployments() -> None:
+    assert status_object_name("llama-70b") == "llama-70b-predictive-autoscaler"
+    assert deployment_label("llama-70b") == "llama-70b"
+
+
+@given(names)
+def test_every_deployment_name_gives_a_valid_object_name_and_label(name: str) -> None:
+    obj = status_object_name(name)
+    assert len(obj) <= 253
+    assert DNS_SUBDOMAIN.match(obj), obj
+    value = deployment_label(name)
+    assert len(value) <= 63
+    assert LABEL_VALUE.match(value), value
+
+
+def test_long_names_stay_unique_by_their_hash() -> None:
+    a, b = "a" * 240 + "-x", "a" * 240 + "-y"
+    assert status_object_name(a) != status_object_name(b)
+    assert status_object_name(a).startswith("a" * 100)
+    dotted = "a" * 229 + ".b" + "c" * 20  # the cut lands next to the dot: it is not kept
+    assert DNS_SUBDOMAIN.match(status_object_name(dotted))
+    assert deployment_label("x" * 64) != deployment_label("x" * 65)
+
+
+def test_the_json_is_canonical_and_refuses_nan() -> None:
+    assert encode_status({"b": 1, "a": [1.5, None]}) == '{"a":[1.5,null],"b":1}'
+    with pytest.raises(ValueError, match="Out of range float"):
+        encode_status({"x": float("inf")})
+    assert decode_status('{"a":1}') == {"a": 1}
+    with pytest.raises(ValueError, match="not an object"):
+        decode_status("[1]")
+
+
+OLD = json.dumps({"time": "2025-03-01T12:00:00+00:00", "tuning": {"days_pooled": 5}})
+NEW = json.dumps({"time": "2025-03-01T12:05:00+00:00", "tuning": {"days_pooled": 6}})
+
+
+def test_the_object_is_resumed_from_and_the_annotation_only_removed() -> None:
+    sight = first_sight("u1", OLD, NEW, "u1")
+    assert sight.saved == json.loads(NEW)
+    assert (sight.copy, sight.remove_annotation, sight.problems) == (None, True, ())
+
+
+def test_an_annotation_without_an_object_is_copied_then_removed() -> None:
+    sight = first_sight("u1", OLD, None, None)
+    assert sight.saved == sight.copy == json.loads(OLD)
+    assert sight.remove_annotation
+
+
+def test_an_annotation_newer_than_the_object_wins() -> None:
+    """A controller rolled back to a version that wrote the annotation, then upgraded again."""
+    sight = first_sight("u1", NEW, OLD, "u1")
+    assert sight.saved == sight.copy == json.loads(NEW)
+
+
+def test_an_object_of_an_earlier_deployment_of_that_name_is_not_resumed_from() -> None:
+    assert first_sight("u2", None, NEW, "u1").saved is None
+    assert first_sight("u2", OLD, NEW, "u1").saved == json.loads(OLD)
+
+
+def test_nothing_left_is_nothing_to_do() -> None:
+    sight = first_sight("u1", None, None, None)
+    assert (sight.saved, sight.copy, sight.remove_annotation, sight.problems) == (None, None, False, ())
+    assert first_sight("u1", None, NEW, "u1").remove_annotation is False
+
+
+def test_unreadable_statuses_are_problems_and_an_unreadable_annotation_still_goes() -> None:
+    sight = first_sight("u1", "not json", "[]", "u1")
+    assert (sight.saved, sight.copy, sight.remove_annotation) == (None, None, True)
+    assert len(sight.problems) == 2
+    assert "status object" in sight.problems[0]
+    assert "annotation" in sight.problems[1]
