@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import re
 import sys
@@ -34,6 +35,12 @@ class UserError(Exception):
     """An error caused by the user's input; printed as one line, exit status 2."""
 
 
+def warn(command: str, message: str) -> None:
+    """One line on stderr about input that was used but may not say what its author meant (``predictive-autoscaler
+    simulate: warning: ...``), so that it is seen before the results it shaped."""
+    print(f"predictive-autoscaler {command}: warning: {message}", file=sys.stderr, flush=True)
+
+
 # A value that starts with a dash but is not an option: -15m, -1e3, -.5 (argparse only lets -5 and -0.5 through).
 _NEGATIVE_VALUE = re.compile(r"^-[0-9.]")
 
@@ -45,13 +52,31 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+# The unit a bare number given to a duration flag most likely meant, first in the fix the error suggests.
+_LIKELY_UNIT = {"--horizon": "m", "--origin-every": "m", "--refit-every": "h", "--window": "d", "--min-train": "d",
+                "--since": "d", "--step": "s", "--pod-startup": "s", "--node-startup": "s", "--decision-interval": "s"}
+
+
 def duration_flag(flag: str, text: str) -> int:
-    """A command-line duration (``15m``, ``90s``, ``1d``) in seconds, or a ``UserError`` naming the flag."""
+    """A command-line duration (``15m``, ``90s``, ``1d``) in seconds, or a ``UserError`` naming the flag.
+
+    A bare number is refused, with the fix in the line (``--horizon 15`` would be 15 seconds, and the person who
+    typed it almost always meant minutes); zero and negative numbers get "must be positive" first.
+    """
+    s = text.strip().lower()
+    try:
+        bare = float(s)
+    except ValueError:
+        bare = None
+    if bare is not None and math.isfinite(bare) and bare > 0:
+        shown = f"{bare:g}" if bare != int(bare) or bare >= 1e15 else str(int(bare))
+        likely = _LIKELY_UNIT.get(flag, "s")
+        others = ", ".join(f"{shown}{u}" for u in "smhd" if u != likely)
+        raise UserError(f"{flag}: {text.strip()} has no unit; write {flag} {shown}{likely} (or {others})")
     try:
         return parse_duration(text)
     except ValueError:
         pass
-    s = text.strip().lower()
     try:
         number = float(s[:-1] if s and s[-1] in "smhdw" else s)
     except ValueError:

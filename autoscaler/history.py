@@ -23,7 +23,8 @@ here, one request per chunk, so that a progress bar can follow; the loop leaves 
 bin is evaluated at the same time either way (a subquery's steps are aligned to the epoch, not to the range), so
 the answers are equal bin by bin.
 
-The command-line side (flags, one-line errors, the progress bar on a terminal) is at the end of the module.
+The command-line side (flags, one-line errors, progress: a bar on a terminal, a line every few seconds
+elsewhere) is at the end of the module.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ from autoscaler.adapters.prometheus import (
 from autoscaler.cli import UserError, duration_flag
 from autoscaler.config import Config, ConfigError, PrometheusConfig, load_config
 from autoscaler.domain.learned_capacity import CapacityInputs
-from autoscaler.progress import ProgressBar
+from autoscaler.progress import progress_for
 from autoscaler.runtime.clock import SystemClock
-from autoscaler.traces import Trace, trace_from_rates
+from autoscaler.traces import MAX_TRACE_BINS, Trace, trace_from_rates
 from models.types import TrafficSeries
 
 __all__ = [
@@ -445,6 +446,9 @@ def parse_args(args: argparse.Namespace, config: Config | None = None, *, now: f
     step = config.loop.step_seconds if args.step is None else duration_flag("--step", str(args.step))
     if since < step:
         raise UserError(f"--since {_human(since)} is shorter than one --step {_human(step)}")
+    if since // step > MAX_TRACE_BINS:  # the same bound as a trace file's, before anything is requested
+        raise UserError(f"--since {_human(since)} in --step {_human(step)} bins is {since // step:,} bins, more than "
+                        f"the {MAX_TRACE_BINS:,} a trace may hold; use a larger --step or a shorter --since")
     if args.until is not None:
         now = parse_time("--until", str(args.until))
     elif now is None:
@@ -494,14 +498,13 @@ def read_from_args(
     source = prometheus_source(h.config.prometheus, h.url)
     n_bins = (h.end - h.start) // h.step
     queries = [h.config.prometheus.arrival_rate_query, *(TOKEN_QUERIES.values() if tokens else ())]
-    bar = ProgressBar(n_bins * len(queries), queries, stream, title) if stream.isatty() else None
+    bar = progress_for(n_bins * len(queries), queries, stream, title)
     try:
         with prometheus_errors(h, source.url), source:
             history = read_deployment(source, h.config.prometheus, h.namespace, h.name, h.start, h.end, h.step,
                                       tokens=tokens, progress=bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     if history.requests is None:
         raise no_series(h, source.url, history)
     return history, source.url

@@ -380,3 +380,87 @@ def test_a_binary_trace_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path
     assert out == ""
     assert err.startswith(f"predictive-autoscaler backtest: error: {path}: not a text CSV")
     assert err.count("\n") == 1
+
+
+# -- gaps, NaN values, a plot that fails at the end, progress in a log ------------------------------------------------
+
+
+def _with_gap(path: Path, days_before: float, gap_days: float, days_after: float, step: int = 600) -> Path:
+    """A daily cycle, then nothing for ``gap_days`` (rows absent: missing data), then the cycle again."""
+    before = write_trace(path.with_name("before.csv"), days=days_before, step=step)
+    after = write_trace(path.with_name("after.csv"), days=days_after, step=step, seed=8)
+    shift = int((days_before + gap_days) * 86_400)
+    rows = before.read_text().splitlines()
+    for row in after.read_text().splitlines()[1:]:
+        ts, count = row.split(",")
+        rows.append(f"{int(ts) + shift},{count}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_gap_as_long_as_the_fit_window_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _with_gap(tmp_path / "gap.csv", days_before=3, gap_days=3, days_after=3)
+    argv = ["backtest", "--trace", str(path), "--models", "persistence", "--origin-every", "1h"]
+    assert main([*argv, "--window", "2d"]) == 2  # after the gap, a 2-day window holds nothing to fit on
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "the longest gap is 3d" in err
+    assert "as long as the fit window (2d, --window)" in err
+    payload = run_json(capsys, *argv[1:], "--window", "4d")  # a window longer than the gap: scored around it
+    assert payload["models"]["persistence"]["wape"] > 0  # type: ignore[index]
+
+
+def test_nan_values_are_said_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_trace(tmp_path / "nan.csv", days=3)
+    rows = path.read_text().splitlines()
+    for i in (10, 20, 30):
+        rows[i] = rows[i].split(",")[0] + ",nan"
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["backtest", "--trace", str(path), "--models", "persistence", "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert err == (f"predictive-autoscaler backtest: warning: {path}: 3 values are NaN; they are read as missing data "
+                   "(gaps, not scored), not as zeros\n")
+
+
+def test_a_plot_that_fails_at_the_end_still_prints_the_table(
+    capsys: pytest.CaptureFixture[str], trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autoscaler.commands.backtest as command
+
+    plot = tmp_path / "later" / "bt.png"  # a directory the plot would create: fine when checked
+    real = command.backtest
+
+    def then_block_the_directory(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        (tmp_path / "later").write_text("")  # something took the directory's name during the run
+        return result
+
+    monkeypatch.setattr(command, "backtest", then_block_the_directory)
+    code = main(["backtest", "--trace", str(trace), "--models", "persistence", "--origin-every", "1h",
+                 "--plot", str(plot)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "persistence" in out  # the scores are out
+    assert "plot written" not in out
+    assert err.count("\n") == 1
+    assert err.startswith(f"predictive-autoscaler backtest: error: --plot: cannot write {plot}: ")
+
+
+def test_progress_is_a_line_every_few_seconds_without_a_terminal(
+    capsys: pytest.CaptureFixture[str], trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autoscaler.progress as progress
+
+    monkeypatch.setattr(progress, "LINE_EVERY_SECONDS", 0.0)  # a line at every step instead of every 10 s
+    assert main(["backtest", "--trace", str(trace), "--models", "persistence", "--origin-every", "6h",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    lines = err.splitlines()
+    assert lines
+    assert "\r" not in err  # no terminal bar in a log
+    assert all(line.startswith("backtest: ") and line.endswith("s elapsed") for line in lines), lines
+    assert "(persistence)" in lines[-1]
+    assert "100%" in lines[-1]

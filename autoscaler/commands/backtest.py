@@ -27,11 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag
+from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag, warn
 from autoscaler.domain.demand import DemandUnit
 from autoscaler.history import add_arguments, check_source_flags, parse_args, trace_from_args, wants_prometheus
-from autoscaler.progress import ProgressBar
-from autoscaler.traces import TOKEN_COLUMNS, demand_series, load_trace
+from autoscaler.progress import progress_for
+from autoscaler.traces import (
+    MOSTLY_MISSING,
+    TOKEN_COLUMNS,
+    demand_series,
+    format_span,
+    gaps,
+    iso_time,
+    load_trace,
+)
 from models.base import Forecaster, InsufficientHistoryError
 from models.evaluation import BacktestConfig, ModelResult, backtest
 from models.types import TrafficSeries
@@ -207,6 +215,13 @@ def run(args: argparse.Namespace) -> int:
         series = demand_series(trace, unit, weights, source=source)
     else:
         series = _series({"requests": trace.requests, **trace.tokens}, args.series, trace.name)
+    if trace.nan_values:
+        warn("backtest", f"{source}: {trace.nan_values:,} values are NaN; they are read as missing data (gaps, not "
+                         "scored), not as zeros")
+    holes = gaps(series)
+    if holes.share > MOSTLY_MISSING:
+        raise UserError(f"{source}: {holes.describe()}; too little of it has data to backtest: cut the trace to the "
+                        "part with data")
     step = series.step_seconds
     config = BacktestConfig(
         horizon_steps=max(1, math.ceil(horizon_s / step)),
@@ -225,6 +240,13 @@ def run(args: argparse.Namespace) -> int:
     except InsufficientHistoryError as exc:
         found = f" (read from Prometheus at {url}, first to last bin with a value)" if from_prometheus else ""
         raise UserError(f"{trace.name}: {exc}{found}") from None
+    window = resolved.history_window_steps
+    assert window is not None
+    if holes.longest_bins >= window:
+        raise UserError(f"{source}: the longest gap is {format_span(holes.longest_seconds)}, from "
+                        f"{iso_time(holes.longest_start)}, as long as the fit window ({_human(window * step)}, "
+                        "--window): after it a model would have no history to fit; cut the trace at the gap (or widen "
+                        "--window)")
     n_origins = len(resolved.origins(len(series)))
     if args.score_outages:
         actuals, n_outage = series, 0
@@ -234,31 +256,15 @@ def run(args: argparse.Namespace) -> int:
         actuals = prepare(series)
         n_outage = int(np.sum(np.isnan(actuals.values) & ~np.isnan(series.values)))
 
-    bar = ProgressBar(n_origins * len(factories), list(factories), sys.stderr) if sys.stderr.isatty() else None
+    bar = progress_for(n_origins * len(factories), list(factories), sys.stderr, "backtest")
     try:
         results = backtest(series, factories, resolved, bar, actuals=actuals)
+    except InsufficientHistoryError as exc:  # a window without data the checks above did not foresee
+        raise UserError(f"{trace.name}: {exc}") from None
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
 
     scored_horizon = config.horizon_steps * step
-    if args.plot is not None:
-        from autoscaler.plotting import plot_backtest  # deferred: matplotlib is slow to import
-
-        try:
-            plot_backtest(
-                results,
-                args.plot,
-                trace_name=f"{trace.name} ({label})",
-                horizon_seconds=scored_horizon,
-                level=level,
-                show=None if args.models is None else list(factories),
-                unit=("tokens/s" if tokens_demand else "requests/s" if args.series == "requests"
-                      else f"{args.series.replace('_', ' ')}/s"),
-            )
-        except OSError as exc:
-            raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from None
-
     if args.json:
         payload = {
             "trace": source,
@@ -279,8 +285,10 @@ def run(args: argparse.Namespace) -> int:
                 for name, r in results.items()
             },
         }
-        print(json.dumps(payload, allow_nan=False))
-        return 0
+        print(json.dumps(payload, allow_nan=False), flush=True)
+        return _plot(args, results, f"{trace.name} ({label})", scored_horizon, level, list(factories),
+                     "tokens/s" if tokens_demand else "requests/s" if args.series == "requests"
+                     else f"{args.series.replace('_', ' ')}/s")
 
     assert resolved.min_train_steps is not None
     assert resolved.history_window_steps is not None
@@ -316,6 +324,28 @@ def run(args: argparse.Namespace) -> int:
     for name, r in results.items():
         if r.fallbacks:
             print(f"{name}: {r.fallbacks} of {r.n_forecasts} forecasts fell back ({'; '.join(r.fallback_reasons)})")
-    if args.plot is not None:
+    sys.stdout.flush()
+    return _plot(args, results, f"{trace.name} ({label})", scored_horizon, level, list(factories),
+                 "tokens/s" if tokens_demand else "requests/s" if args.series == "requests"
+                 else f"{args.series.replace('_', ' ')}/s", say=True)
+
+
+def _plot(args: argparse.Namespace, results: dict[str, ModelResult], trace_name: str, horizon_seconds: int,
+          level: int, models: list[str], unit: str, say: bool = False) -> int:
+    """Draw ``--plot`` (if given) after the results are printed, so that a plot that cannot be written (checked
+    before the run, but a disk can fill or a directory go away since) costs the picture, not the scores: the error
+    is one line on stderr and the exit status 1. ``say``: print where it was written."""
+    if args.plot is None:
+        return 0
+    from autoscaler.plotting import plot_backtest  # deferred: matplotlib is slow to import
+
+    try:
+        plot_backtest(results, args.plot, trace_name=trace_name, horizon_seconds=horizon_seconds, level=level,
+                      show=None if args.models is None else models, unit=unit)
+    except OSError as exc:
+        print(f"predictive-autoscaler backtest: error: --plot: cannot write {args.plot}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    if say:
         print(f"plot written to {args.plot}")
     return 0

@@ -34,7 +34,7 @@ from autoscaler.history import (
     prometheus_source,
     read_capacity_inputs,
 )
-from autoscaler.progress import ProgressBar
+from autoscaler.progress import progress_for
 
 DEFAULT_SINCE = "7d"
 
@@ -120,14 +120,13 @@ def run(args: argparse.Namespace) -> int:
     source = prometheus_source(h.config.prometheus, h.url)
     n_bins = (h.end - h.start) // h.step
     queries = list(CAPACITY_INPUTS.values())
-    bar = ProgressBar(n_bins * len(queries), queries, sys.stderr, "capacity") if sys.stderr.isatty() else None
+    bar = progress_for(n_bins * len(queries), queries, sys.stderr, "capacity")
     try:
         with prometheus_errors(h, source.url), source:
             inputs = read_capacity_inputs(source, h.config.prometheus, [namespace], h.start, h.end, h.step,
                                           chunk_bins=FLEET_POINTS_PER_REQUEST, progress=bar)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     key = (namespace, name)
     if key not in inputs:
         others = tuple(sorted(d for ns, d in inputs if ns == namespace))
