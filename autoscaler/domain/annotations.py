@@ -21,7 +21,8 @@ Contract (prefix ``predictive-autoscaler.io/``):
   percentage such as ``99%`` or ``99.5``; default: the profile's) and ``demand-unit`` (``requests`` | ``tokens``:
   what demand and ``capacity-per-replica`` are counted in, requests/s or weighted tokens/s of prompt + generation,
   ``autoscaler.domain.demand``; default ``requests``);
-* ``status`` is written by the controller itself and is therefore a known key.
+* ``status`` was written by older versions of the controller itself (the status now lives in a ConfigMap beside
+  the Deployment, ``autoscaler.domain.status``, which moves it there) and is therefore a known key.
 
 Priority: an integer 0..1000 (higher = more important: the cost ceiling sheds lower priorities first)
 or one of the named tiers in ``PRIORITY_TIERS``: ``critical`` 1000, ``production`` 100, ``standard``

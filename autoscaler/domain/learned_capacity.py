@@ -119,7 +119,7 @@ class LearnedCapacity:
         return self.estimate is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (the status annotation, ``capacity --json``)."""
+        """JSON-ready (the published status, ``capacity --json``)."""
 
         def r(x: float | None) -> float | None:
             return None if x is None else round(x, 6)

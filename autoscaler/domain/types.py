@@ -10,7 +10,7 @@ this module holds one Deployment's part (``WorkloadState`` -> ``ScalingDecision`
 money stage has its own types (``autoscaler.domain.cost``, ``nodes``, ``money``).
 
 A ``ScalingDecision`` carries ``steps``: every rule that touched the replica count, in order, with
-the numbers it used (after llm-d's variant autoscaler), so ``explain`` and the status annotation
+the numbers it used (after llm-d's variant autoscaler), so ``explain`` and the published status
 can say *why* a count was chosen, and ``recommendations``: the stabilisation history the caller
 passes back in the next ``WorkloadState`` (the planner keeps no state of its own).
 """
@@ -204,7 +204,7 @@ class ScalingDecision:
     scale_up_blocked: int = 0  # replicas wanted but withheld by max_scale_up_step or max_replicas
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (plain ints, floats, strings, lists): for the status annotation and ``--dry-run``."""
+        """A JSON-safe dict (plain ints, floats, strings, lists): for the published status and ``--dry-run``."""
         return {
             "desired_replicas": int(self.desired_replicas),
             "forecast_demand": _json_float(self.forecast_demand),

@@ -38,7 +38,7 @@ class ControllerMetrics:
             "predictive_autoscaler_demand_degraded",
             "1 when the latest demand is the completion rate alone (the Deployment's vLLM queue gauges "
             "vllm:num_requests_waiting/running are absent, so queued requests are not counted), 0 for the full "
-            "formula; why is in the status annotation's demandSource. Absent while there is no current demand.",
+            "formula; why is in the Deployment's status (demandSource). Absent while there is no current demand.",
             WORKLOAD,
             registry=r,
         )

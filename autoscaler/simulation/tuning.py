@@ -123,7 +123,7 @@ class Day:
 
     def to_dict(self) -> dict[str, Any]:
         """Compact (one row per point: quantile, utilisation, GPU-h, attainment, p99 wait, dropped, requests): a week
-        of these rides in the Deployment's status annotation."""
+        of these rides in the Deployment's status (``autoscaler.domain.status``)."""
         return {
             "end": self.end,
             "ran": None if self.ran is None else [self.ran[0], self.ran[1]],

@@ -1,7 +1,7 @@
 """The money stage inside the running loop: real HTTP to the fake API server, the real Prometheus and Alertmanager.
 
 Each test drives ``Controller.tick`` with ``now`` as data and checks what reached the API server (scale
-patches, status annotations, NodePool limits, CapacityBuffers, placeholder Deployments), what reached
+patches, status objects, NodePool limits, CapacityBuffers, placeholder Deployments), what reached
 Alertmanager (read back through its v2 API), and the exported metrics. Dollar figures are derived from the
 configured prices and the plan the controller made, not copied from an earlier run.
 
