@@ -148,6 +148,19 @@ def test_an_existing_object_unknown_to_this_controller_is_taken_over_after_a_re_
     assert stored_status(fake_api, "ml", "llama") == {"desiredReplicas": 3}
 
 
+def test_the_object_of_an_earlier_deployment_of_that_name_is_taken_over(
+    fake_api: FakeKubeAPI, cluster: KubeCluster
+) -> None:
+    """Deleted and created again before the garbage collector came by: same text, new owner, so it is replaced."""
+    uid = _uid(fake_api)
+    first = cluster.write_status("ml", "llama", "0b1d-earlier", {"desiredReplicas": 1}, None)
+    result = cluster.write_status("ml", "llama", uid, {"desiredReplicas": 1}, first.stored)
+    assert result.written
+    cm = fake_api.get("configmaps", "ml", OBJ)
+    assert cm is not None
+    assert [o["uid"] for o in cm["metadata"]["ownerReferences"]] == [uid]
+
+
 def test_a_configmap_of_that_name_that_is_not_ours_is_never_overwritten(
     fake_api: FakeKubeAPI, cluster: KubeCluster
 ) -> None:

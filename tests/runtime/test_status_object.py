@@ -158,6 +158,26 @@ def test_a_failed_list_defers_that_namespaces_statuses_and_is_reported(rig: Rig,
     assert stored_status(fake, "serving", "llama-chat")["desiredReplicas"] >= 3
 
 
+def test_an_annotation_a_rollback_copies_back_is_removed_and_not_resumed_from(rig: Rig, now0: int) -> None:
+    """``kubectl rollout undo`` copies an old ReplicaSet's annotations onto the Deployment, stale status included."""
+    fake = rig.fake
+    assert rig.controller.tick(now0).ok
+    before = stored_status(fake, "serving", "llama-chat")
+    dep = fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["metadata"]["annotations"][STATUS_ANNOTATION] = '{"mode":"scale","time":"2023-01-01T00:00:00+00:00"}'
+    fake.add("deployments", dep)
+    mark = len(fake.requests)
+
+    assert rig.controller.tick(now0 + 60).ok
+
+    (patch,) = metadata_patches(fake, mark)
+    assert patch.body == {"metadata": {"annotations": {STATUS_ANNOTATION: None}}}
+    after = stored_status(fake, "serving", "llama-chat")
+    assert after["time"] >= before["time"], "the object was not set back to the annotation's"
+    assert STATUS_ANNOTATION not in (fake.get("deployments", "serving", "llama-chat") or {})["metadata"]["annotations"]
+
+
 def test_a_standby_and_a_dry_run_read_the_status_objects_but_write_none(rig: Rig, now0: int) -> None:
     dep = rig.fake.get("deployments", "serving", "llama-chat")
     assert dep is not None
