@@ -108,8 +108,9 @@ def test_combined_log_format_is_detected_and_its_own_format_refuses_clf_lines(
     code, out, err = run(capsys, str(plain), "--format", "combined")
     assert code == 2
     assert out == ""
-    assert one_line_error(err).startswith(f"predictive-autoscaler trace from-log: error: {plain}: none of its 5 lines is "
-                                          f"Combined Log Format; the first line is {clf(times[0])[:40]!r}"[:-1])
+    expected = (f"predictive-autoscaler trace from-log: error: {plain}: none of its 5 lines is Combined Log Format; "
+                f"the first line is {clf(times[0])[:40]!r}")
+    assert one_line_error(err).startswith(expected[:-1])
 
 
 def test_garbled_lines_are_counted_on_one_stderr_line_and_not_fatal(
