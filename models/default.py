@@ -68,6 +68,16 @@ Method (every parameter is chosen per series from its own recent history; nothin
    of the procedure that made the final choice, which is still made on the whole window. Until
    then (short histories) the model alone is used. The tracker survives ``update`` and JSON
    exactly, and costs a few float operations per bin.
+   The tracker scores the points ``predict`` returned, not the model's formula: inside an ongoing
+   outage ``predict`` serves the metric's reading (step 6), so a forecast made in the last ``h`` bins
+   of an outage, for demand after it, is that reading, and its error is what is tracked. Forecasts
+   made inside an outage are tracked in a block of their own, with their own choice of ``a``: their
+   errors are rare and large, and pooled with the others they read as noise (measured on a series of
+   the failing trace's shape whose daily 30-minute gap the metric reports as zeros, fitted on 14 days
+   and updated 15 bins at a time: the tracker scored the level there, ranked the model first and never
+   moved off it, while what ``predict`` returned was 1.06-1.09x persistence's error; now it serves a
+   mixture with the last value from inside the outage and is 0.90-0.93x, as with the gap left empty).
+   Each block's sums are discounted per scored bin, so the outage block keeps weeks of daily outages.
 
 Why it beats persistence at 15 minutes: the level averages away bin noise where the series is
 noisy (persistence pays the noise twice, in the last bin and in the target), and the profile
@@ -168,7 +178,7 @@ OUTAGE_MIN_COUNT = 20.0
 OUTAGE_RATIO = 0.02
 MIN_ERRORS = 50
 MAX_K = 120
-STATE_VERSION = 3
+STATE_VERSION = 4
 # The self-check: forecasts mixing the fitted model and persistence, ``(1 - a) * model + a * last``,
 # for each ``a`` here; the one with the lowest tracked error at step ``h`` is the forecast.
 PERSISTENCE_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -176,6 +186,8 @@ TRACK_HALF_LIFE_SECONDS = SECONDS_PER_DAY  # memory of the tracked errors
 # A weight other than 0 is taken only when its tracked advantage over the model alone is this many
 # standard errors (a one-sided test on the paired error differences): noise does not move it.
 SWITCH_Z = 2.0
+BLOCK = 2 * len(PERSISTENCE_WEIGHTS)  # one block of tracked sums; two blocks: from demand, from an outage
+TRACK_LEN = 2 * BLOCK
 HOLDOUT_FRACTION = 3  # the newest 1/3 of the selection window is held out of the parameter choice
 IntArray = NDArray[np.int64]
 PERCENTILES = np.arange(1, 100, dtype=np.float64)
@@ -288,6 +300,15 @@ def _outage_mask(
         last = int(observed[-1])
         reading = float(counts[last]) if outage[last] else math.nan
     return clean.astype(np.float64), ref_end, reading
+
+
+def _readings(raw: FloatArray, clean: FloatArray, reading0: float) -> FloatArray:
+    """The outage reading in force after each bin: the raw count of the last observed bin when that bin
+    is an outage (``clean`` NaN where ``raw`` is not), NaN when it is demand; held over missing bins,
+    from ``reading0`` (the reading before ``raw``). What ``predict`` would serve as its point then."""
+    marker = np.where(np.isfinite(raw), np.where(np.isfinite(clean), -1.0, raw), np.nan)
+    held = _ffill(marker, -1.0 if math.isnan(reading0) else reading0)
+    return np.where(held < 0.0, np.nan, held).astype(np.float64)
 
 
 def _profile(counts: FloatArray, phases: IntArray, period: int, step: int, smooth_seconds: int) -> FloatArray | None:
@@ -413,12 +434,13 @@ class DefaultForecaster:
         self._knodes: IntArray = np.ones(1, dtype=np.int64)  # steps k at which band quantiles are stored
         self._qnodes = np.zeros((len(PERSISTENCE_WEIGHTS), 99, 1))  # per persistence weight: 99 x nodes
         self._qcache: dict[int, FloatArray] = {}  # weight index -> 99 x k_max table (from the nodes)
-        # The self-check's discounted sums at step h: |error| per persistence weight, then the squared
+        # The self-check's discounted sums at step h, two blocks of ``BLOCK`` values (forecasts made from
+        # demand, then forecasts made inside an outage): |error| per persistence weight, then the squared
         # differences of each non-zero weight's |error| and the model's, then the count of scored bins.
-        self._track = [0.0] * (2 * len(PERSISTENCE_WEIGHTS))
-        # (short level, long level, last count) after each of the last h bins: what each forecast
-        # scored by the self-check was made from
-        self._ring: list[tuple[float, float, float]] = []
+        self._track = [0.0] * TRACK_LEN
+        # (short level, long level, last count, outage reading) after each of the last h bins: what each
+        # forecast scored by the self-check was made from, so it scores exactly what ``predict`` served
+        self._ring: list[tuple[float, float, float, float]] = []
         self._power = 0.5
         self._in_sample_mae = math.nan
 
@@ -582,11 +604,15 @@ class DefaultForecaster:
         # Seed the self-check with the held-out tail, every origin there: the errors there of the model
         # the same selection chose without it (an out-of-sample measure of the procedure that made the
         # final choice; the profile comes from before the window), and those of persistence.
-        track = [0.0] * (2 * len(PERSISTENCE_WEIGHTS))
+        track = [0.0] * TRACK_LEN
+        readings = _readings(y * step, counts, math.nan)
         if hold > 0 and early is not None:
             o_hold = np.arange(n - h - hold, n - h)
             actual, pred, last = replay(early)(h, o_hold)
-            self._track_errors(track, actual, pred, last, _decay(TRACK_HALF_LIFE_SECONDS / step))
+            # what predict would have served there: the reading, at an origin inside an outage
+            served = np.where(np.isfinite(readings[o_hold]), readings[o_hold], pred)
+            inside = np.isfinite(readings[o_hold])
+            self._track_errors(track, actual, served, last, _decay(TRACK_HALF_LIFE_SECONDS / step), inside)
 
         # Production state: profile from the most recent days, levels over the whole history.
         uses_profile = eval_profile is not None and (best.weight > 0.0 or best.beta > 0.0)
@@ -616,7 +642,8 @@ class DefaultForecaster:
         self._track = track
         # what the model knew after each of the last h bins: the forecasts it made for the next h bins
         self._ring = [
-            (float(a), float(b), float(c)) for a, b, c in zip(levels[-h:], longs[-h:], last_obs[-h:], strict=True)
+            (float(a), float(b), float(c), float(r))
+            for a, b, c, r in zip(levels[-h:], longs[-h:], last_obs[-h:], readings[-h:], strict=True)
         ]
         self._power = lam
         self._in_sample_mae = best.mae / step
@@ -660,6 +687,7 @@ class DefaultForecaster:
                 raise ValueError(f"default: update starting at {new.start} has negative or infinite rates")
             m = y.shape[0]
             counts, self._ref, reading = _outage_mask(y * step, ref_decay, self._ref, self._outage_min_count)
+            readings = _readings(y * step, counts, self._outage)
             if reading is not None:
                 self._outage = reading
             ring = self._ring
@@ -675,15 +703,26 @@ class DefaultForecaster:
             hist_l = np.concatenate(([r[0] for r in ring], levels))
             hist_g = np.concatenate(([r[1] for r in ring], longs))
             hist_p = np.concatenate(([r[2] for r in ring], lasts))
+            hist_r = np.concatenate(([r[3] for r in ring], readings))
             lv0, lg0, last0 = hist_l[:m], hist_g[:m], hist_p[:m]
             if prof is not None and sprof is not None:
                 model = (1.0 - beta) * lv0 * sprof[ph] + beta * lg0 * prof[ph]
             else:
                 model = (1.0 - beta) * lv0 + beta * lg0
             model = np.maximum(model, 0.0)
-            self._track_errors(track, counts, model, last0, track_decay)
+            # the point predict served h bins before: the outage reading while one was in force
+            served = np.where(np.isfinite(hist_r[:m]), hist_r[:m], model)
+            self._track_errors(track, counts, served, last0, track_decay, np.isfinite(hist_r[:m]))
             hh = len(ring)
-            self._ring = list(zip(hist_l[-hh:].tolist(), hist_g[-hh:].tolist(), hist_p[-hh:].tolist(), strict=True))
+            self._ring = list(
+                zip(
+                    hist_l[-hh:].tolist(),
+                    hist_g[-hh:].tolist(),
+                    hist_p[-hh:].tolist(),
+                    hist_r[-hh:].tolist(),
+                    strict=True,
+                )
+            )
         else:
             # The same recursions, one bin at a time in plain floats (a live tick is one bin);
             # the arithmetic is operation for operation the filter's, so results are identical.
@@ -694,7 +733,7 @@ class DefaultForecaster:
             t = start
             for v in values:
                 t += step
-                slv, slg, slast = ring.pop(0)  # what was known h bins before this one
+                slv, slg, slast, sread = ring.pop(0)  # what was known h bins before this one
                 if v == v:  # NaN: missing, state held
                     c = v * step
                     ref = self._ref
@@ -713,45 +752,65 @@ class DefaultForecaster:
                             pt = (1.0 - beta) * slv + beta * slg
                         if pt < 0.0:
                             pt = 0.0
+                        if sread == sread:  # predict served the outage reading then
+                            pt = sread
                         if pt == pt and slast == slast:  # scored: both forecasts existed
                             nw = len(PERSISTENCE_WEIGHTS)
+                            b = BLOCK if sread == sread else 0
                             e0 = abs(c - ((1.0 - 0.0) * pt + 0.0 * slast))
-                            track[0] = e0 + track_decay * track[0]
+                            track[b] = e0 + track_decay * track[b]
                             for j in range(1, nw):
                                 alpha = PERSISTENCE_WEIGHTS[j]
                                 e = abs(c - ((1.0 - alpha) * pt + alpha * slast))
-                                track[j] = e + track_decay * track[j]
+                                track[b + j] = e + track_decay * track[b + j]
                                 diff = e - e0
-                                track[nw + j - 1] = diff * diff + track_decay * track[nw + j - 1]
-                            track[-1] = 1.0 + track_decay * track[-1]
+                                track[b + nw + j - 1] = diff * diff + track_decay * track[b + nw + j - 1]
+                            track[b + BLOCK - 1] = 1.0 + track_decay * track[b + BLOCK - 1]
                         lv, lg = self._level, self._long
                         self._level = (1.0 - short_decay) * xs + short_decay * (lv if lv == lv else xs)
                         self._long = (1.0 - long_decay) * xl + long_decay * (lg if lg == lg else xl)
-                        ring.append((self._level, self._long, c))
+                        ring.append((self._level, self._long, c, math.nan))
                         continue
-                ring.append((self._level, self._long, ring[-1][2] if ring else slast))
+                prev = ring[-1] if ring else (slv, slg, slast, sread)
+                ring.append((self._level, self._long, prev[2], self._outage))
         self._end = new.end
         return self
 
     @staticmethod
-    def _track_errors(track: list[float], actual: FloatArray, model: FloatArray, last: FloatArray, d: float) -> None:
-        """Add the scored bins of a chunk to ``track`` (vectorised; the same arithmetic as ``update``)."""
-        scored = np.isfinite(actual) & np.isfinite(model) & np.isfinite(last)
-        actual, model, last = actual[scored], model[scored], last[scored]
-        errs = np.abs(actual - ((1.0 - _ALPHAS) * model + _ALPHAS * last))
-        diffs = errs[1:] - errs[0]
-        # rows in the order of ``track``: |error| per weight, squared differences, the count
-        rows = np.concatenate((errs, diffs * diffs, np.ones((1, actual.size))))
-        track[:] = _discounted_sums(rows, d, track)
+    def _track_errors(
+        track: list[float],
+        actual: FloatArray,
+        served: FloatArray,
+        last: FloatArray,
+        d: float,
+        inside: NDArray[np.bool_],
+    ) -> None:
+        """Add the scored bins of a chunk to ``track`` (vectorised; the same arithmetic as ``update``).
 
-    def _choice(self) -> int:
-        """Index of the persistence weight the forecast uses.
+        ``served`` is the point predict returned at each bin's origin, ``inside`` whether that origin was
+        in an outage (its errors go to the second block)."""
+        scored = np.isfinite(actual) & np.isfinite(served) & np.isfinite(last)
+        for b, mask in ((0, scored & ~inside), (BLOCK, scored & inside)):
+            a, m, p = actual[mask], served[mask], last[mask]
+            errs = np.abs(a - ((1.0 - _ALPHAS) * m + _ALPHAS * p))
+            diffs = errs[1:] - errs[0]
+            # rows in the order of a block: |error| per weight, squared differences, the count
+            rows = np.concatenate((errs, diffs * diffs, np.ones((1, a.size))))
+            track[b : b + BLOCK] = _discounted_sums(rows, d, track[b : b + BLOCK])
+
+    def _choice(self, inside: bool | None = None) -> int:
+        """Index of the persistence weight the forecast uses (from an outage when ``inside``; default: now).
 
         The one with the lowest tracked error among those that beat the model alone by ``SWITCH_Z``
         standard errors of the mean paired difference (the errors of neighbouring bins overlap over
         ``h`` steps, so the effective count is the tracked count / h); the model alone otherwise.
+        Forecasts made inside an outage are checked on their own: the model serves the reading there,
+        a different forecast whose rare, large errors would read as noise among the others.
         """
-        track, nw = self._track, len(PERSISTENCE_WEIGHTS)
+        if inside is None:
+            inside = not math.isnan(self._outage)
+        b = BLOCK if inside else 0
+        track, nw = self._track[b : b + BLOCK], len(PERSISTENCE_WEIGHTS)
         count = track[-1]
         best = 0
         if count <= 0.0:
@@ -796,11 +855,16 @@ class DefaultForecaster:
             mean_counts = np.maximum((1.0 - beta) * self._level * sprof[ph] + beta * self._long * prof[ph], 0.0)
         else:
             mean_counts = np.full(h, max((1.0 - beta) * self._level + beta * self._long, 0.0))
-        # the self-check: the mixture with persistence whose tracked error at step h is lowest
+        # During an ongoing outage the model's point is the metric's reading (the outage continues until
+        # it stops); the bands keep the demand the outage is hiding, so capacity sized on them holds.
+        served = mean_counts if math.isnan(self._outage) else np.full(h, self._outage)
+        # the self-check: the mixture with persistence whose tracked error at step h is lowest; the
+        # tracker scores these very points (``served``, mixed), so what it ranks is what is returned
         j = self._choice()
         alpha, last = PERSISTENCE_WEIGHTS[j], self._ring[-1][2]
         if alpha > 0.0 and last == last:
             mean_counts = (1.0 - alpha) * mean_counts + alpha * last
+            served = (1.0 - alpha) * served + alpha * last
         lam = self._power
         root = mean_counts**lam
         qtable = self._bands_table(j)
@@ -811,10 +875,8 @@ class DefaultForecaster:
             ks = np.arange(1, h + 1)
             qs = qtable[:, np.minimum(ks, k_max) - 1] * np.sqrt(np.maximum(ks / k_max, 1.0))
         bands = {int(p): np.maximum(root + qs[int(p) - 1], 0.0) ** (1.0 / lam) / step for p in levels}
-        # During an ongoing outage the point is the metric's reading (the outage continues until it
-        # stops); the bands keep the demand the outage is hiding, so capacity sized on them holds.
-        point = mean_counts / step if math.isnan(self._outage) else np.full(h, self._outage / step)
-        return Forecast(start=self._end, step_seconds=step, mean=point, quantiles=bands, model=self.alias)
+        bands = {p: np.maximum(b, served / step) if p >= 50 else b for p, b in bands.items()}
+        return Forecast(start=self._end, step_seconds=step, mean=served / step, quantiles=bands, model=self.alias)
 
     # -- introspection ----------------------------------------------------------------------
     @property
@@ -828,14 +890,17 @@ class DefaultForecaster:
             "band_power": self._power,
             "in_sample_mae": self._in_sample_mae,
             "persistence_weight": PERSISTENCE_WEIGHTS[self._choice()],
+            "persistence_weight_in_outage": PERSISTENCE_WEIGHTS[self._choice(True)],
             "tracked_mae_model": self._tracked_mae(0),
             "tracked_mae_persistence": self._tracked_mae(len(PERSISTENCE_WEIGHTS) - 1),
         }
 
     def _tracked_mae(self, j: int) -> float:
-        """Tracked mean absolute error at step h (requests/s) of persistence weight ``j``; NaN before any."""
-        count = self._track[-1]
-        return self._track[j] / count / self._step if count > 0.0 else math.nan
+        """Tracked mean absolute error at step h (requests/s) of persistence weight ``j`` as served (both
+        blocks: from demand and from inside outages); NaN before any."""
+        track = self._track
+        count = track[BLOCK - 1] + track[-1]
+        return (track[j] + track[BLOCK + j]) / count / self._step if count > 0.0 else math.nan
 
     # -- persistence ------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
@@ -899,15 +964,16 @@ class DefaultForecaster:
                     math.nan if a is None else float(a),
                     math.nan if b is None else float(b),
                     math.nan if c is None else float(c),
+                    math.nan if r is None else float(r),
                 )
-                for a, b, c in state["recent"]
+                for a, b, c, r in state["recent"]
             ]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"default: malformed state ({exc})") from None
         shape = (len(PERSISTENCE_WEIGHTS), 99, m._knodes.size)
         if m._qnodes.shape != shape or m._knodes.size < 1 or m._knodes[0] != 1 or np.any(np.diff(m._knodes) <= 0):
             raise ValueError(f"default: malformed state (band_quantiles shape {m._qnodes.shape}, expected {shape})")
-        if len(m._track) != 2 * len(PERSISTENCE_WEIGHTS) or not m._ring:
+        if len(m._track) != TRACK_LEN or not m._ring:
             raise ValueError("default: malformed state (tracked_errors or recent has the wrong length)")
 
         if m._step <= 0 or m._period != _period(m._step):

@@ -62,12 +62,14 @@ def wandering(
     start_offset: int = 13 * 3600 + 37 * 60,
     gap_at: int = 3 * 3600 + 10 * 60,
     gap_seconds: int = 1800,
+    gap_reads_zero: bool = False,
     seed: int = 0,
 ) -> TrafficSeries:
     """The shape of the trace on which the default model once did worse than persistence: Poisson counts per bin
     around a level that wanders over days (a log random walk, reverting over ``revert_days``), a weak daily cycle
     (``daily_amp``), a collection gap of ``gap_seconds`` at the same time every day (rows absent: NaN), and a first
-    timestamp that is not a midnight (``start_offset`` after one)."""
+    timestamp that is not a midnight (``start_offset`` after one). ``gap_reads_zero``: the daily gap is an outage
+    that the metric reports as zero requests instead of absent rows."""
     rng = np.random.default_rng(seed)
     n = int(days * SECONDS_PER_DAY // step)
     start = DAY0 + start_offset
@@ -82,7 +84,7 @@ def wandering(
     rate = mean * np.exp(level) * (1.0 + daily_amp * np.sin(2 * np.pi * (tod - 0.3)))
     counts = rng.poisson(rate * step / 60.0).astype(np.float64)
     sec = t % SECONDS_PER_DAY
-    counts[(sec >= gap_at) & (sec < gap_at + gap_seconds)] = np.nan
+    counts[(sec >= gap_at) & (sec < gap_at + gap_seconds)] = 0.0 if gap_reads_zero else np.nan
     return TrafficSeries(counts / step, step, int(start))
 
 

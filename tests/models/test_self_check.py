@@ -16,9 +16,9 @@ import numpy as np
 
 from models import registry
 from models.clean import prepare
-from models.default import PERSISTENCE_WEIGHTS, DefaultForecaster
+from models.default import TRACK_HALF_LIFE_SECONDS, TRACK_LEN, DefaultForecaster, horizon_steps
 from models.evaluation import BacktestConfig, ModelResult, backtest
-from models.types import SECONDS_PER_DAY, TrafficSeries
+from models.types import SECONDS_PER_DAY, FloatArray, TrafficSeries
 from tests.models._synthetic import daily, lag_day_autocorrelation, wandering
 
 MIN = 60
@@ -108,4 +108,76 @@ def test_chunked_and_bin_by_bin_updates_track_identically() -> None:
     gap = DefaultForecaster().fit(series.head(n0)).update(series.slice(n0 + 20, n0 + 40))
     padded = TrafficSeries(np.r_[np.full(20, np.nan), series.values[n0 + 20 : n0 + 40]], MIN, series.start + n0 * MIN)
     assert gap.to_state() == DefaultForecaster().fit(series.head(n0)).update(padded).to_state()
-    assert len(whole.to_state()["tracked_errors"]) == 2 * len(PERSISTENCE_WEIGHTS)
+    assert len(whole.to_state()["tracked_errors"]) == TRACK_LEN
+    # the same through an outage that reads as zero (the second block of the tracker)
+    zeros = wandering(
+        days=5, seed=9, gap_reads_zero=True, gap_at=(13 * 3600 + 37 * 60 + n0 * MIN + 100 * MIN) % SECONDS_PER_DAY
+    )
+    chunk = zeros.slice(n0, n0 + 500)
+    whole = DefaultForecaster().fit(zeros.head(n0)).update(chunk)
+    by_bin = DefaultForecaster().fit(zeros.head(n0))
+    for i in range(len(chunk)):
+        by_bin.update(chunk.slice(i, i + 1))
+    assert whole.to_state() == by_bin.to_state()
+    assert sum(whole.to_state()["tracked_errors"][TRACK_LEN // 2 :]) > 0.0  # forecasts made in the outage scored
+
+
+def _served_and_persistence(
+    series: TrafficSeries, every: int
+) -> tuple[DefaultForecaster, FloatArray, FloatArray, FloatArray]:
+    """Fitted on 14 days, then updated ``every`` bins at a time: the step-h points ``predict`` returned at each
+    origin, the last value observed outside an outage there, and the actual (NaN where not demand)."""
+    h = horizon_steps(series.step_seconds)
+    demand = np.where(series.values > 0, series.values, np.nan)  # the zeros of the daily outage are not demand
+    n0 = 14 * DAY
+    model = DefaultForecaster().fit(series.head(n0))
+    served, last, actual = [], [], []
+    for o in range(n0, len(series) - h + 1, every):
+        if o > n0:
+            model.update(series.slice(o - every, o))
+        served.append(float(model.predict(h, (90,)).mean[h - 1]))
+        seen = demand[:o]
+        last.append(float(seen[np.isfinite(seen)][-1]))
+        actual.append(float(demand[o + h - 1]))
+    return model, np.array(served), np.array(last), np.array(actual)
+
+
+def test_the_tracker_ranks_what_predict_serves_across_a_daily_outage_that_reads_zero() -> None:
+    # The daily gap is reported as zeros: the model serves the metric's reading as its point while the outage
+    # lasts, so forecasts made in its last 15 minutes, for demand after it, are 0. The tracker used to score the
+    # model's level there instead, ranked the model ahead of the last value and never moved off it, while what
+    # predict returned lost to persistence. Now it scores what was served, sees the loss, and serves a mixture
+    # with the last value from inside the outage: the default is no worse than persistence again.
+    for seed in (4, 5):
+        model, served, last, actual = _served_and_persistence(wandering(seed=seed, gap_reads_zero=True), every=15)
+        ok = np.isfinite(actual)
+        default_mae = np.mean(np.abs(actual[ok] - served[ok]))
+        persistence_mae = np.mean(np.abs(actual[ok] - last[ok]))
+        assert default_mae <= 1.00 * persistence_mae, (seed, default_mae, persistence_mae)
+        # the model alone, as served (the reading inside the outage), loses, and the tracker says so
+        assert model.params["tracked_mae_model"] > model.params["tracked_mae_persistence"]
+        assert model.params["persistence_weight_in_outage"] > 0.0
+        assert model.params["persistence_weight"] == 0.0  # outside outages the model still leads
+
+
+def test_the_tracked_error_is_that_of_the_points_predict_returned() -> None:
+    # Bin by bin over two days after the fit (the model alone is served throughout on this series): the tracked
+    # step-h error of the model is the discounted mean error of exactly the points predict returned h bins earlier.
+    series = wandering(days=16, seed=4)
+    h, n0 = horizon_steps(MIN), 14 * DAY
+    model = DefaultForecaster().fit(series.head(n0))
+    points: list[float] = []
+    sums: list[float] = []
+    for i in range(n0, len(series)):
+        assert model.params["persistence_weight"] == 0.0
+        points.append(float(model.predict(h, (90,)).mean[h - 1]) * MIN)
+        if i == n0 + h - 1:  # the bins before were scored with forecasts made inside the fit
+            sums = model.to_state()["tracked_errors"]
+        model.update(series.slice(i, i + 1))
+    d = 2.0 ** (-MIN / TRACK_HALF_LIFE_SECONDS)
+    total, count = sums[0], sums[TRACK_LEN // 2 - 1]
+    for k, target in enumerate(range(n0 + h - 1, len(series))):
+        a = series.values[target] * MIN
+        if np.isfinite(a):
+            total, count = abs(a - points[k]) + d * total, 1.0 + d * count
+    np.testing.assert_allclose(model.params["tracked_mae_model"], total / count / MIN, rtol=1e-9)
