@@ -22,6 +22,7 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.karpenter import GPU
+from autoscaler.adapters.kube import KubeCluster
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.status import STATUS_DATA_KEY, decode_status, status_object_name
 from tests.kube.fakeapi import ADMIN_TOKEN, CONTROLLER_TOKEN, FakeKubeAPI, load_crd, schema_errors
@@ -67,6 +68,18 @@ def admin_client(fake_api: FakeKubeAPI) -> Iterator[client.ApiClient]:
     """An admin's client of the same fake (never refused by RBAC), for setting state up over HTTP."""
     with fake_client(fake_api, ADMIN_TOKEN) as api:
         yield api
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    """The back-off sleeps a client under test asked for (it is given ``sleeps.append`` instead of sleeping)."""
+    return []
+
+
+@pytest.fixture
+def cluster(api_client: client.ApiClient, sleeps: list[float]) -> KubeCluster:
+    """The controller's ``KubeCluster`` on the fake, recording its back-off sleeps instead of sleeping."""
+    return KubeCluster(api_client, instance="controller-0", sleep=sleeps.append)
 
 
 def deployment(

@@ -62,11 +62,6 @@ def ticker() -> Ticker:
 
 
 @pytest.fixture
-def sleeps() -> list[float]:
-    return []
-
-
-@pytest.fixture
 def karpenter_api(fake_api: FakeKubeAPI) -> FakeKubeAPI:
     fake_api.install_crd(NODEPOOL_CRD)
     fake_api.add("nodepools.karpenter.sh", nodepool("h100", gpu_limit=16, gpus_in_use=8, nodes=1))

@@ -30,16 +30,6 @@ from tests.kube.fake_rbac import CONTROLLER
 from tests.kube.fakeapi import CONTROLLER_TOKEN, FakeKubeAPI
 
 
-@pytest.fixture
-def sleeps() -> list[float]:
-    return []
-
-
-@pytest.fixture
-def cluster(api_client: client.ApiClient, sleeps: list[float]) -> KubeCluster:
-    return KubeCluster(api_client, instance="controller-0", sleep=sleeps.append)
-
-
 def test_kube_cluster_satisfies_the_port(cluster: KubeCluster) -> None:
     port: Cluster = cluster  # mypy checks the structural match
     assert port is cluster

@@ -31,16 +31,6 @@ CM_PATH = "/api/v1/namespaces/ml/configmaps"
 OBJ = "llama-predictive-autoscaler"
 
 
-@pytest.fixture
-def sleeps() -> list[float]:
-    return []
-
-
-@pytest.fixture
-def cluster(api_client: client.ApiClient, sleeps: list[float]) -> KubeCluster:
-    return KubeCluster(api_client, instance="controller-0", sleep=sleeps.append)
-
-
 def _uid(fake: FakeKubeAPI, name: str = "llama") -> str:
     dep = fake.add("deployments", deployment("ml", name, annotations={"team.io/owner": "alice"}))
     return str(dep["metadata"]["uid"])
