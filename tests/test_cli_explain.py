@@ -328,3 +328,23 @@ def test_render_shows_the_last_scale_down_and_why_the_marks_did_not_choose_its_p
             "controller.kubernetes.io/pod-deletion-cost the controller did not set") in lines
     assert lines[-1].split()[0] == hhmm(T0 + 1800), "the track stays last"
     assert not any(line.startswith("last scale-down") for line in render("serving", "llama-chat", status_dict(), []))
+
+
+def test_explain_says_when_the_controller_runs_as_the_hpa_started_early() -> None:
+    status = {
+        "mode": "scale", "desiredReplicas": 4, "steps": [],
+        "tuning": {
+            "chosen": 50, "chosen_utilisation": 0.7, "met": True, "slo_wait_seconds": 2.0, "slo_attainment": 0.99,
+            "at": 1_700_000_000, "reason": "a reactive autoscaler at 0.7 utilisation that starts early (...)",
+            "candidates": [
+                {"warm_pool_quantile": 90, "gpu_hours": 90.0, "slo_attainment": 0.995, "wait_p99_seconds": 0.0},
+                {"warm_pool_quantile": 50, "reactive_utilisation": 0.7, "gpu_hours": 80.0, "slo_attainment": 0.996,
+                 "wait_p99_seconds": 0.0},
+            ],
+        },
+    }
+    text = "\n".join(render("ns", "llm", status, []))
+    assert "running as a reactive autoscaler at 0.7 utilisation that starts early" in text
+    assert "the forecast adds only the lead" in text
+    status["tuning"]["chosen"], status["tuning"]["chosen_utilisation"] = 90, 1.0
+    assert "running as a reactive autoscaler" not in "\n".join(render("ns", "llm", status, []))

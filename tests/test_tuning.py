@@ -22,6 +22,7 @@ from autoscaler.simulation.tuning import (
     budget_requirement,
     candidate_policy,
     choose,
+    meets,
     operating_points,
     pool,
     required_attainment,
@@ -167,8 +168,10 @@ def test_steady_traffic_needs_no_spare_so_the_cheapest_point_is_chosen() -> None
                   slo_attainment=0.99)
     assert result.met
     assert result.chosen == 80
-    assert {round(c.gpu_hours, 6) for c in result.candidates} == {8 * 24.0}
+    assert {round(c.gpu_hours, 6) for c in result.candidates if not c.lead_only} == {8 * 24.0}
     assert all(c.slo_attainment == 1.0 for c in result.candidates)
+    # the HPA's own points keep their utilisation headroom over the same demand, so they cost more here
+    assert all(c.gpu_hours > 8 * 24.0 for c in result.candidates if c.lead_only and c.reactive_utilisation < 0.9)
 
 
 def _noisy_daily(days: int, seed: int) -> TrafficSeries:
@@ -388,3 +391,58 @@ def test_a_spoiled_tuning_status_is_refused_with_a_clear_error(spoil: Callable[[
     spoil(data)
     with pytest.raises(ValueError, match="malformed self-tuning state"):
         Tuning.from_dict(data)
+
+
+class _Uninformed:
+    """A forecaster that knows only the long-run level: the mean of what it was fitted on, with bands as wide as
+    the whole history's spread. On a level that wanders, its bands buy nothing the observed demand does not."""
+
+    alias = "uninformed"
+
+    def min_history(self, step_seconds: int) -> int:
+        return 1
+
+    def fit(self, series: TrafficSeries) -> Self:
+        v = series.values[np.isfinite(series.values)]
+        self._mean, self._q = float(v.mean()), {p: float(np.percentile(v, p)) for p in range(1, 100)}
+        self._step, self._end = series.step_seconds, series.end
+        return self
+
+    def update(self, new: TrafficSeries) -> Self:
+        self._end = new.end
+        return self
+
+    def predict(self, h: int, levels: Any = (50, 90)) -> Forecast:
+        bands = {int(p): np.full(h, max(self._q[int(p)], self._mean) if p >= 50 else self._q[int(p)]) for p in levels}
+        return Forecast(self._end, self._step, np.full(h, self._mean), bands, self.alias)
+
+
+def test_where_the_forecast_adds_nothing_the_hpa_started_early_is_chosen() -> None:
+    # A level that wanders far over days: a forecast of the long-run level sizes for the history's wide
+    # percentiles, which costs more than the HPA's headroom over the observed demand and serves no better.
+    rng = np.random.default_rng(3)
+    level = 40.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, 3 * DAY // STEP)))
+    history = _series(rng.poisson(level * STEP) / STEP)
+    result = tune(history, _policy(), COLD, _Uninformed, quantiles=(80, 90, 95, 99), slo_wait_seconds=2,
+                  slo_attainment=0.99)
+    chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
+    assert result.met
+    assert chosen.lead_only
+    assert "starts early" in result.reason
+    assert "adds only the lead" in result.reason
+    # what it chose costs no more than any band point that meets the objective
+    assert all(chosen.gpu_hours <= c.gpu_hours for c in result.candidates if meets(c, 0.99) and not c.lead_only)
+
+
+def test_where_the_forecast_sees_the_ramp_a_predictive_point_is_chosen() -> None:
+    # A steep daily ramp (ten-fold in an hour) and a forecaster that knows the day: the HPA, even started early,
+    # needs a wide margin to keep up with the ramp; the forecast's band provides the replicas in time for less.
+    t = np.arange(4 * DAY // STEP) * STEP
+    rate = 5.0 + 45.0 / (1.0 + np.exp(-((t % DAY) - DAY / 2) / 600.0)) * ((t % DAY) < 0.8 * DAY)
+    history = _series(np.random.default_rng(4).poisson(rate * STEP) / STEP)
+    result = tune(history, _policy(), COLD, lambda: make_chain("default"), quantiles=(80, 90, 95, 99),
+                  slo_wait_seconds=2, slo_attainment=0.99, warmup_seconds=3 * DAY)
+    chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
+    assert result.met, result.reason
+    assert not chosen.lead_only, result.reason
+    assert "starts early" not in result.reason

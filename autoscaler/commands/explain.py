@@ -29,6 +29,7 @@ from autoscaler.adapters.kube import KubeError, api_client_from_config
 from autoscaler.cli import UserError, add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 from autoscaler.domain.status import STATUS_DATA_KEY, decode_status, status_object_name
+from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE
 
 # Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time
 # within half that spacing (a forecast for five minutes later is not a forecast of this point).
@@ -117,6 +118,9 @@ def _tuning_lines(tuning: Any) -> list[str]:
                  if isinstance(wait, int | float) and isinstance(target, int | float) else "?")
     at = tuning.get("at")
     lines = [f"self-tuning (objective: {objective}; replayed up to {_hhmm(at)} UTC): {tuning.get('reason')}"]
+    if tuning.get("chosen") == LEAD_ONLY_QUANTILE:
+        lines.append(f"   running as a reactive autoscaler at {tuning.get('chosen_utilisation')} utilisation that "
+                     "starts early: the forecast adds only the lead (warm_pool_quantile 50 = the HPA's own point)")
     candidates = [c for c in tuning.get("candidates") or [] if isinstance(c, dict)]
     if candidates:
         days = tuning.get("days_pooled")

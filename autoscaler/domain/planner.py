@@ -35,6 +35,8 @@ ceilings; node pools and cost ceilings are not folded in here.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autoscaler.domain.capacity import (
     ForecastNeed,
     auto_warm_pool,
@@ -100,9 +102,15 @@ def plan_replicas(
 
     # 2. forecast need
     need: ForecastNeed | None = None
-    problem = _usable_forecast(forecast, policy)
+    # lead only: the median forecast sized at the HPA's utilisation (a reactive autoscaler that starts early)
+    sizing = (
+        replace(policy, level=50, capacity_per_replica=policy.capacity_per_replica * policy.reactive_utilisation)
+        if policy.lead_only
+        else policy
+    )
+    problem = _usable_forecast(forecast, sizing)
     if problem is None and forecast is not None:
-        need = forecast_need(forecast, policy, now, lead)
+        need = forecast_need(forecast, sizing, now, lead)
         steps.append(Step("forecast", need.replicas, need.detail))
     else:
         missing.append(problem or "no forecast")
@@ -112,7 +120,9 @@ def plan_replicas(
     warm = 0
     forecast_total: int | None = None
     if need is not None and forecast is not None:
-        if policy.warm_pool is None:
+        if policy.lead_only:
+            warm, warm_detail = 0, "lead only: no warm pool"
+        elif policy.warm_pool is None:
             pool = auto_warm_pool(forecast, policy, need)
             warm, warm_detail = pool.replicas, pool.detail
         else:
@@ -154,7 +164,7 @@ def plan_replicas(
         )
         surprise = (
             surprise_floor(forecast, policy, now, lead, state.current_demand)
-            if forecast is not None and need is not None
+            if forecast is not None and need is not None and not policy.lead_only
             else None
         )
         if surprise is not None and surprise.replicas > raw:
@@ -168,7 +178,7 @@ def plan_replicas(
 
     # 4b. lead gap: do not remove replicas the forecast needs before a replacement could be ready
     if need is not None and forecast is not None and raw < current and not missing:
-        gap = lead_gap_need(forecast, policy, now, lead)
+        gap = lead_gap_need(forecast, sizing, now, lead)
         kept = max(raw, min(current, gap.replicas))
         verdict = f"keep {kept}" if kept > raw else "nothing to keep"
         steps.append(

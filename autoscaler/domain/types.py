@@ -59,6 +59,11 @@ class ScalingPolicy:
     # the floor keeps an HPA-like headroom over what is observed (``ceil(demand / (capacity * target))``), which a
     # bursty service with an objective in seconds needs on top of what a forecast can see.
     reactive_utilisation: float = 1.0
+    # Added: the forecast adds only the lead. The replicas are the HPA's, ``ceil(demand / (capacity *
+    # reactive_utilisation))``, on the larger of the observed demand and the median forecast over the look-ahead
+    # window at the lead: a reactive autoscaler that starts early, with no band, warm pool or surprise headroom.
+    # Why: where the forecast's bands buy nothing, the self-tuner must still be able to run what the HPA runs.
+    lead_only: bool = False
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica

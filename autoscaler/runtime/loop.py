@@ -232,6 +232,9 @@ class _Memory:
     tuning_inputs: tuple[float, ...] | None = None  # objective and sizing it was tuned for: a change re-tunes
     tuning_reported: bool | None = None
     tuning_event: tuple[EventType, str, str] | None = None
+    # whether the landed Events said the forecast adds only the lead (the HPA's own point, started early)
+    lead_only_reported: bool = False
+    lead_only_event: tuple[EventType, str, str] | None = None
     tuning_read: bool = False  # the state a previous controller left in the status was looked for
 
 
@@ -1043,6 +1046,8 @@ class Controller:
             return
         memory.tuning, memory.tuning_inputs, memory.tuning_tried = tuning, inputs, tried
         memory.tuning_reported = tuning.met  # the Event for this state was posted by whoever chose it
+        memory.lead_only_reported = any(c.lead_only and c.point == (tuning.chosen, tuning.chosen_utilisation)
+                                        for c in tuning.candidates)
         self._note_tuning((view.namespace, view.name), memory, tuning)
 
     def _replay_due(self, now: float, errors: list[str]) -> None:
@@ -1112,6 +1117,14 @@ class Controller:
             memory.tuning_event = ("Normal", "SLOReachable", result.reason)
         else:
             memory.tuning_event = ("Warning", "SLOUnreachable", result.reason)
+        # Where the forecast's bands buy nothing, the controller runs as the HPA started early: said once per
+        # transition, and once more when the forecast earns its place again.
+        if chosen.lead_only == memory.lead_only_reported:
+            memory.lead_only_event = None
+        elif chosen.lead_only:
+            memory.lead_only_event = ("Normal", "ForecastAddsOnlyLead", result.reason)
+        else:
+            memory.lead_only_event = ("Normal", "ForecastInUse", result.reason)
 
     def _conclude(self, plan: _Plan, decision: ScalingDecision, now: float, write: bool,
                   errors: list[str], loads: Mapping[Key, float] | None = None) -> WorkloadOutcome:
@@ -1122,6 +1135,10 @@ class Controller:
             kind, reason, message = memory.tuning_event
             if self._event(view, kind, reason, message, now, errors):
                 memory.tuning_reported, memory.tuning_event = reason == "SLOReachable", None
+        if write and memory.lead_only_event is not None:
+            kind, reason, message = memory.lead_only_event
+            if self._event(view, kind, reason, message, now, errors):
+                memory.lead_only_reported, memory.lead_only_event = reason == "ForecastAddsOnlyLead", None
         decision, guard = self._guard_rollout(view, spec, decision, now, write, errors)
         marks = None
         if write or self.dry_run:

@@ -55,7 +55,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.planner import required_horizon_steps
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
-from autoscaler.simulation.engine import run_closed_loop, score, tick_seconds_for
+from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for
 from autoscaler.simulation.predictive import FORECAST_ERRORS, PredictivePolicy, Retune
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.traffic import resolve, spread
@@ -70,6 +70,12 @@ MIN_WARMUP_SECONDS = SECONDS_PER_DAY  # history before the replay window the for
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DECISION_INTERVAL_SECONDS = 30  # the controller's loop period
 MIN_OBSERVED_SHARE = 0.5  # of the replay window: a day mostly missing says nothing about the objective
+# The HPA's own operating points: quantile 50 with a utilisation u is the HPA at target u started early, the
+# forecast adding only the lead (``ScalingPolicy.lead_only``: the median forecast at the lead, sized like the
+# observed demand at u; no band, no warm pool). Why: a replay then always holds what the HPA would have done, so
+# the choice is never dominated by it (the same targets as simulate's reactive@ rows).
+LEAD_ONLY_QUANTILE = 50
+DEFAULT_HPA_TARGETS: tuple[float, ...] = DEFAULT_REACTIVE_TARGETS
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,16 @@ class Candidate:
         return self.warm_pool_quantile, self.reactive_utilisation
 
     @property
+    def lead_only(self) -> bool:
+        """The HPA's own point: the forecast adds only the lead (see ``LEAD_ONLY_QUANTILE``)."""
+        return self.warm_pool_quantile == LEAD_ONLY_QUANTILE
+
+    @property
     def label(self) -> str:
-        """``q90``, or ``q80/u0.85`` with a utilisation floor below 1."""
+        """``q90``, ``q80/u0.85`` with a utilisation floor below 1, ``hpa@0.7+lead`` for the HPA's own point."""
         u = self.reactive_utilisation
+        if self.lead_only:
+            return f"hpa@{u:g}+lead"
         return f"q{self.warm_pool_quantile}" + ("" if u == 1 else f"/u{u:g}")
 
 
@@ -278,20 +291,30 @@ def choose(candidates: Sequence[Candidate], target: float, margin: float = DEFAU
 def candidate_policy(base: ScalingPolicy, warm_pool_quantile: int, reactive_utilisation: float = 1.0) -> ScalingPolicy:
     """``base`` at one operating point: the automatic warm pool covers ``warm_pool_quantile``; the replicas'
     own band is the lower of the two (``level <= warm_pool_level`` always holds); the reactive floor sizes
-    observed demand at ``reactive_utilisation``."""
+    observed demand at ``reactive_utilisation``. ``LEAD_ONLY_QUANTILE`` is the HPA at ``reactive_utilisation``
+    started early: the forecast adds only the lead (``ScalingPolicy.lead_only``)."""
+    if warm_pool_quantile == LEAD_ONLY_QUANTILE:
+        return replace(base, warm_pool=None, warm_pool_level=LEAD_ONLY_QUANTILE, level=LEAD_ONLY_QUANTILE,
+                       reactive_utilisation=reactive_utilisation, lead_only=True)
     return replace(base, warm_pool=None, warm_pool_level=warm_pool_quantile,
-                   level=min(base.level, warm_pool_quantile), reactive_utilisation=reactive_utilisation)
+                   level=min(base.level, warm_pool_quantile), reactive_utilisation=reactive_utilisation,
+                   lead_only=False)
 
 
-def operating_points(quantiles: Sequence[int], utilisations: Sequence[float] = ()) -> tuple[tuple[int, float], ...]:
+def operating_points(
+    quantiles: Sequence[int], utilisations: Sequence[float] = (), hpa_targets: Sequence[float] = ()
+) -> tuple[tuple[int, float], ...]:
     """The points a tuning replays: every quantile with the plain reactive floor, and the lowest quantile with each
     utilisation floor below 1. Why not every pair: the two knobs buy the same thing (headroom) from different
     evidence, the forecast's bands where the traffic is forecastable and a margin over what is observed where it
     is bursty; the lowest band with a margin spans the bursty side, the bands span the other, at the CPU of
-    ``len(quantiles) + len(utilisations)`` replays rather than their product."""
-    qs = sorted({int(q) for q in quantiles})
+    ``len(quantiles) + len(utilisations)`` replays rather than their product. Then the HPA's own points, one per
+    target of ``hpa_targets`` (``LEAD_ONLY_QUANTILE``: the forecast adds only the lead)."""
+    qs = sorted({int(q) for q in quantiles if q != LEAD_ONLY_QUANTILE})
     us = sorted({float(u) for u in utilisations if u < 1}, reverse=True)
-    return (*((q, 1.0) for q in qs), *((qs[0], u) for u in us)) if qs else ()
+    hpa = sorted({float(u) for u in hpa_targets}, reverse=True)
+    return ((*((q, 1.0) for q in qs), *((qs[0], u) for u in us)) if qs else ()) + tuple(
+        (LEAD_ONLY_QUANTILE, u) for u in hpa)
 
 
 class _Replayed(PredictivePolicy):
@@ -341,6 +364,7 @@ def tune(
     slo_wait_seconds: float,
     slo_attainment: float,
     utilisations: Sequence[float] = (),
+    hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS,
     gpus_per_replica: int = 1,
     gpus_per_node: int = 8,
     replay_seconds: int = DEFAULT_REPLAY_SECONDS,
@@ -367,7 +391,11 @@ def tune(
         raise ValueError(f"operating points must be percentiles in (0, 100), got {list(quantiles)!r}")
     if any(not (math.isfinite(u) and 0 < u <= 1) for u in utilisations):
         raise ValueError(f"reactive utilisations must be in (0, 1], got {list(utilisations)!r}")
-    points = operating_points(qs, utilisations)
+    if any(not (math.isfinite(u) and 0 < u <= 1) for u in hpa_targets):
+        raise ValueError(f"HPA targets must be in (0, 1], got {list(hpa_targets)!r}")
+    points = operating_points(qs, utilisations, hpa_targets)
+    if not points:
+        raise ValueError("no operating point to replay")
     if not 0 < slo_attainment < 1:
         raise ValueError(f"SLO attainment must be a fraction in (0, 1), got {slo_attainment!r}")
     step = history.step_seconds
@@ -456,12 +484,16 @@ def tune(
 
 def _describe(c: Candidate) -> str:
     u = c.reactive_utilisation
+    if c.lead_only:
+        return (f"a reactive autoscaler at {u:g} utilisation that starts early (the forecast adds only the lead: "
+                f"its bands bought nothing here)")
     return f"warm_pool_quantile {c.warm_pool_quantile}" + ("" if u == 1 else f" with reactive utilisation {u:g}")
 
 
 def retuner(
     make_model: Callable[[], Forecaster], *, quantiles: Sequence[int], slo_wait_seconds: float,
-    slo_attainment: float, warmup_seconds: int, utilisations: Sequence[float] = (), gpus_per_node: int = 8,
+    slo_attainment: float, warmup_seconds: int, utilisations: Sequence[float] = (),
+    hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS, gpus_per_node: int = 8,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> Retune:
     """The simulator's self-tuning hook (``PredictivePolicy(retune=...)``): ``tune`` on the history so far, and
@@ -472,7 +504,8 @@ def retuner(
         running = ((previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen
                    is not None else (base.warm_pool_level, base.reactive_utilisation))
         result = tune(history, base, cold_start, make_model, quantiles=quantiles, slo_wait_seconds=slo_wait_seconds,
-                      slo_attainment=slo_attainment, utilisations=utilisations, gpus_per_replica=gpus_per_replica,
+                      slo_attainment=slo_attainment, utilisations=utilisations, hpa_targets=hpa_targets,
+                      gpus_per_replica=gpus_per_replica,
                       gpus_per_node=gpus_per_node, warmup_seconds=warmup_seconds, timeout_seconds=timeout_seconds,
                       previous=previous, running=running)
         if result.chosen is None:
