@@ -152,3 +152,101 @@ def test_help_is_plain_text_for_users(capsys: pytest.CaptureFixture[str], comman
     assert out.startswith(f"usage: {prog} ")
     for markup in ("``", ":func:", ":class:", ":mod:", "Why it exists", "Departure from the brief"):
         assert markup not in out, (command, markup)
+
+
+# -- a bare number where a unit is meant -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"), [(c, f) for c, flags in DURATION_FLAGS.items() for f in flags]
+)
+def test_a_bare_number_for_a_duration_is_refused_with_the_fix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str, flag: str
+) -> None:
+    # a trace that does not exist: the flag must be refused before anything is read
+    trace = [] if command == "export" else ["--trace", str(tmp_path / "missing.csv")]
+    err = one_line_error(capsys, [command, flag, "15", *trace])
+    prefix = f"predictive-autoscaler {command}: error: {flag}: 15 has no unit; write {flag} 15"
+    assert err.startswith(prefix), err
+    suggested = err[len(prefix)]
+    assert suggested in "smhd"
+    assert err.endswith(f" (or {', '.join(f'15{u}' for u in 'smhd' if u != suggested)})")
+
+
+def test_a_bare_horizon_suggests_minutes(capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_error(capsys, ["backtest", "--horizon", "15"])
+    assert "--horizon: 15 has no unit; write --horizon 15m (or 15s, 15h, 15d)" in err
+
+
+def test_a_bare_step_for_a_synthetic_trace_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_error(capsys, ["trace", "synth", "--step", "60"])
+    assert err.startswith("predictive-autoscaler trace synth: error: --step: 60 has no unit; write --step 60s")
+
+
+# -- traces that are not what they seem, in the commands that replay them --------------------------------------------
+
+
+def _trace(tmp_path: Path, timestamps: list[int], name: str = "t.csv") -> Path:
+    path = tmp_path / name
+    path.write_text("timestamp,requests\n" + "".join(f"{t},{100 + i % 7}\n" for i, t in enumerate(timestamps)))
+    return path
+
+
+@pytest.mark.parametrize("command", ["backtest", "simulate"])
+def test_millisecond_timestamps_are_one_line_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    # three days of minutes, in milliseconds: read as seconds, bins of 16.7 hours over 8 years
+    ms = _trace(tmp_path, [(1_700_000_000 + 60 * i) * 1000 for i in range(3 * 1440)])
+    err = one_line_error(capsys, [command, "--trace", str(ms)])
+    assert err.startswith(f"predictive-autoscaler {command}: error: {ms}: timestamps look like milliseconds since 1970")
+    assert err.endswith("write seconds (divide by 1,000)")
+
+
+@pytest.mark.parametrize("command", ["backtest", "simulate"])
+def test_a_stray_row_far_away_is_one_line_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    # one-second rows, then a row 10^9 seconds later: a grid of 8 GB a column if it were allocated
+    far = _trace(tmp_path, [0, 1, 2, 10**9])
+    err = one_line_error(capsys, [command, "--trace", str(far)])
+    assert "a trace may hold; the longest gap is" in err
+
+
+@pytest.mark.parametrize("command", ["backtest", "simulate"])
+def test_a_trace_mostly_missing_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
+    # three days of minutes, and a last row a year later
+    start = 1_700_000_000
+    sparse = _trace(tmp_path, [start + 60 * i for i in range(3 * 1440)] + [start + 368 * 86_400])
+    err = one_line_error(capsys, [command, "--trace", str(sparse)])
+    assert "% of the " in err
+    assert "bins are missing; the longest gap is 365d" in err
+    assert "cut the trace to the part with data" in err
+
+
+@pytest.mark.parametrize("command", ["backtest", "simulate"])
+def test_an_unreadable_trace_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    trace = _trace(tmp_path, [0, 60, 120])
+    real_open = Path.open
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> object:
+        if self == trace:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", refuse)
+    err = one_line_error(capsys, [command, "--trace", str(trace)])
+    assert err == f"predictive-autoscaler {command}: error: {trace}: cannot read: Permission denied"
+
+
+@pytest.mark.parametrize("command", ["backtest", "simulate", "export"])
+def test_a_prometheus_window_past_the_trace_bound_is_refused_before_any_request(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # a thousand days of one-second bins: 86.4 million bins a query
+    err = one_line_error(capsys, [command, "--prometheus-url", "http://127.0.0.1:9", "--deployment", "a/b",
+                                  "--since", "1000d", "--step", "1s"])
+    assert "--since 1000d in --step 1s bins is 86,400,000 bins, more than the " in err
+    assert "use a larger --step or a shorter --since" in err

@@ -40,7 +40,7 @@ def test_json_has_exactly_the_documented_keys(trace: Path, capsys: pytest.Captur
     code = main(["simulate", "--trace", str(trace), "--json", "--reactive-targets", "0.6,0.8"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"trace", "queue", "policies"}
+    assert set(out) == {"trace", "queue", "policies", "cluster", "units"}
     assert out["trace"] == "hump.csv"
     assert out["queue"] == {"slo_wait_seconds": 2.0, "timeout_seconds": 60.0, "bin_shape": "flat"}
     assert set(out["policies"]) == {"predictive", "predictive-persistence", "oracle", "reactive@0.6", "reactive@0.8",
@@ -65,10 +65,11 @@ def test_peak_replicas_sizes_the_replica_to_the_trace_peak(trace: Path, capsys: 
 def test_price_and_gpus_per_replica_scale_the_bill(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["simulate", "--trace", str(trace), "--json", "--policies", "oracle"]
     assert main(base) == 0
-    one = json.loads(capsys.readouterr().out)["policies"]["oracle"]
+    out = json.loads(capsys.readouterr().out)
+    one, price = out["policies"]["oracle"], out["cluster"]["gpu_price_per_hour"]
     assert main([*base, "--gpus-per-replica", "2", "--gpu-hour-price", "1.5"]) == 0
     two = json.loads(capsys.readouterr().out)["policies"]["oracle"]
-    assert one["cost_usd"] == pytest.approx(3.0 * one["gpu_hours"], abs=0.01)
+    assert one["cost_usd"] == pytest.approx(price * one["gpu_hours"], abs=0.01)
     assert two["gpu_hours"] >= 2 * one["gpu_hours"]  # twice the GPUs, and more node start-ups to wait through
     assert two["cost_usd"] == pytest.approx(1.5 * two["gpu_hours"], abs=0.01)
 
@@ -136,11 +137,11 @@ FAST = ["--json", "--policies", "oracle,reactive", "--reactive-targets", "0.7", 
 
 def test_ceiling_and_gang_flags_reach_every_policy(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the hump peaks at 10 replicas; $21/h at $3/GPU-h = 7 GPUs: the peak is cut, the 4-GPU gang waits for room
-    args = ["simulate", "--trace", str(trace), *FAST, "--ceiling-usd-per-hour", "21",
+    args = ["simulate", "--trace", str(trace), *FAST, "--ceiling-usd-per-hour", "21", "--gpu-hour-price", "3",
             "--gang", "gpus=4,at=1h,hours=1,window=5h"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"trace", "queue", "policies"}
+    assert set(out) == {"trace", "queue", "policies", "cluster", "units"}
     for name, scores in out["policies"].items():
         assert list(scores) == KEYS, name
         assert scores["max_replicas"] <= 7, name
@@ -227,8 +228,8 @@ def test_missing_scenario_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_table_shows_the_ceiling_and_the_gang_columns(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--peak-replicas", "10",
-                 "--ceiling-usd-per-hour", "21", "--gang", "gpus=4,at=1h,hours=1,window=5h,name=ft"]) == 0
+    assert main(["simulate", "--trace", str(trace), "--policies", "oracle", "--peak-replicas", "10", "--gpu-hour-price",
+                 "3", "--ceiling-usd-per-hour", "21", "--gang", "gpus=4,at=1h,hours=1,window=5h,name=ft"]) == 0
     text = capsys.readouterr().out
     for needle in ("Cost ceiling $21.00/h", "= 7.0 GPUs", "Gang ft: 4 GPUs at +1h for 1h, window 5h",
                    "ceiling-unserved", "gang wait h", "oracle: ft placed at"):
@@ -529,7 +530,7 @@ def test_queue_options_in_a_scenario_file_equal_the_flags(trace: Path, tmp_path:
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--timeout", "-15m", "must be positive, got -15m"),
     ("--timeout", "0s", "must be positive, got 0s"),
-    ("--slo-wait", "-1.5s", "must be >= 0, got -1.5s"),
+    ("--slo-wait", "-1.5s", "must be positive, got -1.5s"),
     ("--slo-wait", "2 seconds", "invalid duration '2 seconds' (use e.g. 2s, 500ms, 1m)"),
 ])
 def test_queue_durations_are_checked_before_the_trace_loads(capsys: pytest.CaptureFixture[str], flag: str,
@@ -561,3 +562,241 @@ def test_the_predictive_row_self_tunes_like_the_controller_and_a_pinned_profile_
     assert policies["predictive"] == policies["predictive@warm_pool_quantile=95"]  # pinned: the profile as set
     assert main([*base, "--config", str(pinned)]) == 0
     assert "self-tuned" not in capsys.readouterr().out
+
+
+# -- objectives that can be measured ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--slo-wait", "30s", "--timeout", "10s"], "--slo-wait 30s is not shorter than --timeout 10s"),
+    (["--slo-wait", "60s"], "--slo-wait 60s is not shorter than --timeout 60s"),
+    (["--slo-wait", "0"], "--slo-wait: must be positive, got 0"),
+    (["--slo-wait", "0ms"], "--slo-wait: must be positive, got 0ms"),
+])
+def test_an_objective_that_cannot_be_measured_is_refused_before_the_trace_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], line: str
+) -> None:
+    assert main(["simulate", "--trace", str(tmp_path / "missing.csv"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"predictive-autoscaler simulate: error: {line}")
+
+
+def test_a_profile_objective_past_the_timeout_names_the_profile(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("profiles:\n  default:\n    slo_wait: 90s\n")
+    assert main(["simulate", "--trace", str(trace), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "the slo_wait of profile 'default' in --config (--slo-wait) 90s is not shorter than --timeout 60s" in err
+
+
+# -- defaults that agree with the controller's -------------------------------------------------------------------
+
+ORACLE = ["--json", "--policies", "oracle"]
+
+
+def _cluster(trace: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+    assert main(["simulate", "--trace", str(trace), *ORACLE, *extra]) == 0
+    cluster: dict[str, object] = json.loads(capsys.readouterr().out)["cluster"]
+    return cluster
+
+
+def test_the_built_in_assumptions_are_the_packaged_configs(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autoscaler.config import DEFAULT_CONFIG_PATH, load_config
+
+    packaged = load_config(DEFAULT_CONFIG_PATH)
+    built_in = _cluster(trace, capsys)
+    assert built_in == _cluster(trace, capsys, "--config", str(DEFAULT_CONFIG_PATH))
+    assert built_in["pod_startup_seconds"] == packaged.cold_start.pod_startup_seconds
+    assert built_in["node_startup_seconds"] == packaged.cold_start.node_startup_seconds
+    assert built_in["gpu_price_per_hour"] == packaged.pricing.default_gpu_hour
+    assert built_in["slo_wait_seconds"] == packaged.profile("default").slo_wait_seconds
+
+
+def test_with_a_config_every_assumption_comes_from_it_unless_a_flag_says_otherwise(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("cold_start: {pod_startup: 7m, node_startup: 9m}\npricing: {default_gpu_hour: 2.5}\n"
+                      "profiles:\n  default: {}\n  strict: {slo_wait: 1s}\n")
+    from_config = _cluster(trace, capsys, "--config", str(config), "--profile", "strict")
+    assert from_config["pod_startup_seconds"] == 7 * 60
+    assert from_config["node_startup_seconds"] == 9 * 60
+    assert from_config["gpu_price_per_hour"] == 2.5
+    assert from_config["slo_wait_seconds"] == 1.0
+    flags = _cluster(trace, capsys, "--config", str(config), "--pod-startup", "90s", "--gpu-hour-price", "6",
+                     "--slo-wait", "500ms")
+    assert (flags["pod_startup_seconds"], flags["node_startup_seconds"]) == (90, 9 * 60)
+    assert (flags["gpu_price_per_hour"], flags["slo_wait_seconds"]) == (6.0, 0.5)
+
+
+def test_a_result_can_be_reproduced_from_its_own_cluster_section(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", "--trace", str(trace), "--json", "--policies", "oracle,reactive", "--reactive-targets", "0.8"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    c = first["cluster"]
+    assert set(c) == {"pod_startup_seconds", "node_startup_seconds", "gpu_price_per_hour", "capacity_per_replica",
+                      "capacity_unit", "gpus_per_replica", "gpus_per_node", "slo_wait_seconds", "timeout_seconds"}
+    again = [*args, "--pod-startup", f"{c['pod_startup_seconds']}s", "--node-startup", f"{c['node_startup_seconds']}s",
+             "--gpu-hour-price", repr(c["gpu_price_per_hour"]),
+             "--capacity-per-replica", repr(c["capacity_per_replica"]),
+             "--gpus-per-replica", str(c["gpus_per_replica"]), "--gpus-per-node", str(c["gpus_per_node"]),
+             "--slo-wait", f"{c['slo_wait_seconds']!r}s", "--timeout", f"{c['timeout_seconds']!r}s"]
+    assert main(again) == 0
+    assert json.loads(capsys.readouterr().out) == first
+
+
+# -- output a person reads ----------------------------------------------------------------------------------------
+
+
+def test_token_demand_names_its_unit_in_the_table_and_the_json(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tok.csv"
+    counts = np.round(60 + 540 * np.sin(np.pi * np.arange(120) / 120) ** 2).astype(int)
+    path.write_text("timestamp,requests,input_tokens,output_tokens\n" + "".join(
+        f"{1_700_000_000 + 60 * i},{c},{c * 900},{c * 100}\n" for i, c in enumerate(counts)))
+    base = ["simulate", "--trace", str(path), "--policies", "oracle,reactive", "--reactive-targets", "0.9"]
+    assert main([*base, "--demand", "tokens"]) == 0
+    table = capsys.readouterr().out
+    header = next(line for line in table.splitlines() if line.startswith("policy"))
+    assert "cold-start tokens" in header
+    assert "cold-start req" not in table
+    assert main([*base, "--demand", "tokens", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["units"] == {"demand": "tokens/s", "capacity_per_replica": "tokens/s", "cold_start_requests": "tokens",
+                            "fractions_of": "tokens"}
+    assert out["cluster"]["capacity_unit"] == "tokens/s"
+    assert main([*base, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["units"]["cold_start_requests"] == "requests"
+
+
+@pytest.mark.parametrize(("bins", "step", "span"), [(60, 60, "60 minutes"), (6 * 60, 60, "6.0 hours"),
+                                                     (3 * 144, 600, "3.0 days")])
+def test_the_span_is_said_in_a_unit_that_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str], bins: int,
+                                              step: int, span: str) -> None:
+    path = _write_trace(tmp_path / "t.csv", 100 + np.arange(bins) % 13, step=step)
+    assert main(["simulate", "--trace", str(path), "--policies", "oracle"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"Simulated t.csv: {span} of ")
+
+
+def _bursty(tmp_path: Path) -> Path:
+    """Four days of 10-minute bins with a daily cycle and unforecastable bursts (3% of bins at three times)."""
+    rng = np.random.default_rng(3)
+    t = np.arange(4 * 144)
+    rate = 600 + 450 * np.sin(2 * np.pi * t / 144)
+    rate[rng.random(t.size) < 0.03] *= 3
+    return _write_trace(tmp_path / "bursty.csv", rng.poisson(rate), step=600)
+
+
+@pytest.mark.parametrize("attainment", ["99.9", "50"])
+def test_the_verdict_says_whether_the_self_tuned_row_met_its_objective(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], attainment: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"profiles:\n  default:\n    slo_attainment: {attainment}\n")
+    base = ["simulate", "--trace", str(_bursty(tmp_path)), "--policies", "predictive", "--config", str(config)]
+    assert main([*base, "--json"]) == 0
+    reached = json.loads(capsys.readouterr().out)["policies"]["predictive"]["slo_attainment"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    (verdict,) = [line for line in out.splitlines() if line.startswith("Predictive ") and "objective" in line]
+    met = reached >= float(attainment) / 100
+    assert verdict.startswith(f"Predictive {'met' if met else 'MISSED'} the objective it tunes itself for, "
+                              f"{attainment}% of requests started within 2s: {100 * reached:.3f}% did")
+    assert ("points short" in verdict) is not met
+    assert out.index(verdict) < out.index("Notes:")  # in the verdict, above the notes
+
+
+def test_a_pinned_profile_has_no_objective_verdict(trace: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text("profiles:\n  default:\n    self_tune: false\n")
+    assert main(["simulate", "--trace", str(trace), "--policies", "predictive", "--config", str(pinned)]) == 0
+    assert "the objective it tunes itself for" not in capsys.readouterr().out
+
+
+def test_progress_is_a_line_every_few_seconds_without_a_terminal(
+    trace: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autoscaler.progress as progress
+
+    monkeypatch.setattr(progress, "LINE_EVERY_SECONDS", 0.01)
+    assert main(["simulate", "--trace", str(trace), "--json", "--policies", "predictive,oracle"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    lines = err.splitlines()
+    assert lines
+    assert all(line.startswith("simulate: simulating ") and line.endswith("s elapsed") for line in lines), lines
+    assert any("predictive (run 1 of 2)" in line for line in lines)
+
+
+def test_a_plot_that_fails_at_the_end_still_prints_the_table(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autoscaler.simulation.engine as engine
+
+    plot = tmp_path / "later" / "sim.png"  # a directory the plot would create: fine when checked
+    real = engine.simulate
+
+    def then_block_the_directory(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        (tmp_path / "later").write_text("")  # something took the directory's name during the run
+        return result
+
+    monkeypatch.setattr(engine, "simulate", then_block_the_directory)
+    code = main(["simulate", "--trace", str(trace), "--policies", "oracle", "--plot", str(plot)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "oracle" in out
+    assert "Plot written" not in out
+    assert err.count("\n") == 1
+    assert err.startswith(f"predictive-autoscaler simulate: error: --plot: cannot write {plot}: ")
+
+
+# -- gaps and NaN values ------------------------------------------------------------------------------------------
+
+
+def test_a_gap_longer_than_a_day_is_replayed_with_a_warning(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    counts = np.round(600 + 400 * np.sin(2 * np.pi * np.arange(6 * 144) / 144))
+    counts[2 * 144 : 4 * 144] = np.nan  # two days without rows amid six: a third of the grid missing
+    path = tmp_path / "gap.csv"
+    path.write_text("timestamp,requests\n" + "".join(
+        f"{1_700_000_000 + 600 * i},{int(c)}\n" for i, c in enumerate(counts) if np.isfinite(c)))
+    assert main(["simulate", "--trace", str(path), *ORACLE]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert err.count("\n") == 1
+    assert err.startswith(f"predictive-autoscaler simulate: warning: {path}: 33% of the ")
+    assert "the longest gap is 2d" in err
+    assert "every policy but the oracle holds its replicas through a gap" in err
+
+
+def test_a_replay_past_the_tick_bound_is_refused_before_it_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autoscaler.commands.simulate import MAX_SIMULATED_TICKS
+
+    hours = MAX_SIMULATED_TICKS // 240 + 1  # hourly bins replay as 240 ticks of 15 s each
+    path = _write_trace(tmp_path / "hourly.csv", 3600 + np.arange(hours) % 24, step=3600)
+    assert main(["simulate", "--trace", str(path), "--policies", "oracle"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"ticks of 15s, more than the {MAX_SIMULATED_TICKS:,} one replay may hold" in err
+
+
+def test_nan_values_are_said_in_one_line(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = trace.read_text().splitlines()
+    for i in (5, 50, 150, 250):
+        rows[i] = rows[i].split(",")[0] + ",nan"
+    path = tmp_path / "nan.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["simulate", "--trace", str(path), *ORACLE]) == 0
+    assert capsys.readouterr().err == (f"predictive-autoscaler simulate: warning: {path}: 4 values are NaN; they are "
+                                       "replayed as missing data (gaps), not as zeros\n")

@@ -13,6 +13,18 @@ busiest bin needs exactly N replicas; ``--capacity-per-replica R`` gives it in r
 ``--demand tokens`` (``--token-weights IN,OUT``, ``autoscaler.domain.demand``) the demand replayed is the trace's
 weighted tokens/s, so both are in tokens/s and the queue holds tokens.
 
+Assumptions: the cluster is the one the controller plans for. Pod and node start-up, the GPU price and the SLO
+wait come from the operator config (``--config``; the built-in :data:`DEFAULT_CONFIG` otherwise, whose values are
+``config/default.yaml``'s): ``cold_start.pod_startup``/``node_startup``, ``pricing.default_gpu_hour`` and the
+profile's ``slo_wait``, unless a flag (or the scenario file) sets them. The JSON states them all in ``cluster``,
+with the replica's size, GPUs and the timeout, so a result can be reproduced from its own file; ``units`` says
+what ``cold_start_requests`` and the fractions count (tokens with ``--demand tokens``).
+
+Bad input before long work: the SLO wait must be positive and shorter than the timeout; a trace more than half
+missing, or replaying to more than :data:`MAX_SIMULATED_TICKS` ticks, is refused; a gap longer than
+:data:`LONG_GAP_SECONDS` gets a warning line (a gap is missing data: see :func:`check_gaps`). The plot is drawn
+after the table is printed, so a plot that cannot be written at the end costs the picture, not the results.
+
 Money (``autoscaler/simulation/money.py`` has the rules): ``--ceiling-usd-per-hour X`` holds every
 policy under a cost ceiling on the whole simulated cluster, ``--gang gpus=16,at=48h,hours=4,window=24h``
 (repeatable; optional ``priority=``, ``name=``) adds training gangs reserved whole or not at all. The JSON
@@ -38,7 +50,7 @@ objective ``--slo-wait`` at the profile's ``slo_attainment``; a swept quantile o
 
 The queue (``autoscaler/simulation/queue.py``): requests above Ready capacity wait first in first out and are
 dropped after ``--timeout`` (default 60 s); every policy reports ``slo_attainment`` (started within ``--slo-wait``,
-default 2 s), ``wait_p99_seconds`` and ``dropped_fraction`` next to ``unserved_fraction`` (the capacity shortfall,
+default the profile's ``slo_wait``, 2 s), ``wait_p99_seconds`` and ``dropped_fraction`` next to ``unserved_fraction`` (the capacity shortfall,
 unchanged). The anchors run under the same queue: the HPA on utilisation (``reactive@T``), the HPA as the vLLM
 reference deploys it (``hpa-queue@N``: ``vllm:num_requests_waiting`` averaged over pods, ``--queue-targets``,
 default 10), our planner with a last-value forecast (``predictive-persistence``) and the oracle. ``--bin-shape``
@@ -54,6 +66,7 @@ GPU-hours (to 0.1 %) and costs twice the planner time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -65,10 +78,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag
-from autoscaler.config import Config, ConfigError, ForecastProfile, load_config, parse_config
+from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag, warn
+from autoscaler.config import Config, ConfigError, ForecastProfile, format_duration, load_config, parse_config
 from autoscaler.domain.demand import DemandUnit, unit_label
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus
+from autoscaler.progress import Heartbeat
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
     DEFAULT_QUEUE_TARGETS,
@@ -80,15 +94,25 @@ from autoscaler.simulation.engine import (
     SimulationResult,
     reactive_at,
     reactive_metric_at,
+    tick_seconds_for,
 )
 from autoscaler.simulation.money import GangSpec, MoneyConfig, parse_priority
 from autoscaler.simulation.queue import QueueConfig
 from autoscaler.simulation.traffic import BIN_SHAPES
-from autoscaler.traces import Trace, demand_series, load_trace
+from autoscaler.traces import MOSTLY_MISSING, Trace, demand_series, format_span, gaps, load_trace
 from models.base import Forecaster
 
 POLICIES = POLICY_NAMES
 DEFAULT_PEAK_REPLICAS = 20
+# The built-in operator config (its defaults are config/default.yaml's, a test in test_config keeps them equal):
+# without --config the simulated cluster starts up, bills and keeps its objective as the controller's defaults say.
+DEFAULT_CONFIG = Config()
+# The most 15 s ticks (or shorter ones, for bins that are not a multiple of 15 s) one replay may hold: measured at
+# about 0.9 kB a tick with every policy, this bounds a run near 2 GB (347 days of 15 s ticks, in about 10 minutes).
+MAX_SIMULATED_TICKS = 2_000_000
+# A gap (missing bins) longer than this gets a warning: every policy but the oracle holds its replicas through it,
+# and they are billed, so GPU-hours over a long gap say little.
+LONG_GAP_SECONDS = 86_400
 # Options a scenario file may set, with the defaults used when neither the file nor a flag sets them
 # (the flags default to None so that "given on the command line" can be told apart from "default").
 DEFAULTS: dict[str, Any] = {
@@ -96,14 +120,14 @@ DEFAULTS: dict[str, Any] = {
     "policies": ",".join(POLICIES),
     "capacity_per_replica": None,
     "peak_replicas": None,
-    "pod_startup": "120s",
-    "node_startup": "180s",
+    "pod_startup": None,  # None: from the operator config (assumptions_from_config), built-in or --config
+    "node_startup": None,
     "gpus_per_replica": 1,
     "gpus_per_node": 8,
-    "gpu_hour_price": 3.0,
+    "gpu_hour_price": None,
     "reactive_targets": ",".join(f"{t:g}" for t in DEFAULT_REACTIVE_TARGETS),
     "queue_targets": ",".join(f"{t:g}" for t in DEFAULT_QUEUE_TARGETS),
-    "slo_wait": "2s",
+    "slo_wait": None,
     "timeout": "60s",
     "bin_shape": "auto",
     "config": None,
@@ -171,11 +195,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help=f"size replicas so the trace's peak needs N of them (default {DEFAULT_PEAK_REPLICAS})",
     )
-    parser.add_argument("--pod-startup", default=None, help="pod creation -> Ready: image pull + model load (120s)")
-    parser.add_argument("--node-startup", default=None, help="extra wait when a new node must be provisioned (180s)")
+    parser.add_argument(
+        "--pod-startup", default=None, metavar="DURATION",
+        help="pod creation -> Ready: image pull + model load (default: cold_start.pod_startup of --config, "
+        f"{format_duration(DEFAULT_CONFIG.cold_start.pod_startup_seconds)} built in)",
+    )
+    parser.add_argument(
+        "--node-startup", default=None, metavar="DURATION",
+        help="extra wait when a new node must be provisioned (default: cold_start.node_startup of --config, "
+        f"{format_duration(DEFAULT_CONFIG.cold_start.node_startup_seconds)} built in)",
+    )
     parser.add_argument("--gpus-per-replica", type=int, default=None, help="(default 1)")
     parser.add_argument("--gpus-per-node", type=int, default=None, help="(default 8)")
-    parser.add_argument("--gpu-hour-price", type=float, default=None, help="USD per GPU-hour (default 3.0)")
+    parser.add_argument(
+        "--gpu-hour-price", type=float, default=None,
+        help="USD per GPU-hour (default: pricing.default_gpu_hour of --config, "
+        f"{DEFAULT_CONFIG.pricing.default_gpu_hour:g} built in)",
+    )
     parser.add_argument(
         "--reactive-targets",
         default=None,
@@ -190,12 +226,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--slo-wait", default=None, metavar="DURATION",
-        help="the latency objective: a request meets it when it starts within this wait (default 2s; 500ms, 0 "
-        "and fractions are allowed); slo_attainment is the share that did",
+        help="the latency objective: a request meets it when it starts within this wait, shorter than --timeout "
+        "(default: slo_wait of the --config profile, 2s built in; 500ms and fractions are allowed, a bare number is "
+        "seconds); slo_attainment is the share that did",
     )
     parser.add_argument(
         "--timeout", default=None, metavar="DURATION",
-        help="a request still waiting after this long is dropped, like a gateway's timeout (default 60s)",
+        help="a request still waiting after this long is dropped, like a gateway's timeout (default 60s; a bare "
+        "number is seconds)",
     )
     parser.add_argument(
         "--bin-shape", default=None, metavar="{" + ",".join(BIN_SHAPES) + "}",
@@ -206,8 +244,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--config", type=Path, default=None, metavar="FILE.yaml",
         help="the controller's operator config (the same file or ConfigMap directory that 'run --config' reads): the "
-        "predictive policy runs with its forecast profile and loop interval, and --deployment reads Prometheus with "
-        "its URL, queries, auth and TLS (default: the built-in defaults)",
+        "predictive policy runs with its forecast profile and loop interval, the cluster with its start-ups "
+        "(cold_start), GPU price (pricing.default_gpu_hour) and the profile's slo_wait, unless a flag says "
+        "otherwise, and --deployment reads Prometheus with its URL, queries, auth and TLS (default: the built-in "
+        "defaults, which are config/default.yaml's)",
     )
     parser.add_argument(
         "--profile", default=None, help="which forecast profile of the config to run (default: default)"
@@ -300,16 +340,17 @@ def _bin_shape(value: str) -> str:
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def seconds_flag(flag: str, text: str, allow_zero: bool = False) -> float:
-    """A duration that may be fractional (``2s``, ``500ms``, ``1.5s``, ``1m``; a bare number is seconds)."""
+def seconds_flag(flag: str, text: str) -> float:
+    """A positive duration that may be fractional (``2s``, ``500ms``, ``1.5s``, ``1m``; a bare number is seconds:
+    for a wait or a timeout, seconds are what a bare number means)."""
     s = str(text).strip().lower()
     unit = next((u for u in ("ms", "s", "m", "h") if s.endswith(u)), "")
     try:
         value = float(s[: len(s) - len(unit)]) * _SECONDS.get(unit, 1.0)
     except ValueError:
         raise UserError(f"{flag}: invalid duration {str(text).strip()!r} (use e.g. 2s, 500ms, 1m)") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise UserError(f"{flag}: must be {'>= 0' if allow_zero else 'positive'}, got {str(text).strip()}")
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{flag}: must be positive, got {str(text).strip()}")
     return value
 
 
@@ -488,14 +529,8 @@ def parse_sweep(spec: str, base: ForecastProfile, config: Config) -> tuple[tuple
     return tuple(out)
 
 
-def tuning(args: argparse.Namespace) -> Tuning:
-    """The profile (``--config``, ``--profile``, ``--model``), decision interval and sweep of ``args``."""
-    config = Config()
-    if args.config is not None:
-        try:
-            config = load_config(args.config)
-        except ConfigError as exc:
-            raise UserError(f"--config: {exc}") from None
+def tuning(args: argparse.Namespace, config: Config) -> Tuning:
+    """The profile (``--profile`` of ``config``, ``--model``), decision interval and sweep of ``args``."""
     try:
         profile = config.profile(str(args.profile))
     except ConfigError as exc:
@@ -596,11 +631,55 @@ def build_config(trace: Trace, args: argparse.Namespace) -> SimulationConfig:
 
 
 def queue_config(args: argparse.Namespace) -> QueueConfig:
-    """``--slo-wait`` and ``--timeout`` (after ``apply_scenario``)."""
-    return QueueConfig(
-        timeout_seconds=seconds_flag("--timeout", str(args.timeout)),
-        slo_wait_seconds=seconds_flag("--slo-wait", str(args.slo_wait), allow_zero=True),
-    )
+    """``--slo-wait`` and ``--timeout`` (after ``apply_scenario`` and ``assumptions_from_config``).
+
+    The SLO wait must be shorter than the timeout: a request is dropped at the timeout, so an objective at or past
+    it would count every request that was served at all as on time (99.97% "attained" with a 10 s timeout and a
+    30 s objective), a number that measures nothing.
+    """
+    timeout = seconds_flag("--timeout", str(args.timeout))
+    slo_wait = seconds_flag("--slo-wait", str(args.slo_wait))
+    if slo_wait >= timeout:
+        where = "--slo-wait" if getattr(args, "slo_wait_from", None) is None else args.slo_wait_from
+        raise UserError(f"{where} {_seconds_text(slo_wait)} is not shorter than --timeout {_seconds_text(timeout)}: a "
+                        "request is dropped at the timeout, so the objective could not be missed by waiting; give an "
+                        "SLO wait under the timeout")
+    return QueueConfig(timeout_seconds=timeout, slo_wait_seconds=slo_wait)
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
+def operator_config(args: argparse.Namespace) -> Config:
+    """The operator config of ``--config`` (the built-in defaults without it); a one-line error when it is bad."""
+    if args.config is None:
+        return DEFAULT_CONFIG
+    try:
+        return load_config(args.config)
+    except ConfigError as exc:
+        raise UserError(f"--config: {exc}") from None
+
+
+def assumptions_from_config(args: argparse.Namespace, config: Config) -> None:
+    """Fill the cluster's start-ups, GPU price and the SLO wait that neither a flag nor the scenario gave from the
+    operator config, so that the simulated cluster is the one the controller plans for: ``cold_start`` (the
+    start-up priors the controller plans with), ``pricing.default_gpu_hour`` and the profile's ``slo_wait``."""
+    if args.pod_startup is None:
+        args.pod_startup = format_duration(config.cold_start.pod_startup_seconds)
+    if args.node_startup is None:
+        args.node_startup = format_duration(config.cold_start.node_startup_seconds)
+    if args.gpu_hour_price is None:
+        args.gpu_hour_price = config.pricing.default_gpu_hour
+    args.slo_wait_from = None
+    if args.slo_wait is None:
+        try:
+            profile = config.profile(str(args.profile))
+        except ConfigError as exc:
+            raise UserError(f"--profile: {exc.errors[0] if exc.errors else exc}") from None
+        args.slo_wait = f"{profile.slo_wait_seconds}s"
+        args.slo_wait_from = (f"the slo_wait of profile {profile.name!r}" + (" in --config" if args.config else "")
+                              + " (--slo-wait)")
 
 
 def _pct(x: float) -> str:
@@ -657,14 +736,43 @@ def _cut_text(ours: float, theirs: float, what: str, none_to_cut: str) -> str:
     return f"{100 * cut:.0f}% fewer {what}" if cut >= 0 else f"{-100 * cut:.0f}% MORE {what}"
 
 
+def span_text(seconds: int) -> str:
+    """``'14.0 days'``, ``'6.0 hours'``, ``'45 minutes'``: a trace's length in the unit a person reads it in (an
+    hour-long trace is not "0.0 days")."""
+    if seconds >= 2 * 86_400:
+        return f"{seconds / 86_400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} hours"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds} seconds"
+
+
+def objective_line(result: SimulationResult, objective: tuple[float, float] | None, what: str = "requests") -> str:
+    """The verdict on the self-tuned ``predictive`` row's own objective (``attainment`` within ``wait`` seconds):
+    met, or MISSED, with the attainment it reached; ``''`` when the row did not tune for one."""
+    pred = result.policies.get("predictive")
+    if objective is None or pred is None:
+        return ""
+    attainment, wait = objective
+    met = pred.slo_attainment >= attainment
+    verdict = "met" if met else "MISSED"
+    return (f"Predictive {verdict} the objective it tunes itself for, {100 * attainment:g}% of {what} started within "
+            f"{_seconds_text(wait)}: {_pct(pred.slo_attainment)} did"
+            f"{'' if met else f', {100 * (attainment - pred.slo_attainment):.3f} points short'}.")
+
+
 def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig, sizing: str = "",
-                 unit: str = "req/s") -> str:
+                 unit: str = "req/s", objective: tuple[float, float] | None = None) -> str:
+    """The table a person reads; ``objective`` (attainment, wait) is the self-tuned predictive row's, when it has
+    one, for the verdict line."""
     c = config.cluster
-    days = trace.duration_seconds / 86_400
+    tokens = unit != "req/s"
     step = trace.step_seconds
     step_text = f"{step // 60}-minute" if step % 60 == 0 else f"{step}-second"
     head = [
-        f"Simulated {trace.name}: {days:.1f} days of {step_text} bins, {result.tick_seconds}s ticks.",
+        f"Simulated {trace.name}: {span_text(trace.duration_seconds)} of {step_text} bins, {result.tick_seconds}s "
+        "ticks.",
         f"Replica = {config.capacity_per_replica:.4g} {unit}{sizing}.",
         f"Pod start-up {c.pod_startup_seconds}s, node start-up {c.node_startup_seconds}s, "
         f"{c.gpus_per_replica} GPU/replica, {c.gpus_per_node} GPUs/node, ${config.gpu_hour_price:.2f}/GPU-hour.",
@@ -679,8 +787,9 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
                     if config.gpu_hour_price > 0 else f"Cost ceiling ${money.ceiling_usd_per_hour:,.2f}/h.")
     for gang in money.gangs:
         head.insert(-1, f"Gang {gang.describe()}.")
+    cold = "cold-start tokens" if tokens else "cold-start req"
     cols: tuple[str, ...] = ("policy", "GPU-hours", "cost $", "SLO attained", "wait p99 s", "dropped", "unserved",
-                             "cold-start req", "scale events", "max replicas")
+                             cold, "scale events", "max replicas")
     if money.active:
         cols += ("ceiling-unserved", "breaches", "gangs split", "gang wait h", "missed", "preempted")
     rows = [cols]
@@ -709,7 +818,9 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
         for row in rows
     ]
     body.insert(1, "  ".join("-" * w for w in widths))
-    notes = ["", *summary_lines(result)] if summary_lines(result) else []
+    verdict = [line for line in (objective_line(result, objective, "tokens" if tokens else "requests"),) if line]
+    summary = [*summary_lines(result), *verdict]
+    notes = ["", *summary] if summary else []
     legend = [
         "",
         f"SLO attained: requests that started within {config.queue.slo_wait_seconds:g}s of arriving, over all "
@@ -717,7 +828,8 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
         f"wait p99 s: the 99th percentile wait (a dropped request counts as the {config.queue.timeout_seconds:g}s "
         "timeout); dropped: requests still waiting at the timeout.",
         "unserved: requests that arrived above Ready capacity, over all requests (no queue: the capacity shortfall).",
-        "cold-start req: of those, the requests that replicas already asked for but still starting would have served.",
+        f"{cold}: of those, the {'tokens' if tokens else 'requests'} that replicas already asked for but still "
+        "starting would have served.",
         "GPU-hours: each replica's GPUs from the moment it is asked for until it is released.",
     ]
     if unit != "req/s":
@@ -732,6 +844,52 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
             "preempted: runs lost to inference under the ceiling.",
         ]
     return "\n".join(head + body + notes + legend + [f"Notes: {n}" for n in result.notes])
+
+
+def cluster_json(config: SimulationConfig, unit: DemandUnit) -> dict[str, Any]:
+    """Every assumption a run was made under (the JSON's ``cluster``), so that a result can be reproduced from its
+    own file: start-ups, price, replica size and GPUs, and the queue's objective and timeout."""
+    c = config.cluster
+    return {
+        "pod_startup_seconds": c.pod_startup_seconds,
+        "node_startup_seconds": c.node_startup_seconds,
+        "gpu_price_per_hour": config.gpu_hour_price,
+        "capacity_per_replica": config.capacity_per_replica,
+        "capacity_unit": units_json(unit)["capacity_per_replica"],
+        "gpus_per_replica": c.gpus_per_replica,
+        "gpus_per_node": c.gpus_per_node,
+        "slo_wait_seconds": config.queue.slo_wait_seconds,
+        "timeout_seconds": config.queue.timeout_seconds,
+    }
+
+
+def units_json(unit: DemandUnit) -> dict[str, str]:
+    """What the JSON's unit-bearing numbers count: with ``--demand tokens`` the queue holds tokens, so
+    ``cold_start_requests`` is a number of tokens and the fractions are shares of tokens."""
+    what = "tokens" if unit is DemandUnit.TOKENS else "requests"
+    return {"demand": f"{what}/s", "capacity_per_replica": f"{what}/s", "cold_start_requests": what,
+            "fractions_of": what}
+
+
+def check_gaps(trace: Trace, source: str) -> None:
+    """What a gap means here, decided before the replay: a gap is missing data (no demand to score; every policy
+    but the oracle holds its replicas through it, billed). A trace mostly missing is refused (a stray row or a
+    wrong file); a gap longer than :data:`LONG_GAP_SECONDS` is replayed with a warning; a replay of more than
+    :data:`MAX_SIMULATED_TICKS` ticks is refused before anything is allocated for it."""
+    holes = gaps(trace.requests)
+    if holes.share > MOSTLY_MISSING:
+        raise UserError(f"{source}: {holes.describe()}; a replay would mostly hold replicas through missing data: "
+                        "cut the trace to the part with data")
+    step = trace.step_seconds
+    tick = tick_seconds_for(step)
+    ticks = len(trace.requests) * (step // tick)
+    if ticks > MAX_SIMULATED_TICKS:
+        raise UserError(f"{source}: {format_span(trace.duration_seconds)} in {format_span(step)} bins is {ticks:,} "
+                        f"ticks of {tick}s, more than the {MAX_SIMULATED_TICKS:,} one replay may hold (about 2 GB): "
+                        "simulate a shorter part of the trace")
+    if holes.longest_seconds > LONG_GAP_SECONDS:
+        warn("simulate", f"{source}: {holes.describe()}; replayed as missing data: every policy but the oracle holds "
+                         "its replicas through a gap, and GPU-hours count them")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -750,16 +908,21 @@ def run(args: argparse.Namespace) -> int:
                         ("--decision-interval", args.decision_interval)):
         if value is not None:
             duration_flag(flag, str(value))
+    operator = operator_config(args)
+    assumptions_from_config(args, operator)
     queue_config(args)
     _queue_targets(str(args.queue_targets))
-    _policies(str(args.policies))
+    policies = _policies(str(args.policies))
     _bin_shape(str(args.bin_shape))
     if args.plot is not None:
         plot_flag(args.plot)
     unit, weights = demand_flags(args)
+    tune = tuning(args, operator)
+    if tune.sweep and "predictive" not in policies:
+        raise UserError("--sweep varies the predictive policy: keep 'predictive' in --policies")
     synthetic = not from_prometheus and args.trace is None
     if from_prometheus:
-        trace, url = trace_from_args(args, tokens=unit is DemandUnit.TOKENS, title="fetch")
+        trace, url = trace_from_args(args, tokens=unit is DemandUnit.TOKENS, config=operator, title="fetch")
         source = f"{trace.name} from Prometheus at {url}"
     elif args.trace is not None:
         source = str(args.trace)
@@ -769,17 +932,18 @@ def run(args: argparse.Namespace) -> int:
 
         trace = synth_trace()
         source = trace.name
+    if trace.nan_values:
+        warn("simulate", f"{source}: {trace.nan_values:,} values are NaN; they are replayed as missing data (gaps), "
+                         "not as zeros")
     # With --demand tokens the replay sizes on weighted tokens/s: the demand series every policy sees (and the
     # queue serves, a token at a time) is the token rate, and a replica's capacity is tokens/s.
     trace = replace(trace, requests=demand_series(trace, unit, weights, source=source))
+    check_gaps(trace, source)
     if not args.keep_outages:
         from models.clean import prepare  # deferred: pandas, paid only when the command runs
 
         trace = replace(trace, requests=prepare(trace.requests))
     config = build_config(trace, args)
-    tune = tuning(args)
-    if tune.sweep and "predictive" not in config.policies:
-        raise UserError("--sweep varies the predictive policy: keep 'predictive' in --policies")
 
     def predictive_for(profile: ForecastProfile) -> PredictiveFactory:
         make_model = _model_factory(profile.model)
@@ -800,35 +964,38 @@ def run(args: argparse.Namespace) -> int:
                 profile=replace(tune.profile, model="persistence"), name="predictive-persistence")
         if "predictive-persistence" in config.policies else None
     )
+    runs = _run_count(config) + len(tune.sweep)
+    state: dict[str, Any] = {"name": "", "done": 0}
 
     def progress(name: str) -> None:
+        state["name"], state["done"] = name, state["done"] + 1
         if sys.stderr.isatty():
             print(f"simulating {name} ...", file=sys.stderr, flush=True)
 
+    def status() -> str:
+        return f"simulating {state['name']} (run {state['done']} of {runs})"
+
+    heartbeat = contextlib.nullcontext() if sys.stderr.isatty() else Heartbeat(sys.stderr, "simulate", status)
     try:
-        result = simulate(trace.requests, config, trace.name, predictive=predictive, progress=progress,
-                          persistence=persistence)
-        only_predictive = replace(config, policies=("predictive",))
-        for name, profile in tune.sweep:
-            progress(name)
-            extra = simulate(trace.requests, only_predictive, trace.name, predictive=predictive_for(profile))
-            result.policies[name] = extra.policies["predictive"]
+        with heartbeat:
+            result = simulate(trace.requests, config, trace.name, predictive=predictive, progress=progress,
+                              persistence=persistence)
+            only_predictive = replace(config, policies=("predictive",))
+            for name, profile in tune.sweep:
+                progress(name)
+                extra = simulate(trace.requests, only_predictive, trace.name, predictive=predictive_for(profile))
+                result.policies[name] = extra.policies["predictive"]
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if args.plot is not None:
-        from autoscaler.sim_plot import plot_simulation
-
-        try:
-            plot_simulation(result, args.plot, unit="tokens/s" if unit is DemandUnit.TOKENS else "requests/s")
-        except OSError as exc:
-            raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from None
+    objective = (tune.profile.slo_attainment, config.queue.slo_wait_seconds) \
+        if predictive is not None and tune.profile.self_tune and tune.profile.warm_pool == "auto" else None
     if args.json:
-        payload = result.to_json()
+        payload = {**result.to_json(), "cluster": cluster_json(config, unit), "units": units_json(unit)}
         if unit is DemandUnit.TOKENS:
             payload = {**payload, "demand": unit.value, "token_weights": {"input": weights.input,
                                                                           "output": weights.output},
                        "capacity_per_replica": config.capacity_per_replica}
-        print(json.dumps(payload))
+        print(json.dumps(payload), flush=True)
     else:
         if synthetic:
             from autoscaler.synth import describe
@@ -839,7 +1006,25 @@ def run(args: argparse.Namespace) -> int:
         if args.capacity_per_replica is None:
             n = DEFAULT_PEAK_REPLICAS if args.peak_replicas is None else args.peak_replicas
             sizing += f" (the trace's busiest bin needs {n} replicas; set --peak-replicas or --capacity-per-replica)"
-        print(format_table(result, trace, config, sizing, unit_label(unit)))
-        if args.plot is not None:
+        print(format_table(result, trace, config, sizing, unit_label(unit), objective), flush=True)
+    if args.plot is not None:
+        # Written after the results are out: a plot that cannot be written (checked before the run, but a disk can
+        # fill or a directory go away since) costs the picture, not the run's table.
+        from autoscaler.sim_plot import plot_simulation
+
+        try:
+            plot_simulation(result, args.plot, unit="tokens/s" if unit is DemandUnit.TOKENS else "requests/s")
+        except OSError as exc:
+            print(f"predictive-autoscaler simulate: error: --plot: cannot write {args.plot}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 1
+        if not args.json:
             print(f"Plot written to {args.plot}")
     return 0
+
+
+def _run_count(config: SimulationConfig) -> int:
+    """How many policy runs one ``simulate`` call makes (for the progress lines)."""
+    count = sum(name in config.policies for name in ("predictive", "predictive-persistence", "oracle"))
+    count += len(config.reactive_targets) if "reactive" in config.policies else 0
+    return count + (len(config.queue_targets) if "hpa-queue" in config.policies else 0)
