@@ -51,11 +51,12 @@ objective ``--slo-wait`` at the profile's ``slo_attainment``; a swept quantile o
 The queue (``autoscaler/simulation/queue.py``): requests above Ready capacity wait first in first out and are
 dropped after ``--timeout`` (default 60 s); every policy reports ``slo_attainment`` (started within ``--slo-wait``,
 default the profile's ``slo_wait``, 2 s), ``wait_p99_seconds`` and ``dropped_fraction`` next to
-``unserved_fraction`` (the capacity shortfall, unchanged). The anchors run under the same queue: the HPA on utilisation (``reactive@T``), the HPA as the vLLM
-reference deploys it (``hpa-queue@N``: ``vllm:num_requests_waiting`` averaged over pods, ``--queue-targets``,
-default 10), our planner with a last-value forecast (``predictive-persistence``) and the oracle. ``--bin-shape``
-says how a bin's rate is spread over its 15 s ticks (``autoscaler/simulation/traffic.py``: ``auto`` spreads bins
-longer than a minute linearly, keeping each bin's count, and replays shorter ones flat).
+``unserved_fraction`` (the capacity shortfall, unchanged). The anchors run under the same queue: the HPA on
+utilisation (``reactive@T``), the HPA as the vLLM reference deploys it (``hpa-queue@N``:
+``vllm:num_requests_waiting`` averaged over pods, ``--queue-targets``, default 10), our planner with a last-value
+forecast (``predictive-persistence``) and the oracle. ``--bin-shape`` says how a bin's rate is spread over its 15 s
+ticks (``autoscaler/simulation/traffic.py``: ``auto`` spreads bins longer than a minute linearly, keeping each bin's
+count, and replays shorter ones flat).
 
 Departure from the brief: the predictive policy decides every ``--decision-interval`` (default
 30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync. Measured
