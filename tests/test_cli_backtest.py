@@ -464,3 +464,21 @@ def test_progress_is_a_line_every_few_seconds_without_a_terminal(
     assert all(line.startswith("backtest: ") and line.endswith("s elapsed") for line in lines), lines
     assert "(persistence)" in lines[-1]
     assert "100%" in lines[-1]
+
+
+def test_a_model_left_without_history_during_the_run_is_one_line(
+    capsys: pytest.CaptureFixture[str], trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autoscaler.commands.backtest as command
+    from models.base import InsufficientHistoryError
+
+    def no_history(*_: object, **__: object) -> None:
+        raise InsufficientHistoryError("no model of the persistence chain could be fitted (persistence: needs 1 "
+                                       "bins, has 0)")
+
+    monkeypatch.setattr(command, "backtest", no_history)
+    assert main(["backtest", "--trace", str(trace), "--models", "persistence"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (f"predictive-autoscaler backtest: error: {trace.name}: no model of the persistence chain could be "
+                   "fitted (persistence: needs 1 bins, has 0)\n")
