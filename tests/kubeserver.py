@@ -51,7 +51,7 @@ KUBECONFIG_ENV = "PA_E2E_KUBECONFIG"
 SKIP_REASON = (
     f"end-to-end test on a real Kubernetes API server: set {BIN_DIR_ENV} to a folder holding kube-apiserver and "
     f"etcd (started through ../shared/kube/start), or {KUBECONFIG_ENV} to a disposable cluster's kubeconfig "
-    "(kind, k3d); README, 'End-to-end tests on a real API server'"
+    "(kind, k3d); docs/development.md, 'End-to-end tests on a real API server'"
 )
 OWN_SERVER_REASON = (
     f"needs a kube-apiserver of its own (an audit log, restarts): set {BIN_DIR_ENV}; a shared cluster "
