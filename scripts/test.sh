@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 
 # Real servers the tests start on 127.0.0.1 (Debian packages). Without root or apt, the tests
 # that need them are skipped on a developer's machine (and fail under CI=true).
-# The real kube-apiserver of ../shared/kube is started by the tests too; its start script needs
-# openssl, curl, xz, setsid and flock (util-linux).
+# The end-to-end tests on a real kube-apiserver are opt-in (KUBE_BIN_DIR or PA_E2E_KUBECONFIG, see
+# docs/development.md); with KUBE_BIN_DIR, ../shared/kube/start needs openssl, curl, xz, setsid and flock.
 packages=()
 for pair in prometheus:prometheus promtool:prometheus prometheus-alertmanager:prometheus-alertmanager \
             amtool:prometheus-alertmanager openssl:openssl curl:curl xz:xz-utils setsid:util-linux flock:util-linux; do
