@@ -243,6 +243,30 @@ def test_pooled_days_weigh_attainment_by_requests_and_sum_the_cost() -> None:
     assert choose(pool([calm, burst]), 0.99)[0].warm_pool_quantile == 95
 
 
+def test_a_point_that_was_lucky_on_the_replayed_days_is_not_chosen_for_the_next() -> None:
+    """A cheap point that served every request on six calm days and 97.5% on one bursty day pools at 99.64%: it
+    clears the 99.25% bar, and the mean's confidence bound (99.28%), but a day like the bursty one can come next.
+    The next day's lower quartile (98.96%) refuses it, so the dearer point that held on every day is chosen."""
+    from autoscaler.simulation.tuning import NEXT_DAY_Z
+
+    lucky = [1.0, 0.975, 1.0, 1.0, 1.0, 1.0, 1.0]
+    steady = [0.997, 0.995, 0.998, 0.996, 0.997, 0.998, 0.997]
+    days = [(Candidate(50, 10.0, a, 0.0, 0.0, 1_000.0, 0.9), Candidate(50, 13.0, b, 0.0, 0.0, 1_000.0, 0.8))
+            for a, b in zip(lucky, steady, strict=True)]
+    cheap, safe = pool(days)  # (50, 0.9) sorts first
+    assert (cheap.point, safe.point) == ((50, 0.9), (50, 0.8))
+    assert cheap.slo_attainment >= required_attainment(0.99)  # the pooled attainment alone would choose it
+    assert cheap.slo_attainment - cheap.spread / math.sqrt(1 + 1 / 7) / math.sqrt(7) >= 0.99  # so would the SE
+    assert cheap.slo_attainment - NEXT_DAY_Z * cheap.spread < 0.99
+    assert not meets(cheap, 0.99)
+    assert choose(pool(days), 0.99) == (safe, True)
+    # yesterday alone (a calm day) passes the cheap point: one day is what made it look safe
+    assert choose(days[-1], 0.99)[0].point == (50, 0.9)
+    # and on seven calm days it is the cheapest that meets: the rule refuses luck, not cheapness
+    calm = [(Candidate(50, 10.0, 1.0, 0.0, 0.0, 1_000.0, 0.9), safe_day) for (_, safe_day) in days]
+    assert choose(pool(calm), 0.99)[0].point == (50, 0.9)
+
+
 def test_each_tuning_pools_the_days_replayed_before_up_to_a_week() -> None:
     history = _noisy_daily(12, seed=2)
     day_bins = DAY // STEP

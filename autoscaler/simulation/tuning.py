@@ -29,12 +29,18 @@ How, and why it is cheap enough to run daily per Deployment:
   bad day leaves the window, as an SRE spends an error budget. Measured: without it, a regime change on ServeGen
   m_small (the cheapest point served 100% on days 4-9 and 91.7% on day 9) left the fortnight at 98.85%;
 * the choice (``meets``): among candidates whose pooled attainment reaches ``target + margin * (1 - target)``
-  (with the default margin 0.25 a 99% objective must replay at 99.25%) and stays at ``target`` or above one
-  standard error of its day-to-day variation lower, the one with the fewest GPU-hours. Why both: the replayed
-  days are a sample, the next day is not one of them, and the cheapest of several noisy estimates that clear a
-  bar is biased towards having been lucky; a bursty service (large day-to-day swings) needs more in hand than
-  a calm one. When none meets it, the safest point (the most attainment; the fewest GPU-hours among ties) is
-  chosen and ``met`` is False, so the caller can say so.
+  (with the default margin 0.25 a 99% objective must replay at 99.25%) and whose next day, predicted from the
+  pooled days' day-to-day variation, still reaches ``target`` at its lower quartile (``NEXT_DAY_Z`` prediction
+  standard errors below the pooled attainment), the one with the fewest GPU-hours. Why a prediction bound and not
+  the mean's confidence bound: the point chosen runs one new day, which is not one of the replayed days, and the
+  cheapest of several noisy estimates that clear a bar is biased towards having been lucky on them. Measured: with
+  one standard error of the mean as the bound, a point that replayed at 100% on six calm days of ServeGen m_small
+  and 98.7% on the seventh was chosen, missed live when the traffic turned bursty, and the spent error budget then
+  forced the most expensive point (the self-tuned row was dominated by the HPA at 0.7); the next day's lower
+  quartile refuses it, and the fortnight cost 13% fewer GPU-hours at a higher attainment (99.37% against 99.27%).
+  A bursty service (large day-to-day swings) needs more in hand than a calm one. When none meets it, the safest
+  point (the most attainment; the fewest GPU-hours among ties) is chosen and ``met`` is False, so the caller can
+  say so.
 
 Properties the tests hold it to: a looser objective never chooses a point that costs more (the set of
 points meeting it only grows); the choice is a pure function of its inputs (no clock reads: the history
@@ -70,6 +76,12 @@ MIN_WARMUP_SECONDS = SECONDS_PER_DAY  # history before the replay window the for
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DECISION_INTERVAL_SECONDS = 30  # the controller's loop period
 MIN_OBSERVED_SHARE = 0.5  # of the replay window: a day mostly missing says nothing about the objective
+# The next day must meet the objective at its lower quartile (the normal's 25th percentile, 0.6745 standard errors
+# of prediction below the pooled attainment): the odds of a day that holds are 3 in 4 before the margin and the
+# error budget. Why not higher: a day below the objective is paid back by the budget, a point chosen too safe is
+# paid in GPU-hours on every day it runs (the diurnal synthetic, whose days swing, already runs its safest point on
+# most days at this bound).
+NEXT_DAY_Z = 0.6745
 # The HPA's own operating points: quantile 50 with a utilisation u is the HPA at target u started early, the
 # forecast adding only the lead (``ScalingPolicy.lead_only``: the median forecast at the lead, sized like the
 # observed demand at u; no band, no warm pool). Why: a replay then always holds what the HPA would have done, so
@@ -89,7 +101,8 @@ class Candidate:
     dropped_fraction: float
     requests: float = 0.0  # requests replayed (the weight when days are pooled)
     reactive_utilisation: float = 1.0  # the reactive floor's utilisation target (1: none of its own headroom)
-    # The standard error of the pooled attainment from its day-to-day variation (0 with fewer than two days).
+    # The standard error of predicting the next day's attainment from the pooled days' day-to-day variation: their
+    # standard deviation times sqrt(1 + 1/days) (0 with fewer than two days).
     spread: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,7 +200,8 @@ def pool(days: Sequence[Sequence[Candidate]]) -> tuple[Candidate, ...]:
         else:
             attained, dropped = 1.0, 0.0
         daily = [c.slo_attainment for c in runs if c.requests > 0]
-        spread = float(np.std(daily, ddof=1)) / math.sqrt(len(daily)) if len(daily) >= 2 else 0.0
+        # Of the next day, not of the mean: the chosen point runs a day that is not one of these.
+        spread = float(np.std(daily, ddof=1)) * math.sqrt(1 + 1 / len(daily)) if len(daily) >= 2 else 0.0
         out.append(Candidate(point[0], sum(c.gpu_hours for c in runs), attained,
                              max(c.wait_p99_seconds for c in runs), dropped, requests, point[1], spread))
     return tuple(out)
@@ -269,11 +283,12 @@ def required_attainment(target: float, margin: float = DEFAULT_MARGIN) -> float:
 
 
 def meets(candidate: Candidate, target: float, margin: float = DEFAULT_MARGIN) -> bool:
-    """Whether a (pooled) candidate meets ``target``: its attainment reaches ``required_attainment`` and, one
-    standard error of its day-to-day variation below, still reaches ``target`` (a bursty service needs more in
-    hand than a calm one)."""
+    """Whether a (pooled) candidate meets ``target``: its attainment reaches ``required_attainment`` and the next
+    day's, predicted from its day-to-day variation, reaches ``target`` at its lower quartile (``NEXT_DAY_Z``). Why:
+    a point that was lucky on the replayed days (one calm week) must not be chosen for a day that is not one of them;
+    a bursty service needs more in hand than a calm one."""
     a = candidate.slo_attainment
-    return a >= required_attainment(target, margin) and a - candidate.spread >= target
+    return a >= required_attainment(target, margin) and a - NEXT_DAY_Z * candidate.spread >= target
 
 
 def choose(candidates: Sequence[Candidate], target: float, margin: float = DEFAULT_MARGIN) -> tuple[Candidate, bool]:
