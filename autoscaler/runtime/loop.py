@@ -1337,9 +1337,9 @@ class Controller:
                     chosen = ""
                     if outcome == "down":
                         chosen = self._scaled_down(view, desired, marks, now)
-                    self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown",
-                                f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail}){chosen}", now,
-                                errors)
+                    message = f"replicas {view.replicas} -> {desired} ({why.name}: {why.detail}){chosen}"
+                    self._event(view, "Normal", "ScaledUp" if outcome == "up" else "ScaledDown", message, now, errors)
+                    log.info("%s/%s: %s", view.namespace, view.name, message)  # a decision, logged when it acts
                 else:  # someone set it between our list and our write: nothing happened, nothing to announce
                     actions.append(f"already at {desired}")
         status = {

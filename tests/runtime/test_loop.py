@@ -9,6 +9,7 @@ demand comes from the backfill's ground truth, not from a previous run.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -72,9 +73,10 @@ def truth(prometheus_server: PrometheusServer, namespace: str, name: str, bin_st
 
 
 def test_first_tick_fetches_the_fleet_once_scales_the_short_deployment_and_publishes_why(
-    rig: Rig, prometheus_server: PrometheusServer, now0: int
+    rig: Rig, prometheus_server: PrometheusServer, now0: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = rig.controller.tick(now0)
+    with caplog.at_level(logging.INFO, logger="autoscaler.runtime.loop"):
+        report = rig.controller.tick(now0)
 
     assert report.ok, report.errors
     # One fleet query for all three Deployments in both namespaces, over the configured day of history.
@@ -130,6 +132,9 @@ def test_first_tick_fetches_the_fleet_once_scales_the_short_deployment_and_publi
     assert event["message"].startswith(f"replicas 2 -> {desired} (")
     assert any(f"({s.name}: {s.detail})" in event["message"] for s in llama.decision.steps if s.replicas == desired)
     assert event["involvedObject"]["namespace"] == "serving"
+    # The log says the same decision once: the scale it acted on, not the held Deployments.
+    decisions = [r.getMessage() for r in caplog.records if "replicas" in r.getMessage()]
+    assert decisions == [f"serving/llama-chat: {event['message']}"]
 
     # Metrics: the observed demand is the real rate of the newest bin; desired and current exported.
     labels = {"namespace": "serving", "deployment": "llama-chat"}
