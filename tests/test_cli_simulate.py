@@ -253,9 +253,15 @@ def test_metrics_outages_are_missing_data_unless_kept(tmp_path: Path, capsys: py
     assert unserved([]) < 1e-9  # as missing data it holds through the gap
 
 
-def test_sweep_runs_one_scored_predictive_row_per_value(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["simulate", "--trace", str(trace), "--json", "--reactive-targets", "0.7", "--sweep",
-            "warm_pool_quantile=90,99"]
+def test_sweep_runs_one_scored_predictive_row_per_value(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Refit hourly: with the controller's daily refit, eight hours are all forecast by the model fitted on the
+    # first settled bin, whose bands coincide, and a sweep of bands would have nothing to move.
+    config = tmp_path / "config.yaml"
+    config.write_text("profiles:\n  default:\n    refit: 1h\n")
+    args = ["simulate", "--trace", str(trace), "--config", str(config), "--json", "--reactive-targets", "0.7",
+            "--sweep", "warm_pool_quantile=90,99"]
     assert main(args) == 0
     policies = json.loads(capsys.readouterr().out)["policies"]
     assert set(policies) == {"predictive", "predictive-persistence", "oracle", "reactive@0.7", "hpa-queue@10",
@@ -275,13 +281,14 @@ def test_config_profile_drives_the_predictive_policy_like_the_sweep(
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("profiles:\n  default: {}\n  lean:\n    quantile: 75\n    warm_pool: 0\n")
+    # refit hourly, as in the sweep test: eight hours of the controller's daily refit have no bands to choose from
+    config.write_text("profiles:\n  default: {refit: 1h}\n  lean:\n    quantile: 75\n    warm_pool: 0\n    refit: 1h\n")
     base = ["simulate", "--trace", str(trace), "--json", "--policies", "predictive"]
     assert main([*base, "--config", str(config), "--profile", "lean"]) == 0
     lean = json.loads(capsys.readouterr().out)["policies"]["predictive"]
     assert main([*base, "--config", str(config), "--sweep", "quantile=75"]) == 0
     swept = json.loads(capsys.readouterr().out)["policies"]
-    assert main([*base, "--sweep", "warm_pool=0"]) == 0
+    assert main([*base, "--config", str(config), "--sweep", "warm_pool=0"]) == 0
     no_pool = json.loads(capsys.readouterr().out)["policies"]["predictive@warm_pool=0"]
     # the sweep keeps the rest of the profile (warm pool auto -> p95): changing quantile alone moves nothing
     # above it, while the profile without a pool holds less than the default

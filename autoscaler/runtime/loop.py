@@ -78,7 +78,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, LearnedCapacity, estimate_capacity
-from autoscaler.domain.planner import plan_replicas, required_horizon_steps
+from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.scaledown import (
     MARKS_UNCONFIRMED,
     NO_POD_LOADS,
@@ -97,13 +97,13 @@ from autoscaler.domain.scaledown import (
 )
 from autoscaler.domain.status import first_sight, status_object_name
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from autoscaler.engine.forecasting import ForecastKeeper, has_evidence
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import Cluster, EventType, PodStartups, PodView, StatusObject, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PlannedWorkload, ahead_replicas
 from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
-from models.base import Forecaster
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
 
@@ -177,10 +177,9 @@ class _Memory:
     # The demand series forecast and planned on: requests/s, or weighted tokens/s (``demand_key`` says which).
     history: TrafficSeries | None = None
     demand_key: tuple[str, float, float] | None = None
-    forecaster: Forecaster | None = None
-    model_key: tuple[str, int] | None = None
-    fitted_at: int = 0
-    seen_until: int = 0
+    # The fitted forecaster and its cadence (autoscaler.engine.forecasting): the simulator keeps its forecasts
+    # the same way. None: no model yet (or the demand unit changed).
+    keeper: ForecastKeeper | None = None
     recommendations: tuple[tuple[int, int], ...] = ()
     startups: PodStartups = field(default_factory=PodStartups)
     startups_checked: float = -math.inf
@@ -319,6 +318,11 @@ def _splice(old: TrafficSeries | None, new: TrafficSeries, keep_seconds: int) ->
     return merged.slice(len(merged) - keep, len(merged)) if len(merged) > keep else merged
 
 
+def _fitted_since(memory: _Memory, when: float) -> bool:
+    """Whether the Deployment's model was (re)fitted after ``when``: a refit re-tunes."""
+    return memory.keeper is not None and memory.keeper.fitted_at > when
+
+
 def _deciding_step(decision: ScalingDecision) -> Step:
     """The rule that set the final count: the first step after which the count no longer changed."""
     steps = decision.steps
@@ -409,7 +413,8 @@ class _GangForecasts:
         stamp = []
         for p in self._members(pool):
             m = self._memory.get((p.view.namespace, p.view.name))
-            stamp.append((p.view.namespace, p.view.name, -1 if m is None or m.forecaster is None else m.fitted_at))
+            k = None if m is None else m.keeper
+            stamp.append((p.view.namespace, p.view.name, -1 if k is None or k.model is None else k.fitted_at))
         return hash(tuple(sorted(stamp)))
 
     def points(self, pool: str | None, start: int, end: int) -> list[tuple[int, float]] | None:
@@ -418,12 +423,13 @@ class _GangForecasts:
             key = (p.view.namespace, p.view.name)
             gpr = p.spec.gpus_per_replica
             memory = self._memory.get(key)
-            model = None if memory is None else memory.forecaster
-            if memory is None or model is None or memory.history is None or p.capacity is None:
+            keeper = None if memory is None else memory.keeper
+            model = None if keeper is None else keeper.model
+            if memory is None or keeper is None or model is None or memory.history is None or p.capacity is None:
                 series.append([(start, float(p.view.replicas * gpr))])
                 continue
             step = memory.history.step_seconds
-            span = min(max(end, start + step), start + MAX_PLACEMENT_SECONDS) - memory.seen_until
+            span = min(max(end, start + step), start + MAX_PLACEMENT_SECONDS) - keeper.seen_until
             try:
                 forecast = model.predict(max(1, math.ceil(span / step) + 1), [50])
             except Exception as exc:  # a forecaster bug must not stop placing: this one counts as it is now
@@ -631,7 +637,7 @@ class Controller:
             unit = _demand_key(spec, profile)
             if memory.demand_key != unit:
                 if memory.demand_key is not None:  # another unit or weights: the history and model start afresh
-                    memory.history, memory.forecaster, memory.model_key, memory.track = None, None, None, []
+                    memory.history, memory.keeper, memory.track = None, None, []
                     memory.tuning, memory.tuning_inputs = None, None
                     # a learned capacity is in requests/s: learned again (from now) if the unit is requests again
                     memory.capacity, memory.capacity_checked, memory.capacity_told = None, -math.inf, None
@@ -805,52 +811,45 @@ class Controller:
         log.info("%s/%s: the status annotation was moved to configmap %s", view.namespace, view.name,
                  status_object_name(view.name))
 
+    def forecast_keeper(self, namespace: str, name: str) -> ForecastKeeper | None:
+        """The Deployment's forecast keeper (None: none yet): what its last tick forecast, for inspection."""
+        memory = self._memory.get((namespace, name))
+        return None if memory is None else memory.keeper
+
     def _staleness(self, view: WorkloadView) -> float:
         memory = self._memory.get((view.namespace, view.name))
-        return -math.inf if memory is None or memory.forecaster is None else float(memory.fitted_at)
+        keeper = None if memory is None else memory.keeper
+        return -math.inf if keeper is None or keeper.model is None else float(keeper.fitted_at)
 
     def _forecast(
         self, key: Key, profile: ForecastProfile, policy: ScalingPolicy, cold: ColdStartProfile, now: int,
         errors: list[str],
     ) -> Forecast | None:
+        """The forecast of ``key`` at ``now`` from its ``ForecastKeeper`` (the cadence the simulator runs too);
+        what stays here is the fleet's fitting budget: a fit due once the budget is spent is deferred."""
         memory = self._memory[key]
         series = memory.history
-        if series is None or len(series) < 2 or not np.any(np.isfinite(series.values)):
+        if series is None or not has_evidence(series):
             return None
-        usable_end = series.end - series.step_seconds  # the newest bin may still change: not absorbed yet
-        # One node start-up further than the planner needs: the money stage asks for nodes that far ahead.
-        h = max(required_horizon_steps(policy, cold, series.step_seconds)
-                + math.ceil(cold.node_lead_seconds() / series.step_seconds),
-                math.ceil(profile.horizon_seconds / series.step_seconds) + 1)
-        levels = sorted({50, policy.level, policy.warm_pool_level})
         model_key = (profile.model, profile.history_seconds)
-        must_fit = memory.forecaster is None or memory.model_key != model_key or memory.seen_until < series.start
-        due = must_fit or now - memory.fitted_at >= profile.refit_seconds
-        if due and time.perf_counter() > self._fit_deadline:
+        keeper = memory.keeper
+        if keeper is None or keeper.key != model_key:
+            keeper = memory.keeper = ForecastKeeper(partial(make_chain, profile.model), key=model_key,
+                                                    history_seconds=profile.history_seconds)
+        keeper.refit_seconds = profile.refit_seconds
+        may_fit = True
+        if keeper.needs_fit(series, now) and time.perf_counter() > self._fit_deadline:
             # Over this tick's fitting budget: a model that is merely due keeps updating until a later tick
             # refits it; one that has no usable model yet waits (the planner holds its replicas).
             self._deferred_fits += 1
-            if must_fit:
-                return None
-            due = False
+            may_fit = False
         try:
-            model = memory.forecaster
-            if due or model is None:
-                window = min(len(series) - 1, profile.history_seconds // series.step_seconds)
-                train = series.slice(len(series) - 1 - window, len(series) - 1)
-                model = memory.forecaster = make_chain(profile.model).fit(train)
-                memory.model_key, memory.fitted_at, memory.seen_until = model_key, now, usable_end
-            elif usable_end > memory.seen_until:
-                lo = (memory.seen_until - series.start) // series.step_seconds
-                model.update(series.slice(lo, len(series) - 1))
-                memory.seen_until = usable_end
-            forecast = model.predict(h, levels)
+            forecast = keeper.forecast(series, now, policy, cold, profile.horizon_seconds, may_fit=may_fit)
         except Exception as exc:  # a forecaster bug must not stop the fleet: hold this one, report it
-            memory.forecaster = None
             self.metrics.errors.labels("forecast").inc()
             errors.append(f"{key[0]}/{key[1]}: forecast failed ({type(exc).__name__}: {exc}); holding replicas")
             return None
-        if forecast.fallbacks:
+        if forecast is not None and forecast.fallbacks:
             self.metrics.fallbacks.labels(*key).inc()
         return forecast
 
@@ -1019,7 +1018,7 @@ class Controller:
         if last is None or last.chosen is None:
             due = now - memory.tuning_tried >= TUNE_RETRY_SECONDS
         else:
-            due = (now - memory.tuning_tried >= TUNE_EVERY_SECONDS or memory.fitted_at > memory.tuning_tried)
+            due = (now - memory.tuning_tried >= TUNE_EVERY_SECONDS or _fitted_since(memory, memory.tuning_tried))
         if due or inputs != memory.tuning_inputs:
             self._replays.append(_Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs))
         if last is None or last.chosen is None or inputs != memory.tuning_inputs:
@@ -1061,7 +1060,8 @@ class Controller:
         for job in sorted(self._replays, key=lambda j: self._memory[j.key].tuning_tried):
             memory = self._memory.get(job.key)
             history = memory.history if memory is not None else None
-            if memory is None or history is None or len(history) < 2 or memory.forecaster is None:
+            keeper = None if memory is None else memory.keeper
+            if memory is None or history is None or len(history) < 2 or keeper is None or keeper.model is None:
                 continue  # no model yet: it is fitted (this or a later tick) before it is tuned
             # the first replay of a tick needs only what the fits left; the next ones must also end in time
             if (time.perf_counter() > self._fit_deadline

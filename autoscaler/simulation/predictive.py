@@ -4,12 +4,12 @@ Why it exists: the simulation is only evidence for the controller if it runs the
 module drives a ``Forecaster`` (``models.registry.make_chain``) and ``plan_replicas`` exactly as the
 controller loop does, with the trace standing in for Prometheus:
 
-* forecasts use only bins that have ended: at a tick inside bin ``b`` the model has seen bins
-  ``< b``; the forecast is refreshed once per bin (the controller refreshes once per scrape);
-* the model is refit on the newest ``history_seconds`` (14 days) once a day, and in between it
-  absorbs each new bin with ``update``. While history is short the refit interval doubles from one
-  bin (1, 2, 4, ... bins) so the fallback chain can move up to a seasonal model as soon as it has
-  the history for one, instead of waiting a day on persistence;
+* the forecast comes from the controller's own ``ForecastKeeper`` (``autoscaler.engine.forecasting``), asked at
+  every decision as the controller asks at every tick, with the bins that have ended by then: the newest of
+  them is not absorbed yet (it may still change), the model is fitted at the first decision with one settled
+  bin and refit daily on the newest ``history_seconds`` (14 days), absorbing each settled bin with ``update``
+  in between, and it forecasts the planner's horizon plus one node start-up. A test replays a trace through
+  this policy and through the controller's tick and requires the same forecasts at every tick;
 * the planner runs every tick (15 s, the controller's loop period) with the current demand as the
   reactive floor, the cluster's free GPUs (whether a new replica waits for a node), and its own
   stabilisation history passed back in, as the controller stores it between ticks;
@@ -41,8 +41,9 @@ import numpy as np
 from autoscaler.config import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import replica_gpu_points
-from autoscaler.domain.planner import plan_replicas, required_horizon_steps
+from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.types import ScalingPolicy, WorkloadState
+from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
@@ -77,6 +78,7 @@ class PredictivePolicy:
         history_seconds: int = 14 * SECONDS_PER_DAY,
         name: str = "predictive",
         retune: Retune | None = None,
+        horizon_seconds: int = ForecastProfile().horizon_seconds,
     ) -> None:
         self.name = name
         self.base_policy = policy
@@ -98,44 +100,46 @@ class PredictivePolicy:
         self.decide_every = max(1, round(decision_interval_seconds / self.tick))
         self.refit_bins = max(1, refit_seconds // step)
         self.history_bins = max(1, history_seconds // step)
-        self.horizon = required_horizon_steps(policy, cold_start, step)
-        self.levels = tuple(sorted({50, policy.level, policy.warm_pool_level}))
-        self.model: Forecaster | None = None
-        self.fitted_at = 0
+        self.horizon_seconds = horizon_seconds
+        self.levels = forecast_levels(policy)
+        self.keeper = ForecastKeeper(make_model, refit_seconds=refit_seconds, history_seconds=history_seconds)
         self.forecast: Forecast | None = None
         self.recommendations: tuple[tuple[int, int], ...] = ()
         self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
-        self.fits = 0
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
         self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0, "tune": 0.0}
 
-    def _refit_due(self, b: int) -> bool:
-        if self.model is None:
-            return True
-        since = b - self.fitted_at
-        return since >= self.refit_bins or (self.fitted_at < self.refit_bins and b >= 2 * self.fitted_at)
+    @property
+    def model(self) -> Forecaster | None:
+        """The fitted forecaster (None before the first fit, or after it failed)."""
+        return self.keeper.model
 
-    def _refresh(self, b: int) -> None:
-        """Bins ``[0, b)`` have ended: bring the model up to date and forecast from bin ``b``."""
-        if b == 0:
-            return
+    @property
+    def fits(self) -> int:
+        return self.keeper.fits
+
+    def _refresh(self, k: int) -> None:
+        """Decision tick ``k``: the keeper's forecast from the bins ended by then (``[0, b)``), and a self-tuning
+        replay after a refit."""
+        b = k // self.per_bin
+        now = self.series.start + k * self.tick
+        # The newest history_seconds of bins and the one not yet settled: what the keeper fits on, and more than
+        # it needs to see that the model has seen them (the controller keeps at least as much).
+        history = self.series.slice(max(0, b - self.history_bins - 1), b)
+        fits = self.keeper.fits
         try:
-            if self._refit_due(b):
-                model = self.make_model()
-                model.fit(self.series.slice(max(0, b - self.history_bins), b))
-                self.model, self.fitted_at = model, b
-                self.fits += 1
-                self._retune(b)
-            elif self.model is not None:
-                self.model.update(self.series.slice(b - 1, b))
-            if self.model is not None:
-                self.forecast = self.model.predict(self.horizon, self.levels)
-                self.models_used[self.forecast.model] = self.models_used.get(self.forecast.model, 0) + 1
+            forecast = self.keeper.forecast(history, now, self.policy, self.cold_start, self.horizon_seconds)
         except FORECAST_ERRORS as exc:
             self.errors.append(f"bin {b}: {exc}")
-            self.model, self.forecast = None, None
+            self.forecast = None
+            return
+        if forecast is not None and forecast is not self.forecast:
+            self.models_used[forecast.model] = self.models_used.get(forecast.model, 0) + 1
+        self.forecast = forecast
+        if self.keeper.fits > fits:
+            self._retune(b)
 
     def _retune(self, b: int) -> None:
         """After a refit, at most once per refit interval: replay the history so far and run the chosen point."""
@@ -151,7 +155,7 @@ class PredictivePolicy:
         self.tuned_bin = b
         self.tunings.append(tuning)
         self.policy = policy
-        self.levels = tuple(sorted({50, policy.level, policy.warm_pool_level}))
+        self.levels = forecast_levels(policy)
 
     def notes(self) -> list[str]:
         """What the forecaster did: models used (bins served) and failures, for the report."""
@@ -183,13 +187,14 @@ class PredictivePolicy:
     def inference_gpus_ahead(self, k: int, seconds: int) -> list[tuple[int, float]] | None:
         """The replica GPUs the model forecasts from tick ``k``'s bin for ``seconds`` (median, clamped to
         min/max replicas), as ``(unix time, GPUs)`` change points; None without a usable model."""
-        if self.model is None:
+        model = self.keeper.model
+        if model is None:
             return None
         step = self.series.step_seconds
         horizon = max(1, math.ceil(seconds / step) + 1)
         t0 = time.perf_counter()
         try:
-            forecast = self.model.predict(horizon, self.levels)
+            forecast = model.predict(horizon, self.levels)
         except FORECAST_ERRORS as exc:
             self.errors.append(f"tick {k}: long forecast for a gang: {exc}")
             return None
@@ -203,12 +208,11 @@ class PredictivePolicy:
         )
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
-        if k % self.per_bin == 0:
-            t0 = time.perf_counter()
-            self._refresh(k // self.per_bin)
-            self.timings["forecast"] += time.perf_counter() - t0
         if k % self.decide_every:
             return cluster.requested
+        t0 = time.perf_counter()
+        self._refresh(k)
+        self.timings["forecast"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
         state = WorkloadState(
@@ -264,6 +268,7 @@ def factory(
         return PredictivePolicy(
             series, make_model, policy, cold_start, cluster, decision_interval_seconds,
             refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name, retune=retune,
+            horizon_seconds=chosen.horizon_seconds,
         )
 
     return build

@@ -339,7 +339,8 @@ class _Replayed(PredictivePolicy):
         super().__init__(*args, **kwargs)
         self._forecasts = forecasts
 
-    def _refresh(self, b: int) -> None:
+    def _refresh(self, k: int) -> None:
+        b = k // self.per_bin
         self.forecast = self._forecasts[b] if b < len(self._forecasts) else None
 
 

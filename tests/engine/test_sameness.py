@@ -1,0 +1,205 @@
+"""The simulator's forecasts are the controller's: one synthetic trace replayed through both, tick by tick.
+
+Why: every number ``simulate`` publishes is read as a statement about the controller, so the two must not
+drift. One side is ``PredictivePolicy`` (what ``simulate`` runs) over the trace; the other is the controller's
+own ``Controller.tick`` against in-process ports backed by the same trace: a metrics source that answers the
+trace's bins up to the tick's time (missing before the trace began, as Prometheus answers), and a cluster
+whose replicas follow what was applied and turn Ready after the pod start-up. At every decision (the loop
+interval) both must hold the same forecast: start, model, mean and every band. A side that changes when it
+refits, what it has absorbed or how far it forecasts on its own fails this test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from autoscaler.config import parse_config_text
+from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
+from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.status import encode_status, status_object_name
+from autoscaler.ports import EventType, PodStartups, PodView, StatusObject, StatusWrite, WorkloadView
+from autoscaler.runtime.loop import Controller
+from autoscaler.simulation.cluster import Cluster as SimCluster
+from autoscaler.simulation.cluster import ClusterConfig
+from autoscaler.simulation.engine import SimulationConfig, tick_seconds_for
+from autoscaler.simulation.predictive import PredictivePolicy, scaling_policy_for
+from autoscaler.synth import synth_trace
+from models.registry import make_chain
+from models.types import Forecast, TrafficSeries
+
+NS, NAME = "serving", "chat"
+STEP = 300  # 5-minute bins: two days are 576 of them, cheap to fit on the shared test machine
+DECISION = 60  # the loop interval, and the simulator's decision interval
+POD_STARTUP, NODE_STARTUP = 120, 180
+CAPACITY = 2.0
+CONFIG = f"""\
+loop:
+  interval: {DECISION}s
+  history: 2d
+  step: {STEP}s
+profiles:
+  default:
+    history: 2d
+    horizon: 30m
+    self_tune: false
+cold_start:
+  node_startup: {NODE_STARTUP}s
+prometheus:
+  url: http://prometheus.invalid
+"""
+
+
+class TraceSource:
+    """``MetricsSource`` over one trace: the bins that ended by the tick's time, missing before the trace began."""
+
+    def __init__(self, series: TrafficSeries) -> None:
+        self.series = series
+        self.now = 0
+
+    def fleet_history(
+        self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
+    ) -> Mapping[tuple[str, str], TrafficSeries]:
+        assert step_seconds == self.series.step_seconds
+        assert end <= self.now
+        if NS not in namespaces:
+            return {}
+        times = np.arange(start, end, step_seconds)
+        idx = (times - self.series.start) // step_seconds
+        ok = (idx >= 0) & (idx < len(self.series))
+        values = np.full(len(times), np.nan)
+        values[ok] = self.series.values[idx[ok]]
+        return {(NS, NAME): TrafficSeries(values, step_seconds, start)}
+
+
+class TraceCluster:
+    """``Cluster`` with one Deployment: its replicas are what was applied; they are Ready a pod start-up later."""
+
+    def __init__(self, replicas: int) -> None:
+        self.replicas = replicas
+        self.ready_at: list[float] = [-np.inf] * replicas
+        self.now = 0.0
+        self.statuses: dict[str, StatusObject] = {}
+
+    def list_workloads(self) -> list[WorkloadView]:
+        ready = sum(1 for t in self.ready_at if t <= self.now)
+        return [WorkloadView(
+            namespace=NS, name=NAME, uid="uid-chat", resource_version="1",
+            labels={"app": NAME, ENABLED_LABEL: "true"},
+            annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40",
+                         PREFIX + "capacity-per-replica": str(CAPACITY), PREFIX + "cold-start": f"{POD_STARTUP}s"},
+            replicas=self.replicas, ready_replicas=ready, selector=f"app={NAME}",
+            pod_template={"spec": {"containers": [{"name": "server",
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        )]
+
+    def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
+        return PodStartups()
+
+    def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        changed = replicas != self.replicas
+        if replicas > self.replicas:
+            self.ready_at += [self.now + POD_STARTUP] * (replicas - self.replicas)
+        else:
+            self.ready_at = sorted(self.ready_at)[:replicas]
+        self.replicas = replicas
+        return changed
+
+    def patch_pod_annotations(self, namespace: str, pod: str, annotations: Mapping[str, str | None],
+                              labels: Mapping[str, str | None] | None = None) -> None:
+        """No pod is ever marked (the source answers no per-pod load)."""
+
+    def list_marked_pods(self, namespaces: Sequence[str]) -> list[PodView]:
+        return []
+
+    def list_statuses(self, namespace: str) -> Mapping[str, StatusObject]:
+        return dict(self.statuses)
+
+    def write_status(self, namespace: str, name: str, uid: str, status: Mapping[str, Any],
+                     last: StatusObject | None) -> StatusWrite:
+        stored = StatusObject(status_object_name(name), encode_status(status), uid, "1")
+        self.statuses[stored.name] = stored
+        return StatusWrite(stored, True)
+
+    def remove_status_annotation(self, namespace: str, name: str) -> None:
+        """Never carried the old annotation."""
+
+    def post_event(self, namespace: str, name: str, uid: str, type: EventType, reason: str, message: str,
+                   now: datetime) -> None:
+        """Events are not what is compared."""
+
+
+def _same(a: Forecast | None, b: Forecast | None) -> str | None:
+    """None when ``a`` and ``b`` are the same forecast, else what differs."""
+    if a is None or b is None:
+        return None if a is b else f"one side has no forecast ({a is None=}, {b is None=})"
+    if (a.start, a.step_seconds, a.model, a.horizon) != (b.start, b.step_seconds, b.model, b.horizon):
+        return f"start/model/horizon {(a.start, a.model, a.horizon)} != {(b.start, b.model, b.horizon)}"
+    if sorted(a.quantiles) != sorted(b.quantiles):
+        return f"bands {sorted(a.quantiles)} != {sorted(b.quantiles)}"
+    arrays = [(a.mean, b.mean), *((a.quantiles[q], b.quantiles[q]) for q in a.quantiles)]
+    if not all(np.array_equal(x, y, equal_nan=True) for x, y in arrays):
+        return "values differ"
+    return None
+
+
+def _replay(days: float) -> tuple[int, int, set[str]]:
+    """Replay ``days`` of the synthetic trace through both sides; returns (decisions compared, forecasts compared,
+    models seen). Fails at the first decision whose forecasts differ."""
+    cfg = parse_config_text(CONFIG, "sameness.yaml")
+    profile = cfg.profile("default")
+    series = synth_trace(days=days, seed=7, step_seconds=STEP).requests
+    tick = tick_seconds_for(STEP)
+    sim_cfg = SimulationConfig(capacity_per_replica=CAPACITY, min_replicas=1, max_replicas=40)
+    cluster_cfg = ClusterConfig(pod_startup_seconds=POD_STARTUP, node_startup_seconds=NODE_STARTUP,
+                                gpus_per_replica=1, tick_seconds=tick)
+    policy = PredictivePolicy(
+        series, partial(make_chain, profile.model), scaling_policy_for(sim_cfg, profile=profile),
+        ColdStartProfile(prior_seconds=POD_STARTUP, node_prior_seconds=NODE_STARTUP), cluster_cfg, DECISION,
+        refit_seconds=profile.refit_seconds, history_seconds=profile.history_seconds,
+        horizon_seconds=profile.horizon_seconds,
+    )
+    sim = SimCluster(cluster_cfg, 1)
+    source, kube = TraceSource(series), TraceCluster(1)
+    controller = Controller(kube, source, lambda: cfg)
+    controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
+    demand = np.repeat(series.values, STEP // tick)
+    decisions = forecasts = 0
+    models: set[str] = set()
+    for k, d in enumerate(demand.tolist()):
+        sim.advance(k)
+        desired = policy.decide(k, sim, d)
+        if desired != sim.requested:
+            sim.scale_to(k, desired)
+        if not policy.decides(k):
+            continue
+        now = series.start + k * tick
+        source.now, kube.now = now, float(now)
+        report = controller.tick(float(now))
+        assert report.ok, report.errors
+        keeper = controller.forecast_keeper(NS, NAME)
+        theirs = None if keeper is None else keeper.last
+        diff = _same(policy.forecast, theirs)
+        assert diff is None, f"decision at t+{k * tick}s: {diff}"
+        decisions += 1
+        if theirs is not None:
+            forecasts += 1
+            models.add(theirs.model)
+    assert keeper is not None
+    assert keeper.fits == policy.fits
+    return decisions, forecasts, models
+
+
+@pytest.mark.timeout(600)
+def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
+    decisions, forecasts, models = _replay(days=2.0)
+    assert decisions == 2 * 86_400 // DECISION
+    # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
+    # once the daily refit had a day of history
+    assert forecasts >= decisions - 2 * STEP // DECISION
+    assert models, "no forecast compared"
