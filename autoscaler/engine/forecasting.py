@@ -13,10 +13,12 @@ The rules, given ``history``, the bins that have *ended* by ``now`` (oldest firs
   missing before a Deployment's metrics began are not history: the controller's range read returns them as
   missing, a trace has none), the first time there are any,
   and again once ``refit_seconds`` (daily) have passed since the last fit, and whenever the history no longer
-  reaches back to what the model last saw (a gap longer than the history kept). In between, each newly
-  settled bin is absorbed with ``update``. There is no faster rule while history is short: a Deployment
-  seen for the first time runs on the fallback chain's choice for its first history until the next daily
-  refit, as the controller does (the chain itself falls back to a model the short history supports);
+  reaches back to what the model last saw (a gap longer than the history kept). While the observed history is
+  shorter than the refit interval, it is also refitted each time that history has doubled since the last fit
+  (2, 4, 8, ... bins up to a day): a Deployment seen for the first time would otherwise be forecast for its
+  whole first day by a model of its first minutes (the chain falls back to a model the short history supports,
+  and re-chooses as the history grows); these fits are of short series, cheap, and under the caller's fit
+  budget like any other. In between, each newly settled bin is absorbed with ``update``;
 * a forecast reaches the planner's horizon (lead time + look-ahead, ``required_horizon_steps``) plus one node
   start-up (the money stage orders nodes that much further ahead), and at least the profile's horizon (what
   the status and the metrics report), whichever is longer.
@@ -58,6 +60,12 @@ def has_evidence(history: TrafficSeries | None) -> bool:
     return history is not None and len(history) >= 2 and bool(np.any(np.isfinite(history.values[:-1])))
 
 
+def _observed_span(history: TrafficSeries) -> int:
+    """Seconds of settled history from its first observed bin (0: none observed)."""
+    observed = np.flatnonzero(np.isfinite(history.values[:-1]))
+    return 0 if observed.size == 0 else (len(history) - 1 - int(observed[0])) * history.step_seconds
+
+
 class ForecastKeeper:
     """The fitted forecaster of one Deployment and its cadence (see the module docstring for the rules).
 
@@ -74,6 +82,7 @@ class ForecastKeeper:
         self.key = key
         self.model: Forecaster | None = None
         self.fitted_at = 0  # the ``now`` of the last fit
+        self.fitted_span = 0  # seconds of observed history the last fit saw (from its first observed bin)
         self.seen_until = 0  # end of the newest bin the model has absorbed: where its forecasts start
         self.fits = 0
         self._version = 0  # bumped by every fit and update: a cached forecast is reused only within one version
@@ -85,8 +94,11 @@ class ForecastKeeper:
         return self.model is None or self.seen_until < history.start
 
     def needs_fit(self, history: TrafficSeries, now: int) -> bool:
-        """A fit is due at ``now``: ``must_fit``, or the refit interval has passed since the last fit."""
-        return self.must_fit(history) or now - self.fitted_at >= self.refit_seconds
+        """A fit is due at ``now``: ``must_fit``, the refit interval has passed since the last fit, or a young
+        history (shorter than the refit interval at the last fit) has doubled since."""
+        if self.must_fit(history) or now - self.fitted_at >= self.refit_seconds:
+            return True
+        return self.fitted_span < self.refit_seconds and _observed_span(history) >= 2 * self.fitted_span
 
     def fit(self, history: TrafficSeries, now: int) -> None:
         """Fit a fresh model on the newest ``history_seconds`` of the settled bins of ``history``."""
@@ -102,6 +114,7 @@ class ForecastKeeper:
         finally:
             self._bump()
         self.model, self.fitted_at, self.seen_until = model, now, history.end - step
+        self.fitted_span = max(_observed_span(history), step)
         self.fits += 1
 
     def update(self, history: TrafficSeries) -> None:
