@@ -50,33 +50,36 @@ READING = """Reading the frontier (measured 2026-11-25). *GPU-h saved*: the pred
 attainment the HPA reaches at a target; ">=" where the curve's cheapest point already attains more than the HPA \
 (its saving is then a lower bound); n/a where the curve does not reach that attainment. The queue-driven HPA \
 (`hpa-queue@10`, the vLLM reference's) is far worse than every other policy, as in the simulate section. \
-**The curve is not dominated anywhere**: no HPA target beats a point of the predictive curve. That needed the \
-utilisation floor: the forecast's bands alone were dominated at high attainment on both ServeGen traces \
-(`predictive@99` 1.38x at 99.73% on m_small against `reactive@0.7` 1.38x at 99.95%), because their misses are \
-bursts no forecast sees, and an HPA-like margin over observed demand absorbs them (`predictive@80/u0.75`: 1.37x \
-at 99.97% on m_small, 1.45x at 99.94% on m_mid, both better than `reactive@0.7` on both axes). On NASA the \
-bands are the better knob (p95: 1.54x at 99.90% against u0.65's 1.71x at 99.90%). The **self-tuned default** \
-meets 99% / 2 s on NASA (99.63% at 1.46x the oracle), ServeGen m_mid (99.46% at 1.29x) and m_small (99.06% at \
-1.30x). On m_small that takes the error budget: the replays are exact (a replayed day's attainment equals the \
-realised one to 0.001%), but the trace changes regime (the cheapest point served 100% on days 4-8 and 91.7% on \
-day 9, its second week being much burstier), so the point chosen the evening before misses that day; without the \
-budget the tuner went back to cheap points and the fortnight ended at 98.85% (1.18x); with it, the safest point \
-runs until the bad day leaves the week. The price is visible: on m_small the self-tuned run (1.30x, 99.06%) is \
-dominated by the plain HPA at 0.8 (1.21x, 99.43%), which reacts well enough to this smooth, bin-interpolated \
-traffic. On the Alibaba LoRA trace (70% empty minutes, bursts 20x the typical minute from near zero, 120 s pod \
-start-up) no point meets 99% within 2 s (the best, p99, 98.999% at 3.39x): the tuner runs the safest point and \
-says so (`SLOUnreachable`). **Not met**: >= 90% fewer SLO misses at equal GPU-hours on m_small (76%, at u0.65) \
-and LoRA (75%, self-tuned); >= 30% fewer GPU-hours at equal attainment on any trace (5-16% where the curves \
-overlap; on NASA the curve's cheapest point already attains more than the HPA at 0.7 and 0.8); the self-tuned \
-default within 1.3x the oracle on NASA (1.46x: the curve reaches 99% only from 1.36x, and knowing the future to \
-within 5 minutes already costs 1.17x, see simulate). The planner's smoothing is not the lever: measured on \
-NASA and m_small over the same 14 days (all seven points), a 120 s look-ahead instead of 300 s moves no point by \
-more than 0.2%, and a 300 s scale-down stabilisation instead of 600 s makes NASA's curve dearer (about 1.39x \
-instead of 1.36x at 99%: its bursty minutes need the replicas held) and m_small's 1% cheaper at 99.6%. What \
-would move them is information the forecast does not have (the 20-minute change of these series is mostly not \
-predictable from their past, see the backtest section), and for LoRA a faster start (against 120 s cold starts \
-only replicas already started meet seconds). \
-Self-tuning costs 1.1-1.5 s of CPU per replay (one day of bins, seven points), once a day per Deployment."""
+**The curve is not dominated anywhere**: some point of the predictive curve beats every HPA target. That needs the \
+utilisation floor: the forecast's bands alone are dominated at high attainment on m_small (`predictive@99` 1.42x \
+at 99.80% against `reactive@0.7` 1.38x at 99.95%), because its misses are bursts no forecast sees, and an HPA-like \
+margin over observed demand absorbs them (`predictive@80/u0.75`: 1.37x at 99.97% on m_small, 1.46x at 99.94% on \
+m_mid, both better than `reactive@0.7` on both axes). On NASA the bands are the better knob (p95: 1.54x at 99.91% \
+against u0.65's 1.71x at 99.90%). The **self-tuned default** meets 99% / 2 s on NASA (99.67% at 1.47x the \
+oracle), ServeGen m_mid (99.46% at 1.28x) and m_small (99.43% at 1.39x). Its candidates now include the HPA's own \
+points (the forecast adding only the lead, `50 at utilisation U` in the notes) and it chooses for the next day's \
+lower quartile rather than the pooled mean: on m_mid it runs the HPA-at-0.9-started-early point 11 days of 12; on \
+m_small it still swings (0.9 three days, 0.6 five, the bands four), and the fortnight is **dominated by the plain \
+HPA at 0.7** (1.38x, 99.95%): that trace changes regime in its second week (the cheapest point served 100% on \
+days 4-8 and 91.7% on day 9), so what yesterday's replay recommends misses the next day, and the dear point the \
+error budget then forces costs more than a fixed HPA target that was right all along. On the Alibaba LoRA trace \
+(70% empty minutes, bursts 20x the typical minute from near zero, 120 s pod start-up) only the dearest point \
+reaches 99% within 2 s (p99, 99.01% at 3.43x); replaying one day at a time the tuner sees no point meet it, runs \
+p99 and says so (`SLOUnreachable`), ending at 98.55% at 2.68x. **Not met**: >= 90% fewer SLO misses at equal \
+GPU-hours on m_small (75%, at u0.65) and LoRA (73%, self-tuned); >= 30% fewer GPU-hours at equal attainment on any \
+trace (1-16% where the curves overlap; on NASA the curve's cheapest point already attains more than the HPA at 0.7 \
+and 0.8); the self-tuned default within 1.3x the oracle on NASA (1.47x: the curve reaches 99% only from 1.36x, and \
+knowing the future to within 5 minutes already costs 1.17x, see simulate) and m_small (1.39x). What moved in this \
+run: the simulator forecasts through the controller's forecast keeper (`autoscaler/engine`), which does not feed \
+the model the newest, still-changing bin, so at ServeGen's 10-minute bins every pinned point is 0.01-0.05x dearer \
+at the same attainment than before; the 1-minute traces barely moved. The planner's smoothing is not the lever \
+(measured earlier on NASA and m_small over the same 14 days, all seven points): a 120 s look-ahead instead of \
+300 s moves no point by more than 0.2%, and a 300 s scale-down stabilisation instead of 600 s makes NASA's curve \
+dearer (its bursty minutes need the replicas held) and m_small's 1% cheaper at 99.6%. What would move them is \
+information the forecast does not have (the 20-minute change of these series is mostly not predictable from \
+their past, see the backtest section), and for LoRA a faster start (against 120 s cold starts only replicas \
+already started meet seconds). Self-tuning costs 1.4-1.8 s of CPU per replay (one day of bins, twelve points), \
+once a day per Deployment."""
 
 DAYS = 14
 # (warm_pool_quantile, reactive utilisation): the default profile's self-tuning candidates

@@ -260,11 +260,16 @@ def _verdict(ok: bool) -> str:
 # Measured 2026-11-23 with the runs above; kept next to the code that prints it.
 QUEUE_READING = """
 Reading the queue. A shortfall of a minute mostly waits instead of being lost: every policy drops far fewer requests
-than its unserved fraction (NASA: the predictive policy's 0.018% unserved becomes 0.000% dropped and 99.88% started
+than its unserved fraction (NASA: the predictive policy's 0.017% unserved becomes 0.000% dropped and 99.89% started
 within 2 s), so the misses that remain are the long ones, a cold start during a rise. Against the utilisation HPA at
-the same GPU-hours the predictive policy cuts SLO misses by 89% on NASA (95% at its p99 point), 24% on the LoRA
-trace, 29% on ServeGen m_mid and 14% on m_small, about what it cut in unserved requests; where it loses (ServeGen at
-p99) it does with both. The HPA as the vLLM reference deploys it (`hpa-queue@10`) is the worst anchor by far: it
+the same GPU-hours the predictive policy cuts SLO misses by 89% on NASA (95% at its p99 point), 22% on the LoRA
+trace and 37% on ServeGen m_mid, about what it cut in unserved requests; on m_small it is level with the HPA (-1%),
+and where it loses (ServeGen m_small at p99) it does with both. Since 2026-11-25 the simulator forecasts through the
+controller's own forecast keeper (``autoscaler/engine``): like the controller it no longer feeds the model the
+newest bin, which may still change, so on the 10-minute ServeGen traces each forecast starts a bin (10 minutes)
+earlier than before; m_small's predictive row moved from 99.27% at 1.20x (14% fewer misses) to 99.49% at 1.23x, on
+the HPA's own line. That is the controller's real behaviour at that resolution (its own bins are a minute).
+The HPA as the vLLM reference deploys it (`hpa-queue@10`) is the worst anchor by far: it
 scales on backlog only, so with no queue it recommends 0 and falls to min replicas once the 300 s window has passed,
 then meets the next backlog a pod start-up late; it oscillates (13-25 thousand scale events on NASA and ServeGen)
 and 32-61% of requests start within 2 s. Its `averageValue: 10` is in requests, so how hard it swings depends on a
@@ -272,8 +277,8 @@ replica's request rate: on ServeGen a replica serves 50-190 req/s, 10 waiting pe
 work, and each backlog sends it to max replicas (6-10x the oracle's GPU-hours) while it still drops 12-14%; on the
 sparse LoRA trace it rarely sees 10 waiting and sits at one replica (0.85x the oracle, 17% dropped). The last-value
 planner (`predictive-persistence`, our planner with a persistence forecast) is close to the default model on
-ServeGen (m_small 98.78% at 1.19x against 99.27% at 1.20x; m_mid 99.74% at 1.35x against 99.65% at 1.32x) and holds
-more on the 1-minute traces (NASA 1.87x, LoRA 1.66x) for more attainment: a different point on its own curve, to be
+ServeGen (m_small 99.33% at 1.24x against 99.49% at 1.23x; m_mid 99.89% at 1.41x against 99.77% at 1.37x) and holds
+more on the 1-minute traces (NASA 1.88x, LoRA 1.67x) for more attainment: a different point on its own curve, to be
 compared at equal GPU-hours on the frontier. Spreading the 10-minute ServeGen bins linearly instead of replaying them
 flat cut every policy's shortfall by more than half (predictive m_mid 0.055% -> 0.020%, m_small 0.128% -> 0.049%;
 the HPA at the same GPU-hours 0.113% -> 0.035%, 0.144% -> 0.059%): most of what flat replay counted there were the
