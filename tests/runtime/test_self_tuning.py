@@ -7,6 +7,7 @@ so a full replay (a day of warm-up before a day replayed) is possible for it and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -305,3 +306,45 @@ def test_a_new_objective_after_a_restart_is_tuned_afresh(
     controller.tick(now + 30)
     tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
     assert (tuning["slo_wait_seconds"], tuning["days_pooled"]) == (5.0, 1)  # yesterday's days were for 2 s
+
+
+
+def test_running_as_an_hpa_started_early_is_said_once_and_so_is_the_return_to_the_forecast(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    # On this backfill the forecast's bands are always the cheapest point that meets the objective, so the replay's
+    # outcome is swapped for one that chose an HPA point (the tuner's own choice of one is tested in test_tuning);
+    # what is tested here is what the controller says about it, and when.
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    key = ("serving", "llama-chat")
+
+    def said(reason: str) -> list[dict[str, Any]]:
+        return [e for e in rig.events(*key) if e["reason"] == reason]
+
+    rig.controller.tick(now)
+    rig.controller.tick(now + 30)
+    memory = rig.controller._memory[key]
+    real = memory.tuning
+    assert real is not None
+    assert real.chosen != 50
+    assert said("ForecastAddsOnlyLead") == said("ForecastInUse") == [], "the forecast in use from the start: nothing"
+    hpa = next(c for c in real.candidates if c.lead_only and c.reactive_utilisation == 0.7)
+    lead_only = dataclasses.replace(real, chosen=hpa.warm_pool_quantile, chosen_utilisation=hpa.reactive_utilisation,
+                                    reason="a reactive autoscaler at 0.7 utilisation that starts early")
+
+    rig.controller._note_tuning(key, memory, lead_only)
+    rig.controller.tick(now + 60)
+    (event,) = said("ForecastAddsOnlyLead")
+    assert (event["type"], event["message"]) == ("Normal", lead_only.reason)
+    rig.controller._note_tuning(key, memory, lead_only)  # the next day chooses it again: nothing new to say
+    rig.controller.tick(now + 90)
+    assert len(said("ForecastAddsOnlyLead")) == 1
+    assert said("ForecastInUse") == []
+
+    rig.controller._note_tuning(key, memory, real)  # the forecast earns its place again: said once
+    rig.controller.tick(now + 120)
+    rig.controller.tick(now + 150)
+    (back,) = said("ForecastInUse")
+    assert (back["type"], back["message"]) == ("Normal", real.reason)
+    assert len(said("ForecastAddsOnlyLead")) == 1
