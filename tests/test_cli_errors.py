@@ -150,7 +150,7 @@ def test_help_is_plain_text_for_users(capsys: pytest.CaptureFixture[str], comman
     out = capsys.readouterr().out
     prog = "predictive-autoscaler" + (f" {command}" if command else "")
     assert out.startswith(f"usage: {prog} ")
-    for markup in ("``", ":func:", ":class:", ":mod:", "Why it exists", "Departure from the brief"):
+    for markup in ("``", ":func:", ":class:", ":mod:", "Why it exists", "Why the predictive policy"):
         assert markup not in out, (command, markup)
 
 

@@ -26,6 +26,7 @@ SHARED_SYSTEM_DIRS = frozenset({"/", "/tmp", "/var/tmp", "/private/tmp", "/root"
                                 "/opt", "/srv", "/mnt"})
 SHARED_FOLDER = "/" + "/".join(("work", "shared"))  # the workspace's shared folder by its absolute path
 DESIGN_DOC = "DESIGN" + ".md"
+BRIEF = re.compile(r"\b(the|from the) " + "brief" + r"\b", re.IGNORECASE)
 ISSUE = re.compile(r"\bissues?\s?#?\d+", re.IGNORECASE)
 CHANGELOG_LIKE = re.compile(r"^(changelog|changes|history|news|release[-_]?notes)\b", re.IGNORECASE)
 DATA_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".jsonl", ".jsonl.gz")
@@ -86,6 +87,12 @@ def test_no_tracked_file_points_to_a_design_document_outside_the_repository() ->
     hits = offending([DESIGN_DOC])
     assert not hits, (f"references to a {DESIGN_DOC} that is not in the repository (docs/ARCHITECTURE.md is the "
                       "project's architecture):\n" + "\n".join(hits))
+
+
+def test_no_tracked_file_answers_to_a_brief_a_reader_cannot_see() -> None:
+    hits = offending([], BRIEF)
+    assert not hits, ("references to a brief that is not in the repository (state the reason instead):\n"
+                      + "\n".join(hits))
 
 
 def test_no_tracked_file_cites_an_issue_number() -> None:

@@ -58,9 +58,9 @@ forecast (``predictive-persistence``) and the oracle. ``--bin-shape`` says how a
 ticks (``autoscaler/simulation/traffic.py``: ``auto`` spreads bins longer than a minute linearly, keeping each bin's
 count, and replays shorter ones flat).
 
-Departure from the brief: the predictive policy decides every ``--decision-interval`` (default
-30 s, the controller's default loop interval), not every 15 s; the HPA keeps its 15 s sync. Measured
-on the NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
+Why the predictive policy decides every ``--decision-interval`` (default 30 s, the controller's
+default loop interval) and not every 15 s tick, while the HPA keeps its 15 s sync: it is what the
+controller does. Measured on the NASA and ServeGen m_small traces, 15 s changes neither the unserved fraction nor the
 GPU-hours (to 0.1 %) and costs twice the planner time.
 """
 
