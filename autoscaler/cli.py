@@ -25,14 +25,11 @@ from pathlib import Path
 
 from autoscaler import __version__
 from autoscaler.domain.demand import DEMAND_UNITS, DemandUnit, TokenWeights
+from autoscaler.errors import UserError
 from autoscaler.plot_files import check_plot_path
 from autoscaler.traces import TraceError, parse_duration
 
 COMMANDS = ("backtest", "simulate", "export", "trace", "capacity", "run", "explain")
-
-
-class UserError(Exception):
-    """An error caused by the user's input; printed as one line, exit status 2."""
 
 
 def warn(command: str, message: str) -> None:

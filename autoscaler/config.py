@@ -45,7 +45,6 @@ from typing import Any, Literal
 import yaml
 
 from autoscaler import promql
-from autoscaler.cli import UserError
 from autoscaler.domain.cost import (
     DEFAULT_KEEP_ORDER,
     Ceilings,
@@ -57,6 +56,7 @@ from autoscaler.domain.cost import (
 )
 from autoscaler.domain.demand import TokenWeights
 from autoscaler.domain.types import ScalingPolicy
+from autoscaler.errors import UserError
 from autoscaler.traces import parse_duration
 
 __all__ = [

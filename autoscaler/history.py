@@ -49,9 +49,10 @@ from autoscaler.adapters.prometheus import (
     PrometheusSource,
     PrometheusUnavailable,
 )
-from autoscaler.cli import UserError, duration_flag
+from autoscaler.cli import duration_flag
 from autoscaler.config import Config, ConfigError, PrometheusConfig, load_config
 from autoscaler.domain.learned_capacity import CapacityInputs
+from autoscaler.errors import UserError
 from autoscaler.progress import progress_for
 from autoscaler.runtime.clock import SystemClock
 from autoscaler.traces import MAX_TRACE_BINS, Trace, trace_from_rates

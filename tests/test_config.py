@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler import promql
-from autoscaler.cli import UserError
 from autoscaler.config import (
     CONFIGMAP_KEY,
     DEFAULT_CONFIG_PATH,
@@ -29,6 +28,7 @@ from autoscaler.config import (
     parse_config,
     parse_config_text,
 )
+from autoscaler.errors import UserError
 from autoscaler.traces import parse_duration
 
 REPO = Path(__file__).resolve().parent.parent

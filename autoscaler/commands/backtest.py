@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscaler.cli import UserError, add_demand_arguments, demand_flags, duration_flag, plot_flag, warn
+from autoscaler.cli import add_demand_arguments, demand_flags, duration_flag, plot_flag, warn
 from autoscaler.domain.demand import DemandUnit
+from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, parse_args, trace_from_args, wants_prometheus
 from autoscaler.progress import progress_for
 from autoscaler.traces import (

@@ -20,9 +20,10 @@ import math
 import sys
 from datetime import UTC, datetime
 
-from autoscaler.cli import UserError, add_target_arguments, target_of
+from autoscaler.cli import add_target_arguments, target_of
 from autoscaler.domain.annotations import parse_duration_seconds
 from autoscaler.domain.learned_capacity import EvidenceRules, LearnedCapacity, estimate_capacity
+from autoscaler.errors import UserError
 from autoscaler.history import (
     CAPACITY_INPUTS,
     FLEET_POINTS_PER_REQUEST,

@@ -26,9 +26,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from autoscaler.adapters.kube import KubeError, api_client_from_config
-from autoscaler.cli import UserError, add_target_arguments, target_of
+from autoscaler.cli import add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 from autoscaler.domain.status import STATUS_DATA_KEY, decode_status, status_object_name
+from autoscaler.errors import UserError
 from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE
 
 # Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscaler.cli import UserError
+from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args
 from autoscaler.traces import Trace, write_trace
 

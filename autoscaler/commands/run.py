@@ -36,7 +36,6 @@ from autoscaler.adapters.alertmanager import DEFAULT_TIMEOUT_SECONDS, Alertmanag
 from autoscaler.adapters.karpenter import KarpenterCapacity
 from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
 from autoscaler.adapters.training import TrainingReader
-from autoscaler.cli import UserError
 from autoscaler.config import (
     DEFAULT_CONFIG_PATH,
     AlertsConfig,
@@ -45,6 +44,7 @@ from autoscaler.config import (
     ConfigStore,
     KarpenterConfig,
 )
+from autoscaler.errors import UserError
 from autoscaler.history import prometheus_source
 from autoscaler.runtime.clock import SystemClock, utc
 from autoscaler.runtime.http import HealthState, serve

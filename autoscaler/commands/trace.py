@@ -21,8 +21,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autoscaler.cli import UserError, duration_flag
+from autoscaler.cli import duration_flag
 from autoscaler.commands.export import write_file
+from autoscaler.errors import UserError
 from autoscaler.traces import Trace, write_trace
 
 SUBCOMMANDS = ("synth", "from-log")
