@@ -54,7 +54,6 @@ from autoscaler.config import Config, ConfigError, PrometheusConfig, load_config
 from autoscaler.domain.learned_capacity import CapacityInputs
 from autoscaler.errors import UserError
 from autoscaler.progress import progress_for
-from autoscaler.runtime.clock import SystemClock
 from autoscaler.traces import MAX_TRACE_BINS, Trace, trace_from_rates
 from models.types import TrafficSeries
 
@@ -433,8 +432,9 @@ class HistoryArgs:
     end: int
 
 
-def parse_args(args: argparse.Namespace, config: Config | None = None, *, now: float | None = None) -> HistoryArgs:
-    """Every Prometheus flag checked (one line each) before anything is read."""
+def parse_args(args: argparse.Namespace, config: Config | None = None, *, now: float) -> HistoryArgs:
+    """Every Prometheus flag checked (one line each) before anything is read. ``now``: the command's wall clock
+    (the default ``--until``); read by the command, the edge, so this module reads no clock."""
     namespace, name = parse_deployment(str(args.deployment))
     if config is None:
         config = Config()
@@ -452,8 +452,6 @@ def parse_args(args: argparse.Namespace, config: Config | None = None, *, now: f
                         f"the {MAX_TRACE_BINS:,} a trace may hold; use a larger --step or a shorter --since")
     if args.until is not None:
         now = parse_time("--until", str(args.until))
-    elif now is None:
-        now = SystemClock().now()
     start, end = history_window(now, step, since)
     return HistoryArgs(config, args.prometheus_url, namespace, name, since, step, start, end)
 
@@ -512,7 +510,7 @@ def read_from_args(
 
 
 def trace_from_args(
-    args: argparse.Namespace, *, tokens: bool, config: Config | None = None, min_bins: int = 2,
+    args: argparse.Namespace, *, now: float, tokens: bool, config: Config | None = None, min_bins: int = 2,
     stream: TextIO | None = None, title: str = "prometheus",
 ) -> tuple[Trace, str]:
     """The trace a command replays (named ``NS/NAME``), read from Prometheus as the flags say, and the URL read:
@@ -520,7 +518,7 @@ def trace_from_args(
     trailing bins without any are left out; gaps inside stay NaN), as rates that a CSV of counts per bin reads
     back as exactly (``traces.trace_from_rates``). Fewer than ``min_bins`` bins with a value: a ``UserError``
     saying how many were found."""
-    h = parse_args(args, config)
+    h = parse_args(args, config, now=now)
     history, url = read_from_args(h, tokens=tokens, stream=stream, title=title)
     assert history.requests is not None
     values = history.requests.values

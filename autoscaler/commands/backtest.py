@@ -32,6 +32,7 @@ from autoscaler.domain.demand import DemandUnit
 from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, parse_args, trace_from_args, wants_prometheus
 from autoscaler.progress import progress_for
+from autoscaler.runtime.clock import SystemClock
 from autoscaler.traces import (
     MOSTLY_MISSING,
     TOKEN_COLUMNS,
@@ -202,8 +203,8 @@ def run(args: argparse.Namespace) -> int:
     label = f"tokens ({weights.describe()})" if tokens_demand else args.series
     factories = _factories(args.models)
     if from_prometheus:
-        trace, url = trace_from_args(args, tokens=tokens_demand or args.series in TOKEN_COLUMNS,
-                                     title="fetch")
+        trace, url = trace_from_args(args, now=SystemClock().now(),
+                                     tokens=tokens_demand or args.series in TOKEN_COLUMNS, title="fetch")
         source = f"{trace.name} from Prometheus at {url}"
     elif args.trace is not None:
         trace, source = load_trace(args.trace), str(args.trace)

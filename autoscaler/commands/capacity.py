@@ -36,6 +36,7 @@ from autoscaler.history import (
     read_capacity_inputs,
 )
 from autoscaler.progress import progress_for
+from autoscaler.runtime.clock import SystemClock
 
 DEFAULT_SINCE = "7d"
 
@@ -116,7 +117,7 @@ def render(who: str, got: LearnedCapacity, url: str, h: HistoryArgs, slo_wait: f
 def run(args: argparse.Namespace) -> int:
     namespace, name = _target(target_of(args))
     args.deployment = f"{namespace}/{name}"
-    h = parse_args(args)
+    h = parse_args(args, now=SystemClock().now())
     slo_wait = _slo_wait(args, h)
     source = prometheus_source(h.config.prometheus, h.url)
     n_bins = (h.end - h.start) // h.step

@@ -35,6 +35,7 @@ import numpy as np
 
 from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args
+from autoscaler.runtime.clock import SystemClock
 from autoscaler.traces import Trace, write_trace
 
 DESCRIPTION = (
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--output: {output} is a directory; give a file name (e.g. {output / 'trace.csv'})")
     if output is not None and not output.parent.is_dir():
         raise UserError(f"--output: no such directory {output.parent}")
-    trace, url = trace_from_args(args, tokens=not args.no_tokens, title="export")
+    trace, url = trace_from_args(args, now=SystemClock().now(), tokens=not args.no_tokens, title="export")
     if output is None:
         write_trace(trace, sys.stdout)
         sys.stdout.flush()

@@ -85,6 +85,7 @@ from autoscaler.domain.demand import DemandUnit, unit_label
 from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus
 from autoscaler.progress import Heartbeat
+from autoscaler.runtime.clock import SystemClock
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
     DEFAULT_QUEUE_TARGETS,
@@ -924,7 +925,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--sweep varies the predictive policy: keep 'predictive' in --policies")
     synthetic = not from_prometheus and args.trace is None
     if from_prometheus:
-        trace, url = trace_from_args(args, tokens=unit is DemandUnit.TOKENS, config=operator, title="fetch")
+        trace, url = trace_from_args(args, now=SystemClock().now(), tokens=unit is DemandUnit.TOKENS,
+                                     config=operator, title="fetch")
         source = f"{trace.name} from Prometheus at {url}"
     elif args.trace is not None:
         source = str(args.trace)
