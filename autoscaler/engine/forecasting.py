@@ -60,12 +60,6 @@ def has_evidence(history: TrafficSeries | None) -> bool:
     return history is not None and len(history) >= 2 and bool(np.any(np.isfinite(history.values[:-1])))
 
 
-def _observed_span(history: TrafficSeries) -> int:
-    """Seconds of settled history from its first observed bin (0: none observed)."""
-    observed = np.flatnonzero(np.isfinite(history.values[:-1]))
-    return 0 if observed.size == 0 else (len(history) - 1 - int(observed[0])) * history.step_seconds
-
-
 class ForecastKeeper:
     """The fitted forecaster of one Deployment and its cadence (see the module docstring for the rules).
 
@@ -83,6 +77,7 @@ class ForecastKeeper:
         self.model: Forecaster | None = None
         self.fitted_at = 0  # the ``now`` of the last fit
         self.fitted_span = 0  # seconds of observed history the last fit saw (from its first observed bin)
+        self.first_observed = 0  # start of the first observed bin the last fit trained on
         self.seen_until = 0  # end of the newest bin the model has absorbed: where its forecasts start
         self.fits = 0
         self._version = 0  # bumped by every fit and update: a cached forecast is reused only within one version
@@ -98,7 +93,11 @@ class ForecastKeeper:
         history (shorter than the refit interval at the last fit) has doubled since."""
         if self.must_fit(history) or now - self.fitted_at >= self.refit_seconds:
             return True
-        return self.fitted_span < self.refit_seconds and _observed_span(history) >= 2 * self.fitted_span
+        if self.fitted_span >= self.refit_seconds:
+            return False
+        # O(1) per tick: the first observed bin is known from the last fit (the history only grows or slides on)
+        span = history.end - history.step_seconds - max(self.first_observed, history.start)
+        return span >= 2 * self.fitted_span
 
     def fit(self, history: TrafficSeries, now: int) -> None:
         """Fit a fresh model on the newest ``history_seconds`` of the settled bins of ``history``."""
@@ -114,7 +113,8 @@ class ForecastKeeper:
         finally:
             self._bump()
         self.model, self.fitted_at, self.seen_until = model, now, history.end - step
-        self.fitted_span = max(_observed_span(history), step)
+        self.first_observed = train.start
+        self.fitted_span = max(self.seen_until - train.start, step)
         self.fits += 1
 
     def update(self, history: TrafficSeries) -> None:

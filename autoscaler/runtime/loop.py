@@ -195,7 +195,7 @@ class _Memory:
     # copied to the object before the annotation is removed.
     status_read: bool = False
     status_object: StatusObject | None = None
-    saved_status: dict[str, Any] | None = None
+    saved_tuning: Any = None  # the saved status's self-tuning state (only this part of it is resumed)
     status_copy: dict[str, Any] | None = None
     track: list[dict[str, Any]] = field(default_factory=list)
     exported_bands: frozenset[str] = frozenset()  # forecast bands on /metrics for this Deployment
@@ -786,7 +786,9 @@ class Controller:
                 for problem in sight.problems:
                     log.warning("%s/%s: %s; it starts over", view.namespace, view.name, problem)
                 memory.status_read, memory.status_object = True, found
-                memory.saved_status, memory.status_copy = sight.saved, sight.copy
+                saved = sight.saved or {}
+                memory.saved_tuning, memory.status_copy = saved.get("tuning"), sight.copy
+                memory.last_scale_down = saved.get("scaleDown")  # the last scale-down outlives a restart too
         if not write:
             return
         for view in views:
@@ -831,14 +833,14 @@ class Controller:
         series = memory.history
         if series is None or not has_evidence(series):
             return None
-        model_key = (profile.model, profile.history_seconds)
+        model_key = (profile.model, profile.history_seconds, series.step_seconds)  # a new step: a new model
         keeper = memory.keeper
         if keeper is None or keeper.key != model_key:
             keeper = memory.keeper = ForecastKeeper(partial(make_chain, profile.model), key=model_key,
                                                     history_seconds=profile.history_seconds)
         keeper.refit_seconds = profile.refit_seconds
         may_fit = True
-        if keeper.needs_fit(series, now) and time.perf_counter() > self._fit_deadline:
+        if time.perf_counter() > self._fit_deadline and keeper.needs_fit(series, now):
             # Over this tick's fitting budget: a model that is merely due keeps updating until a later tick
             # refits it; one that has no usable model yet waits (the planner holds its replicas).
             self._deferred_fits += 1
@@ -894,6 +896,7 @@ class Controller:
         except KubeError as exc:
             self.metrics.errors.labels("kube_read").inc()
             errors.append(f"listing the pods with scale-down marks failed (retried next tick): {exc}")
+            self._swept_at = -math.inf  # the Deployments leaving now are forgotten this tick: sweep again next tick
             return
         self._swept_at = now
         groups: dict[Key, list[PodView]] = {}
@@ -1033,7 +1036,7 @@ class Controller:
         if memory.tuning is not None:
             return
         try:
-            saved = (memory.saved_status or {}).get("tuning")
+            saved = memory.saved_tuning
             if not saved or saved.get("chosen") is None:
                 return
             tuning = Tuning.from_dict(saved)
@@ -1170,7 +1173,7 @@ class Controller:
         """
         memory = self._memory[(view.namespace, view.name)]
         guard = None
-        if not spec.advisory and decision.desired_replicas < view.replicas and (
+        if (write or self.dry_run) and not spec.advisory and decision.desired_replicas < view.replicas and (
                 memory.startups_checked == now or self._list_pods(view, memory, now, errors)):
             guard = guard_scale_down(view.name, memory.startups.pods, view.replicas, decision.desired_replicas, now,
                                      view.rollout_stuck)

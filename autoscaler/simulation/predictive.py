@@ -43,7 +43,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import replica_gpu_points
 from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.types import ScalingPolicy, WorkloadState
-from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels
+from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
@@ -101,7 +101,6 @@ class PredictivePolicy:
         self.refit_bins = max(1, refit_seconds // step)
         self.history_bins = max(1, history_seconds // step)
         self.horizon_seconds = horizon_seconds
-        self.levels = forecast_levels(policy)
         self.keeper = ForecastKeeper(make_model, refit_seconds=refit_seconds, history_seconds=history_seconds)
         self.forecast: Forecast | None = None
         self.recommendations: tuple[tuple[int, int], ...] = ()
@@ -139,7 +138,16 @@ class PredictivePolicy:
             self.models_used[forecast.model] = self.models_used.get(forecast.model, 0) + 1
         self.forecast = forecast
         if self.keeper.fits > fits:
+            policy = self.policy
             self._retune(b)
+            if self.policy is not policy:  # the chosen point may plan on other bands: forecast them now, as the
+                # controller's next tick would (the model is not refitted; only the levels asked for change)
+                try:
+                    self.forecast = self.keeper.forecast(history, now, self.policy, self.cold_start,
+                                                         self.horizon_seconds)
+                except FORECAST_ERRORS as exc:
+                    self.errors.append(f"bin {b}: {exc}")
+                    self.forecast = None
 
     def _retune(self, b: int) -> None:
         """After a refit, at most once per refit interval: replay the history so far and run the chosen point."""
@@ -155,7 +163,6 @@ class PredictivePolicy:
         self.tuned_bin = b
         self.tunings.append(tuning)
         self.policy = policy
-        self.levels = forecast_levels(policy)
 
     def notes(self) -> list[str]:
         """What the forecaster did: models used (bins served) and failures, for the report."""
@@ -194,7 +201,7 @@ class PredictivePolicy:
         horizon = max(1, math.ceil(seconds / step) + 1)
         t0 = time.perf_counter()
         try:
-            forecast = model.predict(horizon, self.levels)
+            forecast = model.predict(horizon, (50,))  # gangs are placed on the median (the controller asks the same)
         except FORECAST_ERRORS as exc:
             self.errors.append(f"tick {k}: long forecast for a gang: {exc}")
             return None
