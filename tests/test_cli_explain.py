@@ -176,6 +176,16 @@ def test_explain_reads_the_status_object_before_an_older_annotation(
     assert capsys.readouterr().out.splitlines()[0] == "serving/llama-chat  mode=scale  as of 2023-11-14T22:45:00+00:00"
 
 
+def test_explain_shows_what_the_controller_resumes_from_a_newer_annotation_than_the_object(
+    fleet: FakeKubeAPI, kubeconfig: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mid-upgrade (or after a rollback wrote the annotation again): the newer status wins, as the controller's."""
+    _status_object(fleet, "serving", "llama-chat", {**status_dict(), "time": "2023-11-14T20:00:00+00:00"})
+    _annotate_status(fleet, "serving", "llama-chat", status_dict())
+    assert main(["explain", "serving/llama-chat", "--kubeconfig", kubeconfig]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "serving/llama-chat  mode=scale  as of 2023-11-14T22:45:00+00:00"
+
+
 def test_explain_falls_back_to_the_annotation_an_older_controller_wrote(
     fleet: FakeKubeAPI, kubeconfig: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

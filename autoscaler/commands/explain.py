@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from autoscaler.adapters.kube import KubeError, api_client_from_config
 from autoscaler.cli import add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
-from autoscaler.domain.status import STATUS_DATA_KEY, decode_status, status_object_name
+from autoscaler.domain.status import STATUS_DATA_KEY, first_sight, status_object_name
 from autoscaler.errors import UserError
 from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE
 
@@ -216,21 +216,27 @@ def _read_status_object(
     return out
 
 
-def published(deployment: Mapping[str, Any], status_object: Mapping[str, Any] | None) -> tuple[str, str] | None:
-    """The status text the controller published for ``deployment`` and where it was read: its status object, else
-    the annotation an older version wrote (None: neither). An object owned by an earlier Deployment of the same name
-    (not garbage-collected yet) is not this one's."""
+def published(deployment: Mapping[str, Any], status_object: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The status the controller published for ``deployment``, chosen as the controller itself resumes from it
+    (``autoscaler.domain.status.first_sight``): its status object, or the annotation an older version wrote when that
+    is newer; an object owned by an earlier Deployment of the same name is not this one's (None: nothing readable
+    published). ``UserError`` when what is published cannot be read."""
     meta = deployment.get("metadata") or {}
-    namespace, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    uid = str(meta.get("uid") or "")
+    text = owner = None
     if status_object is not None:
         obj_meta = status_object.get("metadata") or {}
         owners = [str(o.get("uid") or "") for o in obj_meta.get("ownerReferences") or []
                   if isinstance(o, dict) and o.get("kind") == "Deployment"]
-        text = (status_object.get("data") or {}).get(STATUS_DATA_KEY)
-        if isinstance(text, str) and (not uid or not owners or uid in owners):
-            return text, f"configmap {namespace}/{obj_meta.get('name', '')}"
+        owner = uid if uid in owners else (owners[0] if owners else None)
+        found = (status_object.get("data") or {}).get(STATUS_DATA_KEY)
+        text = found if isinstance(found, str) else None
     raw = (meta.get("annotations") or {}).get(STATUS_ANNOTATION)
-    return (raw, "status annotation") if isinstance(raw, str) else None
+    sight = first_sight(uid, raw if isinstance(raw, str) else None, text, owner)
+    if sight.saved is None and sight.problems:
+        raise UserError(f"{name}: {sight.problems[0]}")
+    return sight.saved
 
 
 def explain(
@@ -248,15 +254,10 @@ def explain(
         )
     parsed = parse_workload(namespace, name, labels, annotations, (deployment.get("spec") or {}).get("template"))
     problems = [str(p) for p in parsed.problems]
-    found = published(deployment, status_object)
-    if found is None:
+    status = published(deployment, status_object)
+    if status is None:
         return [f"{namespace}/{name}: the controller has not published a decision yet",
                 *(f"problem: {p}" for p in problems)]
-    raw, source = found
-    try:
-        status = decode_status(raw)
-    except ValueError as exc:
-        raise UserError(f"{namespace}/{name}: the status in the {source} is not a JSON object ({exc})") from None
     if as_json:
         return [json.dumps(status, indent=2)]
     return render(namespace, name, status, problems)
