@@ -272,6 +272,9 @@ def log_trace(parsed: ParsedLog, step_seconds: int, name: str) -> Trace:
     bins = np.floor(np.asarray(parsed.times, dtype=np.float64) / step_seconds).astype(np.int64)
     first, last = int(bins.min()), int(bins.max())
     n = last - first + 1
+    if n < 2:  # what simulate and backtest would refuse: say it here, before writing a file nothing can replay
+        raise TraceError(f"{name}: every request falls in one {step_seconds}s bin ({_iso(first * step_seconds)}); "
+                         "a trace needs at least two: use a smaller --step or a longer log")
     if n > MAX_BINS:
         raise TraceError(f"{name}: its requests span {_iso(first * step_seconds)} to {_iso(last * step_seconds)}, "
                          f"{n:,} bins of {step_seconds}s (at most {MAX_BINS:,}); use a larger --step, or remove "

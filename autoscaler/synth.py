@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaler.traces import Trace, trace_from_rates
+from autoscaler.traces import MAX_TRACE_BINS, Trace, trace_from_rates
 from models.types import FloatArray, TrafficSeries
 
 START = 1_709_510_400  # Monday 2024-03-04 00:00:00 UTC: a fixed start, so the default trace never changes
@@ -244,6 +244,9 @@ def synth_trace(days: float = DEFAULT_DAYS, seed: int = DEFAULT_SEED, shape: str
     rng = np.random.default_rng(seed)
     sub = math.gcd(step_seconds, 60)  # sub-grid: minutes split evenly, bins made of whole sub-steps
     per_bin = step_seconds // sub
+    if bins * per_bin > MAX_TRACE_BINS:  # bounded before anything is allocated, as a trace file is
+        raise ValueError(f"{days:g} days in {step_seconds}s bins are {bins * per_bin:,} sub-steps to generate, more "
+                         f"than the {MAX_TRACE_BINS:,} a trace may hold; ask for fewer days")
     times = start + sub * np.arange(bins * per_bin, dtype=np.float64)  # each sub-step's start
     minute = ((times - start) // 60).astype(np.int64)
     rate = (WEEKDAY_REQUESTS_PER_SECOND

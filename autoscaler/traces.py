@@ -64,6 +64,8 @@ MOSTLY_MISSING = 0.5
 # Timestamps after this (2200-01-01T00:00:00Z) are not Unix seconds of a real trace: they are almost always
 # milliseconds (a 2020s time in ms reads as the year ~55,000) or micro/nanoseconds.
 LATEST_PLAUSIBLE_SECONDS = 7_258_118_400
+# From this (1990-01-01) on, timestamps read as dates in seconds: their step is a step, not milliseconds.
+EARLIEST_PLAUSIBLE_SECONDS = 631_152_000
 _SUBSECOND_UNITS = ((1_000, "milliseconds"), (1_000_000, "microseconds"), (1_000_000_000, "nanoseconds"))
 
 
@@ -268,6 +270,8 @@ def _check_seconds(p: Path, t: np.ndarray, step: int) -> None:
                     f"{unit}, {iso_time(last // scale)}); write seconds (divide by {scale:,})"
                 )
         raise TraceError(f"{p}: timestamp {last} is {iso_time(last)} read as seconds; write Unix seconds")
+    if int(t[0]) >= EARLIEST_PLAUSIBLE_SECONDS:
+        return  # dates that read right in seconds: a step of whole hours (18000 s = 5 h) is a step, not ms
     for scale, unit in reversed(_SUBSECOND_UNITS):
         # A step that is a sensible bin (a divisor of an hour, or whole hours dividing a day) once divided by
         # ``scale``, but no whole divisor of a day in seconds: 60000 "seconds" are a minute in milliseconds.

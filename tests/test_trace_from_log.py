@@ -281,6 +281,17 @@ def test_a_stray_time_far_from_the_rest_is_refused_not_a_billion_bins(
     assert "use a larger --step, or remove the lines with stray times" in one_line_error(err)
 
 
+def test_a_log_within_one_bin_is_refused_not_written_as_a_trace_nothing_can_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "one-minute.log"
+    log.write_text(f"{clf(T0)}\n{clf(T0 + timedelta(seconds=30))}\n")
+    code, out, err = run(capsys, str(log))
+    assert code == 2
+    assert out == ""
+    assert "every request falls in one 60s bin" in one_line_error(err)
+
+
 def test_output_file_and_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     times = [T0 + timedelta(seconds=37 * i) for i in range(200)]
     log = tmp_path / "access.log"

@@ -171,7 +171,7 @@ def test_millisecond_offsets_are_caught_by_their_step(tmp_path: Path) -> None:
         load_trace(p)
 
 
-@pytest.mark.parametrize("step", [1, 15, 60, 300, 3600, 86_400])
+@pytest.mark.parametrize("step", [1, 15, 60, 300, 3600, 18_000, 36_000, 86_400])
 def test_ordinary_steps_in_seconds_are_not_taken_for_milliseconds(tmp_path: Path, step: int) -> None:
     p = write(tmp_path, "timestamp,requests\n" + "".join(f"{1_700_006_400 + step * i},5\n" for i in range(5)))
     assert load_trace(p).step_seconds == step
