@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.traces import MAX_TRACE_BINS, Trace, TraceError, open_text, trace_from_rates
+from autoscaler.traces import MAX_TRACE_BINS, Trace, TraceError, iso_time, open_text, trace_from_rates
 from models.types import TrafficSeries
 
 FORMATS = ("clf", "combined", "json")
@@ -273,10 +273,11 @@ def log_trace(parsed: ParsedLog, step_seconds: int, name: str) -> Trace:
     first, last = int(bins.min()), int(bins.max())
     n = last - first + 1
     if n < 2:  # what simulate and backtest would refuse: say it here, before writing a file nothing can replay
-        raise TraceError(f"{name}: every request falls in one {step_seconds}s bin ({_iso(first * step_seconds)}); "
+        raise TraceError(f"{name}: every request falls in one {step_seconds}s bin ({iso_time(first * step_seconds)}); "
                          "a trace needs at least two: use a smaller --step or a longer log")
     if n > MAX_BINS:
-        raise TraceError(f"{name}: its requests span {_iso(first * step_seconds)} to {_iso(last * step_seconds)}, "
+        span = f"{iso_time(first * step_seconds)} to {iso_time(last * step_seconds)}"
+        raise TraceError(f"{name}: its requests span {span}, "
                          f"{n:,} bins of {step_seconds}s (at most {MAX_BINS:,}); use a larger --step, or remove "
                          "the lines with stray times")
     index = bins - first
@@ -291,5 +292,3 @@ def log_trace(parsed: ParsedLog, step_seconds: int, name: str) -> Trace:
     return trace_from_rates(name, series(None), tokens)
 
 
-def _iso(t: int) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

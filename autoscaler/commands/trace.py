@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from autoscaler.cli import duration_flag
 from autoscaler.commands.export import write_file
 from autoscaler.errors import UserError
-from autoscaler.traces import Trace, write_trace
+from autoscaler.traces import Trace, iso_time, write_trace
 
 SUBCOMMANDS = ("synth", "from-log")
 
@@ -132,8 +131,6 @@ def _output(text: str | None) -> Path | None:
     return None if text in (None, "-") else Path(str(text))
 
 
-def _iso(t: int) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _emit(trace: Trace, output: Path | None, what: str) -> None:
@@ -144,8 +141,8 @@ def _emit(trace: Trace, output: Path | None, what: str) -> None:
         return
     write_file(trace, output)
     columns = ", ".join(["requests", *trace.tokens])
-    print(f"wrote {len(trace.requests):,} bins of {trace.step_seconds}s ({_iso(trace.requests.start)} to "
-          f"{_iso(trace.requests.end)}) {what} to {output}: {columns}")
+    print(f"wrote {len(trace.requests):,} bins of {trace.step_seconds}s ({iso_time(trace.requests.start)} to "
+          f"{iso_time(trace.requests.end)}) {what} to {output}: {columns}")
 
 
 def run_synth(args: argparse.Namespace) -> int:
