@@ -23,7 +23,8 @@ Failure policy (nothing is lost, nothing scales down blindly):
 - Prometheus unreachable or the query failing: every workload is planned with *no* evidence, which
   the planner turns into "hold" (never down); a Warning Event on each workload when the outage
   starts, ``metrics_source_up`` = 0 until a fetch succeeds again;
-- Pods Pending unschedulable (no GPU to be had): no further scale-up piles on, a Warning Event;
+- Pods Pending unschedulable for longer than a node start-up (no node is coming for them): no further
+  scale-up piles on, a Warning Event (``engine.deciding``);
 - a Deployment whose pods lack vLLM's queue gauges: the arrival query answers its completion rate alone
   (labelled ``demand_source``), so it is planned, not held; its status says so (``demandSource``),
   ``demand_degraded`` is 1, and a ``DemandDegraded``/``DemandRestored`` Event marks each transition;
@@ -76,9 +77,9 @@ from autoscaler.domain.annotations import (
 )
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.demand import DemandUnit, token_demand
-from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points, sum_points
+from autoscaler.domain.gangs import sum_points
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, LearnedCapacity, estimate_capacity
-from autoscaler.domain.planner import plan_replicas
+from autoscaler.domain.money import PlannedWorkload
 from autoscaler.domain.scaledown import (
     MARKS_UNCONFIRMED,
     NO_POD_LOADS,
@@ -96,13 +97,15 @@ from autoscaler.domain.scaledown import (
     rollout_of,
 )
 from autoscaler.domain.status import first_sight, status_object_name
-from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step
+from autoscaler.engine.deciding import Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper, has_evidence
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import Cluster, EventType, PodStartups, PodView, StatusObject, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
-from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PlannedWorkload, ahead_replicas
+from autoscaler.runtime.money import MoneyOutcome, MoneyStage
+from autoscaler.runtime.notices import Notices
 from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -185,8 +188,9 @@ class _Memory:
     startups_checked: float = -math.inf
     reported: frozenset[str] = frozenset()  # annotation problems already posted as Events
     counted: frozenset[str] = frozenset()  # annotation errors already counted in the errors metric
-    outage_reported: bool = False  # a MetricsUnavailable Event was posted for the current outage
-    gpus_reported: bool = False  # a GPUsUnavailable Event was posted for the current shortage
+    # What was told of this Deployment, once per transition (autoscaler.runtime.notices): "outage", "gpus",
+    # "degraded" (Event) and "degraded-log", "rollout", "capacity", "slo", "lead-only".
+    notices: Notices = field(default_factory=Notices)
     status_written: dict[str, Any] | None = None
     status_written_at: float = -math.inf
     # The status it left (autoscaler.domain.status): looked for (its namespace's status objects listed; until then
@@ -203,37 +207,26 @@ class _Memory:
     # The query's demand_source label of the newest bin with a value (None: the query does not say): "full",
     # or why a fallback (completions alone) gave it. Kept over bins without a value.
     demand_source: str | None = None
-    degraded_logged: bool = False  # the current fallback was logged (a line per transition, not per tick)
-    degraded_reported: bool = False  # a DemandDegraded Event landed for the current fallback
     # The last pod listing showed scale-down marks of ours (or we just wrote some): pods are listed every tick
     # until they are cleared (autoscaler.domain.scaledown), instead of every STARTUP_RECHECK_SECONDS.
     marks_seen: bool = False
-    # The rollout Event told for the current rollout ("held", "stuck"; None: none, or no rollout): one per
-    # transition, reset when a listing shows one ReplicaSet again.
-    rollout_told: str | None = None
     # When a scale-down first found its marks not in place on the read after writing them (None: it did not).
     marks_waiting_since: float | None = None
     # The last scale-down applied and how its pods were chosen (the status's scaleDown).
     last_scale_down: dict[str, Any] | None = None
     # Learned capacity: the last estimate (None: none yet) and when it was made, when the evidence was last read
-    # (or a failed read is to be retried), why the last read failed, and the learned / not learned state the last
-    # landed Event told (None: none told, or the Deployment has a capacity annotation).
+    # (or a failed read is to be retried), and why the last read failed.
     capacity: LearnedCapacity | None = None
     capacity_at: float = -math.inf
     capacity_checked: float = -math.inf
     capacity_error: str | None = None
-    capacity_told: bool | None = None
     capacity_wait: float | None = None  # the latency objective the estimate was made for (a change re-estimates)
     # Self-tuning: the last replay (``chosen`` None: it could not replay), when it was tried and for what
-    # objective and sizing, whether the Event for the current met/unmet state landed, and one waiting to be posted.
+    # objective and sizing, and the state its Events are to tell (met, why; whether the forecast adds only the lead).
     tuning: Tuning | None = None
     tuning_tried: float = -math.inf
     tuning_inputs: tuple[float, ...] | None = None  # objective and sizing it was tuned for: a change re-tunes
-    tuning_reported: bool | None = None
-    tuning_event: tuple[EventType, str, str] | None = None
-    # whether the landed Events said the forecast adds only the lead (the HPA's own point, started early)
-    lead_only_reported: bool = False
-    lead_only_event: tuple[EventType, str, str] | None = None
+    tuning_state: tuple[bool, bool, str] | None = None
     tuning_read: bool = False  # the state a previous controller left in the status was looked for
 
 
@@ -302,6 +295,14 @@ def _degraded(source: str | None) -> bool:
     return source is not None and source != promql.SOURCE_FULL
 
 
+def _log_demand_source(view: WorkloadView, degraded: bool, source: str | None) -> bool:
+    if degraded:
+        log.warning("%s/%s: demand is the completion rate alone (%s)", view.namespace, view.name, source)
+    else:
+        log.info("%s/%s: demand is the full formula again", view.namespace, view.name)
+    return True
+
+
 def _finite(x: float) -> float | None:
     return round(float(x), 6) if math.isfinite(x) else None
 
@@ -341,25 +342,6 @@ def _policy(spec: WorkloadSpec, profile: ForecastProfile, capacity: float) -> Sc
     """The profile's policy for this Deployment at ``capacity`` req/s per replica (the annotation's or the learned
     one): the one mapping ``simulate --config`` also uses."""
     return profile.scaling_policy(capacity, spec.min_replicas, spec.max_replicas, spec.warm_pool)
-
-
-def _capacity_hold(view: WorkloadView, spec: WorkloadSpec, reason: str, recommendations: tuple[tuple[int, int], ...],
-                   lead_seconds: float, now: int) -> ScalingDecision:
-    """The decision for a Deployment whose capacity is auto and not learned yet: its replicas as they are (within
-    its own min/max), never a count derived from a guessed capacity. ``missing_metrics`` says why, so the money
-    stage asks for no headroom ahead of it either."""
-    held = min(max(view.replicas, spec.min_replicas), spec.max_replicas)
-    why = f"capacity not learned yet: {reason}"
-    steps = [Step("capacity_unknown", view.replicas,
-                  f"{why}; holding {view.replicas} replicas (never scaled on a guessed capacity)")]
-    if held != view.replicas:
-        steps.append(Step("min_max_clamp", held, f"clamped to [min {spec.min_replicas}, max {spec.max_replicas}] "
-                                                 "(the Deployment's own bounds)"))
-    return ScalingDecision(
-        desired_replicas=held, forecast_demand=None, lead_seconds=lead_seconds, warm_pool_replicas=0,
-        warm_pool_as="replicas", reactive_replicas=0, steps=tuple(steps), recommendations=recommendations, now=now,
-        raw_replicas=view.replicas, missing_metrics=(why,),
-    )
 
 
 @dataclass(frozen=True)
@@ -428,21 +410,16 @@ class _GangForecasts:
             if memory is None or keeper is None or model is None or memory.history is None or p.capacity is None:
                 series.append([(start, float(p.view.replicas * gpr))])
                 continue
-            step = memory.history.step_seconds
-            span = min(max(end, start + step), start + MAX_PLACEMENT_SECONDS) - keeper.seen_until
             try:
-                forecast = model.predict(max(1, math.ceil(span / step) + 1), [50])
+                series.append(keeper.gpu_points(
+                    start, end, memory.history.step_seconds, capacity_per_replica=p.capacity,
+                    min_replicas=p.spec.min_replicas, max_replicas=p.spec.max_replicas, gpus_per_replica=gpr,
+                ))
             except Exception as exc:  # a forecaster bug must not stop placing: this one counts as it is now
                 self._metrics.errors.labels("forecast").inc()
                 self._errors.append(f"{key[0]}/{key[1]}: long forecast for gang placement failed "
                                     f"({type(exc).__name__}: {exc}); its current replicas are assumed")
                 series.append([(start, float(p.view.replicas * gpr))])
-                continue
-            band = forecast.quantiles.get(50, forecast.mean)
-            series.append(replica_gpu_points(
-                forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=p.capacity,
-                min_replicas=p.spec.min_replicas, max_replicas=p.spec.max_replicas, gpus_per_replica=gpr,
-            ))
         return sum_points(series) or None
 
 
@@ -640,7 +617,8 @@ class Controller:
                     memory.history, memory.keeper, memory.track = None, None, []
                     memory.tuning, memory.tuning_inputs = None, None
                     # a learned capacity is in requests/s: learned again (from now) if the unit is requests again
-                    memory.capacity, memory.capacity_checked, memory.capacity_told = None, -math.inf, None
+                    memory.capacity, memory.capacity_checked = None, -math.inf
+                    memory.notices.forget("capacity")
                 memory.demand_key = unit
             h = memory.history
             (known if h is not None and h.step_seconds == step else fresh).append((view, spec, profile))
@@ -707,17 +685,11 @@ class Controller:
             return
         for view, _, _ in valid:
             memory = self._memory[(view.namespace, view.name)]
-            if not ok and not memory.outage_reported:
-                memory.outage_reported = self._event(
-                    view, "Warning", "MetricsUnavailable",
-                    "cannot read traffic metrics; replicas are held (never scaled down on missing data) until "
-                    "they return", now, errors,
-                )
-            elif ok and memory.outage_reported:
-                memory.outage_reported = not self._event(
-                    view, "Normal", "MetricsRecovered", "metrics are back; forecasting and scaling resume", now,
-                    errors,
-                )
+            said: tuple[EventType, str, str] = (
+                ("Warning", "MetricsUnavailable", "cannot read traffic metrics; replicas are held (never scaled down "
+                 "on missing data) until they return") if not ok else
+                ("Normal", "MetricsRecovered", "metrics are back; forecasting and scaling resume"))
+            memory.notices.tell("outage", not ok, partial(self._event, view, *said, now, errors), quiet=False)
 
     def _report_demand_source(
         self, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: float, write: bool,
@@ -732,28 +704,18 @@ class Controller:
         for view, _, _ in valid:
             memory = self._memory[(view.namespace, view.name)]
             degraded = _degraded(memory.demand_source)
-            if degraded != memory.degraded_logged:
-                if degraded:
-                    log.warning("%s/%s: demand is the completion rate alone (%s)", view.namespace, view.name,
-                                memory.demand_source)
-                else:
-                    log.info("%s/%s: demand is the full formula again", view.namespace, view.name)
-                memory.degraded_logged = degraded
-            if not write or degraded == memory.degraded_reported:
+            memory.notices.tell("degraded-log", degraded,
+                                partial(_log_demand_source, view, degraded, memory.demand_source), quiet=False)
+            if not write:
                 continue
-            if degraded:
-                memory.degraded_reported = self._event(
-                    view, "Warning", "DemandDegraded",
-                    f"demand is read from the completion rate alone ({memory.demand_source}): requests still queued "
-                    "are not counted, so it reads low when the server saturates; the full formula (completions + "
-                    "growth of waiting + running) resumes by itself once the gauges are scraped", now, errors,
-                )
-            else:
-                memory.degraded_reported = not self._event(
-                    view, "Normal", "DemandRestored",
-                    "demand is read from the full formula again (completions + growth of waiting + running)", now,
-                    errors,
-                )
+            said: tuple[EventType, str, str] = (
+                ("Warning", "DemandDegraded", f"demand is read from the completion rate alone ({memory.demand_source})"
+                 ": requests still queued are not counted, so it reads low when the server saturates; the full formula "
+                 "(completions + growth of waiting + running) resumes by itself once the gauges are scraped")
+                if degraded else
+                ("Normal", "DemandRestored",
+                 "demand is read from the full formula again (completions + growth of waiting + running)"))
+            memory.notices.tell("degraded", degraded, partial(self._event, view, *said, now, errors), quiet=False)
 
     # ------------------------------------------------------------------ decide
 
@@ -966,33 +928,19 @@ class Controller:
         if metrics_ok and memory.history is not None and len(memory.history):
             last = float(memory.history.values[-1])
             demand = last if math.isfinite(last) else None
-        state = WorkloadState(
-            current_replicas=view.replicas,
-            ready_replicas=view.ready_replicas,
-            current_demand=demand,
-            gpus_per_replica=spec.gpus_per_replica,
-            recommendations=memory.recommendations,
+        observed = Observed(
+            replicas=view.replicas, ready=view.ready_replicas, demand=demand, gpus_per_replica=spec.gpus_per_replica,
+            waiting_for_node=tuple(p.age_seconds for p in startups.not_ready if not p.scheduled),
         )
-        decision = plan_replicas(forecast, state, policy, cold, int(now)) if capacity is not None else _capacity_hold(
-            view, spec, self._capacity_reason(memory, spec), memory.recommendations, cold.lead_seconds(False), int(now))
+        decided = decide(forecast, observed, policy, cold, int(now), memory.recommendations,
+                         capacity_unknown=None if capacity is not None else self._capacity_reason(memory, spec))
+        decision = decided.decision
         memory.recommendations = decision.recommendations
-        blocked = startups.pending_unschedulable
-        if blocked and decision.desired_replicas > view.replicas:
-            decision = replace(
-                decision,
-                desired_replicas=view.replicas,
-                steps=(*decision.steps, Step(
-                    "gpus_unavailable", view.replicas,
-                    f"{blocked} pod(s) Pending unschedulable: holding at {view.replicas} instead of "
-                    f"{decision.desired_replicas} so Pending replicas do not pile up",
-                )),
-            )
+        if decided.stuck and decision.steps[-1].name == "gpus_unavailable":
             self.metrics.errors.labels("gpu_unavailable").inc()
         summary = self._forecast_summary(forecast, profile, now)
         self._track(memory, summary, demand, now)
-        ahead = decision.desired_replicas if blocked else ahead_replicas(
-            forecast, policy, decision, cold.node_lead_seconds(), int(now))
-        return _Plan(view, spec, decision, summary, demand, blocked, ahead, capacity)
+        return _Plan(view, spec, decision, summary, demand, decided.stuck, decided.ahead, capacity)
 
     def _tuned(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
@@ -1047,9 +995,10 @@ class Controller:
                         view.namespace, view.name, exc)
             return
         memory.tuning, memory.tuning_inputs, memory.tuning_tried = tuning, inputs, tried
-        memory.tuning_reported = tuning.met  # the Event for this state was posted by whoever chose it
-        memory.lead_only_reported = any(c.lead_only and c.point == (tuning.chosen, tuning.chosen_utilisation)
-                                        for c in tuning.candidates)
+        # the Events for this state were posted by whoever chose it
+        memory.notices.set("slo", tuning.met)
+        memory.notices.set("lead-only", any(c.lead_only and c.point == (tuning.chosen, tuning.chosen_utilisation)
+                                            for c in tuning.candidates))
         self._note_tuning((view.namespace, view.name), memory, tuning)
 
     def _replay_due(self, now: float, errors: list[str]) -> None:
@@ -1111,37 +1060,24 @@ class Controller:
         self.metrics.tuned_utilisation.labels(*key).set(result.chosen_utilisation)
         self.metrics.slo_met.labels(*key).set(1 if result.met else 0)
         self.metrics.replay_attainment.labels(*key).set(chosen.slo_attainment)
-        told = memory.tuning_reported  # the state the landed Events told (None: none yet; reachable is assumed)
-        if result.met and told is None:
-            memory.tuning_reported, memory.tuning_event = True, None
-        elif result.met == told:
-            memory.tuning_event = None  # back where the last Event left it: nothing new to say
-        elif result.met:
-            memory.tuning_event = ("Normal", "SLOReachable", result.reason)
-        else:
-            memory.tuning_event = ("Warning", "SLOUnreachable", result.reason)
-        # Where the forecast's bands buy nothing, the controller runs as the HPA started early: said once per
-        # transition, and once more when the forecast earns its place again.
-        if chosen.lead_only == memory.lead_only_reported:
-            memory.lead_only_event = None
-        elif chosen.lead_only:
-            memory.lead_only_event = ("Normal", "ForecastAddsOnlyLead", result.reason)
-        else:
-            memory.lead_only_event = ("Normal", "ForecastInUse", result.reason)
+        # Told by the next applied tick, once per transition (reachable is assumed before anything was told). Where
+        # the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and once more
+        # when the forecast earns its place again.
+        memory.tuning_state = (result.met, chosen.lead_only, result.reason)
 
     def _conclude(self, plan: _Plan, decision: ScalingDecision, now: float, write: bool,
                   errors: list[str], loads: Mapping[Key, float] | None = None) -> WorkloadOutcome:
         """Second pass: apply ``decision`` (the plan after the money stage) and export it."""
         view, spec = plan.view, plan.spec
         memory = self._memory[(view.namespace, view.name)]
-        if write and memory.tuning_event is not None:
-            kind, reason, message = memory.tuning_event
-            if self._event(view, kind, reason, message, now, errors):
-                memory.tuning_reported, memory.tuning_event = reason == "SLOReachable", None
-        if write and memory.lead_only_event is not None:
-            kind, reason, message = memory.lead_only_event
-            if self._event(view, kind, reason, message, now, errors):
-                memory.lead_only_reported, memory.lead_only_event = reason == "ForecastAddsOnlyLead", None
+        if write and memory.tuning_state is not None:
+            met, lead_only, why = memory.tuning_state
+            kind: EventType = "Normal" if met else "Warning"
+            reason = "SLOReachable" if met else "SLOUnreachable"
+            memory.notices.tell("slo", met, partial(self._event, view, kind, reason, why, now, errors), quiet=True)
+            reason = "ForecastAddsOnlyLead" if lead_only else "ForecastInUse"
+            memory.notices.tell("lead-only", lead_only, partial(self._event, view, "Normal", reason, why, now, errors),
+                                quiet=False)
         decision, guard = self._guard_rollout(view, spec, decision, now, write, errors)
         marks = None
         if write or self.dry_run:
@@ -1179,17 +1115,14 @@ class Controller:
                                      view.rollout_stuck)
         if guard is None:
             if memory.startups_checked == now and rollout_of(view.name, memory.startups.pods) is None:
-                memory.rollout_told = None
+                memory.notices.forget("rollout")
             return decision, None
-        state = "held" if guard.held else "stuck"
-        if write and memory.rollout_told != state:
-            if guard.held:
-                landed = self._event(view, "Normal", "ScaleDownHeld", guard.message, now, errors)
-            else:
-                landed = self._event(view, "Warning", "ScaleDownDuringRollout", guard.message, now, errors)
-                log.warning("%s/%s: %s", view.namespace, view.name, guard.message)
-            if landed:
-                memory.rollout_told = state
+        if write and guard.held:
+            memory.notices.tell("rollout", "held", partial(
+                self._event, view, "Normal", "ScaleDownHeld", guard.message, now, errors))
+        elif write and memory.notices.tell("rollout", "stuck", partial(
+                self._event, view, "Warning", "ScaleDownDuringRollout", guard.message, now, errors)):
+            log.warning("%s/%s: %s", view.namespace, view.name, guard.message)
         return replace(decision, desired_replicas=guard.step.replicas, steps=(*decision.steps, guard.step)), guard
 
     def _marks(self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision,
@@ -1320,13 +1253,14 @@ class Controller:
             if outcome in ("up", "down"):
                 actions.append(f"would scale {view.replicas} -> {desired}")
             return actions
-        if blocked and not memory.gpus_reported:
-            memory.gpus_reported = self._event(
-                view, "Warning", "GPUsUnavailable",
-                f"{blocked} pod(s) Pending unschedulable; scale-up held at {view.replicas}", now, errors,
-            )
-        elif not blocked:
-            memory.gpus_reported = False
+        if blocked:
+            memory.notices.tell("gpus", True, partial(
+                self._event, view, "Warning", "GPUsUnavailable",
+                f"{blocked} pod(s) Pending unschedulable for longer than a node start-up; scale-up held at "
+                f"{view.replicas}", now, errors,
+            ))
+        else:
+            memory.notices.forget("gpus")
         if outcome in ("up", "down"):
             try:
                 changed = self.cluster.scale(view.namespace, view.name, desired)
@@ -1562,22 +1496,22 @@ class Controller:
         for view, spec, _ in valid:
             memory = self._memory[(view.namespace, view.name)]
             if spec.capacity_per_replica is not None:
-                memory.capacity_told = None
+                memory.notices.forget("capacity")
                 continue
             learned = self._capacity_of(spec, memory)
-            if not write or memory.capacity_told == (learned is not None):
+            if not write:
                 continue
             if learned is not None:
                 message = (f"capacity learned: {learned:.4g} req/s per replica, now planned with "
                            f"({self._capacity_reason(memory, spec)})")
-                landed = self._event(view, "Normal", "CapacityLearned", message[:1000], now, errors)
+                memory.notices.tell("capacity", True, partial(
+                    self._event, view, "Normal", "CapacityLearned", message[:1000], now, errors))
             else:
                 message = (f"capacity-per-replica is auto and not learned yet: {self._capacity_reason(memory, spec)}; "
                            f"replicas are held at {view.replicas}, never scaled on a guess, until the evidence is "
                            "enough (or annotate capacity-per-replica)")
-                landed = self._event(view, "Warning", "CapacityNotLearned", message[:1000], now, errors)
-            if landed:
-                memory.capacity_told = learned is not None
+                memory.notices.tell("capacity", False, partial(
+                    self._event, view, "Warning", "CapacityNotLearned", message[:1000], now, errors))
 
     def _capacity_status(self, spec: WorkloadSpec, memory: _Memory) -> dict[str, Any]:
         used = self._capacity_of(spec, memory)
