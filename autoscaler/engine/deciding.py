@@ -29,6 +29,7 @@ The rules, given the forecast the ``ForecastKeeper`` served and the tick's obser
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.money import ahead_replicas
@@ -56,12 +57,21 @@ class Observed:
 
 @dataclass(frozen=True)
 class Decided:
-    """``decide``'s answer: the decision (every step explained), the replicas one node start-up ahead, and how
-    many pods have waited longer than a node start-up for a node (0: none; then scale-ups are held)."""
+    """``decide``'s answer: the decision (every step explained), how many pods have waited longer than a node
+    start-up for a node (0: none; then scale-ups are held), and ``ahead``, the replicas one node start-up ahead
+    (worked out when asked: a self-tuning replay never asks, and it is a second pass over the forecast)."""
 
     decision: ScalingDecision
-    ahead: int
     stuck: int
+    forecast: Forecast | None
+    policy: ScalingPolicy
+    node_lead_seconds: float
+
+    @cached_property
+    def ahead(self) -> int:
+        if self.stuck:
+            return self.decision.desired_replicas
+        return ahead_replicas(self.forecast, self.policy, self.decision, self.node_lead_seconds, self.decision.now)
 
 
 def capacity_hold(replicas: int, min_replicas: int, max_replicas: int, reason: str, recommendations: Recommendations,
@@ -119,5 +129,4 @@ def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy,
             f"({cold.node_lead_seconds():.0f}s): holding at {held} instead of {decision.desired_replicas} so "
             "Pending replicas do not pile up",
         )))
-        return Decided(decision, held, stuck)
-    return Decided(decision, ahead_replicas(forecast, policy, decision, cold.node_lead_seconds(), now), stuck)
+    return Decided(decision, stuck, forecast, policy, cold.node_lead_seconds())

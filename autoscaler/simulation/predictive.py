@@ -42,7 +42,7 @@ import numpy as np
 from autoscaler.config import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy
-from autoscaler.engine.deciding import Observed, decide
+from autoscaler.engine.deciding import Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
@@ -106,7 +106,7 @@ class PredictivePolicy:
         self.recommendations: tuple[tuple[int, int], ...] = ()
         self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
         self.decision: ScalingDecision | None = None  # the last decision, every step explained
-        self.ahead = 0  # replicas one node start-up ahead, of the last decision (what node headroom is kept for)
+        self.decided: Decided | None = None  # the last decision with what it implies ahead (``Decided.ahead``)
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
@@ -234,7 +234,7 @@ class PredictivePolicy:
         decided = decide(self.forecast, self.observed(k, cluster), self.policy, self.cold_start, now,
                          self.recommendations)
         decision = self.decision = decided.decision
-        self.ahead = decided.ahead
+        self.decided = decided
         self.recommendations = decision.recommendations
         self.warm_pool_replicas = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
         self.timings["plan"] += time.perf_counter() - t0
