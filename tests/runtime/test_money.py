@@ -33,9 +33,10 @@ from autoscaler.adapters.training import TrainingReader
 from autoscaler.config import Config, parse_config
 from autoscaler.domain import money as money_module
 from autoscaler.domain.annotations import PREFIX
-from autoscaler.runtime.loop import STATUS_REFRESH_SECONDS, Controller, TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
+from autoscaler.runtime.state import STATUS_REFRESH_SECONDS, WorkloadOutcome
 from tests.kube.conftest import deployment, pod, stored_status
 from tests.kube.conftest import nodepool as kube_nodepool
 from tests.kube.fakeapi import FakeKubeAPI

@@ -41,8 +41,9 @@ from autoscaler.domain.scaledown import (
     MARK_TTL_SECONDS,
 )
 from autoscaler.domain.status import status_object_name
-from autoscaler.runtime.loop import Controller, TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.state import WorkloadOutcome
 from models.types import TrafficSeries
 from tests.kube.conftest import pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
