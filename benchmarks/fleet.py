@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler.config import Config, load_config
+from autoscaler.config.parser import load_config
+from autoscaler.config.schema import Config
 from autoscaler.history import FLEET_POINTS_PER_REQUEST
 from autoscaler.runtime.loop import Controller, TickReport
 from benchmarks.fleet_fakes import STEP, TRACES_DIR, RecordingCluster, SyntheticFleet, SyntheticSource

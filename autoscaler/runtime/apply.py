@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from autoscaler.adapters.kube import KubeError
-from autoscaler.config import Config
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.demand import DemandUnit
 from autoscaler.domain.scaledown import (

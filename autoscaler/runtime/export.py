@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.config import ForecastProfile
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.demand import DemandUnit
 from autoscaler.domain.types import ScalingDecision

@@ -66,7 +66,7 @@ from functools import partial
 from typing import Any
 
 from autoscaler.adapters.kube import KubeError
-from autoscaler.config import Config, ForecastProfile
+from autoscaler.config.schema import Config, ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import sum_points

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
-from autoscaler.config import Config, HeadroomSetting
+from autoscaler.config.schema import Config, HeadroomSetting
 from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, WorkloadAsk, enforce_ceilings
 from autoscaler.domain.gangs import (
     ACTIVATED_ANNOTATION,

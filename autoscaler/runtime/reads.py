@@ -20,7 +20,7 @@ import numpy as np
 from autoscaler import promql
 from autoscaler.adapters.kube import KubeError
 from autoscaler.adapters.prometheus import FleetHistory, PrometheusError, PrometheusUnavailable
-from autoscaler.config import Config, ForecastProfile
+from autoscaler.config.schema import Config, ForecastProfile
 from autoscaler.domain.annotations import (
     PREFIX,
     STATUS_ANNOTATION,

@@ -19,7 +19,7 @@ import numpy as np
 
 from autoscaler import promql
 from autoscaler.adapters.kube import KubeError
-from autoscaler.config import Config, ForecastProfile
+from autoscaler.config.schema import Config, ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.demand import DemandUnit

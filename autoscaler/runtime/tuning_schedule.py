@@ -12,7 +12,7 @@ import logging
 import time
 from functools import partial
 
-from autoscaler.config import ForecastProfile
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy

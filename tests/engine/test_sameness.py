@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoscaler.config import parse_config_text
+from autoscaler.config.parser import parse_config_text
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.status import encode_status, status_object_name

@@ -30,7 +30,8 @@ from autoscaler.adapters.alertmanager import ALERT_NAMES, AlertmanagerSink
 from autoscaler.adapters.karpenter import GPU, KarpenterCapacity, buffer_name, placeholder_name
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.training import TrainingReader
-from autoscaler.config import Config, parse_config
+from autoscaler.config.parser import parse_config
+from autoscaler.config.schema import Config
 from autoscaler.domain import money as money_module
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime.loop import Controller, TickReport

@@ -31,7 +31,8 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.commands.explain import explain
-from autoscaler.config import Config, parse_config_text
+from autoscaler.config.parser import parse_config_text
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.scaledown import (
     DELETION_COST_ANNOTATION,

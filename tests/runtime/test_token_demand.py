@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoscaler.config import Config
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.demand import TokenWeights
 from autoscaler.runtime.loop import TickReport
