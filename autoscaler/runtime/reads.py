@@ -32,6 +32,7 @@ from autoscaler.domain.annotations import (
 from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, estimate_capacity
 from autoscaler.domain.status import DeploymentStatus, first_sight, status_object_name
+from autoscaler.engine.deciding import CURRENT_DEMAND_RESOLUTION_SECONDS, CURRENT_DEMAND_WINDOW_SECONDS
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import EventType, PodStartups, WorkloadView
 from autoscaler.runtime.state import (
@@ -44,6 +45,7 @@ from autoscaler.runtime.state import (
     REFETCH_BINS,
     STARTUP_RECHECK_SECONDS,
     ControllerBase,
+    CurrentDemandSource,
     Key,
     Memory,
     PodLoadSource,
@@ -179,6 +181,32 @@ class SnapshotReads(ControllerBase):
             return False
         self.metrics.metrics_up.set(1)
         return True
+
+    def _read_current_demand(
+        self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: float,
+        errors: list[str],
+    ) -> None:
+        """The demand over the last two minutes at ``now`` for the Deployments sized on requests: one fleet instant
+        query of the arrival rate (``engine.deciding``: the reactive floor's evidence, as fresh as an HPA's metric).
+        A Deployment it does not answer, one sized on tokens, or every one when it fails (counted and reported) is
+        planned on its newest ended bin instead, as before this read existed."""
+        for view, _, _ in valid:
+            self._memory[(view.namespace, view.name)].current_demand = None
+        on_requests = [view for view, spec, _ in valid if spec.demand_unit is DemandUnit.REQUESTS]
+        if not on_requests or not isinstance(self.source, CurrentDemandSource):
+            return
+        try:
+            answer = self.source.fleet_instant(
+                cfg.prometheus.arrival_rate_query, sorted({v.namespace for v in on_requests}), now,
+                window_seconds=CURRENT_DEMAND_WINDOW_SECONDS, resolution_seconds=CURRENT_DEMAND_RESOLUTION_SECONDS)
+        except PrometheusError as exc:
+            self.metrics.errors.labels("metrics_query").inc()
+            errors.append(f"reading the demand of the last two minutes failed ({exc}); the newest bins stand in")
+            return
+        for view in on_requests:
+            value = answer.get((view.namespace, view.name))
+            if value is not None and math.isfinite(value) and value >= 0:
+                self._memory[(view.namespace, view.name)].current_demand = float(value)
 
     def _history_end(self, view: WorkloadView) -> int:
         h = self._memory[(view.namespace, view.name)].history
