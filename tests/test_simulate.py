@@ -241,7 +241,7 @@ def test_reactive_floor_answers_an_unforeseeable_spike() -> None:
     k0 = 300 * 4
     per_bin = STEP // TICK
     seen = CURRENT_DEMAND_WINDOW_SECONDS // TICK  # ticks until the floor's window holds only the spike
-    # the reactive floor reads the demand of the last two minutes (the controller's instant rate query), never the
+    # the reactive floor reads the demand of the last minute (the controller's instant rate query), never the
     # tick in progress: nothing moves at the spike's first tick; once the window holds only the spike, within one
     # decision (every 30 s, 2 ticks), the floor asks for 9
     assert pred.requested[k0] < 9

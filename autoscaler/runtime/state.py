@@ -153,7 +153,7 @@ class Memory:
     # The demand series forecast and planned on: requests/s, or weighted tokens/s (``demand_key`` says which).
     history: TrafficSeries | None = None
     demand_key: tuple[str, float, float] | None = None
-    # The demand over the last two minutes, read this tick (None: not read, not answered, or sized on tokens: the newest
+    # The demand over the last minute, read this tick (None: not read, not answered, or sized on tokens: the newest
     # bin stands in).
     current_demand: float | None = None
     # The fitted forecaster and its cadence (autoscaler.engine.forecasting): the simulator keeps its forecasts

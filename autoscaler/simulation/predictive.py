@@ -11,7 +11,7 @@ standing in for Prometheus:
   in between, and it forecasts the planner's horizon plus one node start-up. A test replays a trace through
   this policy and through the controller's tick and requires the same forecasts at every tick;
 * each decision is the engine's (``autoscaler.engine.deciding.decide``, the function the controller's tick
-  calls) on what the controller would observe: the replicas, the demand over the last two minutes as the reactive
+  calls) on what the controller would observe: the replicas, the demand over the last minute as the reactive
   floor (what the controller's instant rate query answers: the ticks before this one, not the bin in progress,
   which the trace knows and Prometheus does not; the newest ended bin when that is missing), no free-GPU count (the
   controller reads none, so a new replica is planned as waiting for a node) and the pods waiting for a node
@@ -108,7 +108,7 @@ class PredictivePolicy:
         self.recommendations: tuple[tuple[int, int], ...] = ()
         self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
         self.decision: ScalingDecision | None = None  # the last decision, every step explained
-        # the per-tick demand of the last two minutes before the current tick (the controller's instant rate query)
+        # the per-tick demand of the last minute before the current tick (the controller's instant rate query)
         self._recent: deque[float] = deque(maxlen=max(1, math.ceil(CURRENT_DEMAND_WINDOW_SECONDS / self.tick)))
         self.decided: Decided | None = None  # the last decision with what it implies ahead (``Decided.ahead``)
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
@@ -217,7 +217,7 @@ class PredictivePolicy:
             self.timings["forecast"] += time.perf_counter() - t0
 
     def observed(self, k: int, cluster: Cluster) -> Observed:
-        """What the controller's tick would see at tick ``k``: the replicas, the demand over the last two minutes (the
+        """What the controller's tick would see at tick ``k``: the replicas, the demand over the last minute (the
         ticks before ``k``: what its instant rate query answers), else the newest *ended* bin's (the bin in
         progress is what no Prometheus query can answer yet), and the pods waiting for a node."""
         recent = [d for d in self._recent if math.isfinite(d)]

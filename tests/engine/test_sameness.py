@@ -61,7 +61,7 @@ prometheus:
 
 class TraceSource:
     """``MetricsSource`` over one trace: the bins that ended by the tick's time, missing before the trace began; and
-    the rate over the last two minutes (an instant query), from the per-tick demand the simulator replays."""
+    the rate over the last minute (an instant query), from the per-tick demand the simulator replays."""
 
     def __init__(self, series: TrafficSeries, per_tick: np.ndarray, tick: int) -> None:
         self.series = series
