@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -51,13 +51,28 @@ from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
 
-if TYPE_CHECKING:
-    from autoscaler.simulation.tuning import Tuning
 
-# Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning) -> the policy
-# to run and the replay's outcome (``autoscaler.simulation.tuning.retuner`` builds one).
-Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, "Tuning | None"],
-                  "tuple[ScalingPolicy, Tuning]"]
+class TuningOutcome(Protocol):
+    """What this policy reads of a self-tuning replay (``autoscaler.simulation.tuning.Tuning`` is one; declared here so
+    the policy does not import the tuner, which imports the policy to replay it)."""
+
+    @property
+    def chosen(self) -> int | None: ...
+    @property
+    def chosen_utilisation(self) -> float: ...
+    @property
+    def met(self) -> bool: ...
+    @property
+    def cpu_seconds(self) -> float: ...
+    @property
+    def slo_attainment(self) -> float: ...
+    @property
+    def slo_wait_seconds(self) -> float: ...
+
+
+# Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning it returned) ->
+# the policy to run and the replay's outcome (``autoscaler.simulation.tuning.retuner`` builds one).
+Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, Any], tuple[ScalingPolicy, TuningOutcome]]
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
 FORECAST_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError)
@@ -85,7 +100,7 @@ class PredictivePolicy:
         self.name = name
         self.base_policy = policy
         self.retune = retune
-        self.tunings: list[Tuning] = []  # every self-tuning replay, in order
+        self.tunings: list[TuningOutcome] = []  # every self-tuning replay, in order
         self.tuned_bin: int | None = None
         self.series = series
         self.make_model = make_model
