@@ -186,6 +186,10 @@ TRACK_HALF_LIFE_SECONDS = SECONDS_PER_DAY  # memory of the tracked errors
 # A weight other than 0 is taken only when its tracked advantage over the model alone is this many
 # standard errors (a one-sided test on the paired error differences): noise does not move it.
 SWITCH_Z = 2.0
+# The fit's own check: the chosen model (anything but the last value) is kept only when its step-h advantage over the
+# last value on the selection window is at least this many standard errors of the mean paired difference
+# (``_mean_se``); otherwise the forecast is the last value. The burden of proof is on the model with 900 candidates.
+KEEP_Z = 2.0
 BLOCK = 2 * len(PERSISTENCE_WEIGHTS)  # one block of tracked sums; two blocks: from demand, from an outage
 TRACK_LEN = 2 * BLOCK
 HOLDOUT_FRACTION = 3  # the newest 1/3 of the selection window is held out of the parameter choice
@@ -376,6 +380,21 @@ def _pow(profile: FloatArray | None, w: float, period: int) -> FloatArray:
     return np.ones(period) if profile is None or w == 0.0 else np.asarray(profile**w, dtype=np.float64)
 
 
+def _mean_se(d: FloatArray, lags: int) -> float:
+    """Standard error of the mean of ``d`` when neighbouring values are correlated up to ``lags`` bins apart.
+
+    Newey-West's long-run variance with Bartlett weights. Why: step-h errors of neighbouring origins share
+    ``h - 1`` steps of the future, so they are correlated (for a wandering level, nearly fully), and the plain
+    ``sd / sqrt(n)`` would overstate how well a difference of means is known.
+    """
+    n = d.size
+    c = d - float(np.mean(d))
+    var = float(c @ c) / n
+    for lag in range(1, min(lags, n - 1) + 1):
+        var += 2.0 * (1.0 - lag / (lags + 1)) * float(c[lag:] @ c[:-lag]) / n
+    return math.sqrt(max(var, 0.0) / n)
+
+
 def _choose_power(actual: FloatArray, pred: FloatArray) -> float:
     """The band transform ``x**lam`` whose quantile bands would have served this history best.
 
@@ -491,7 +510,8 @@ class DefaultForecaster:
         hold = eval_len // HOLDOUT_FRACTION if eval_len >= HOLDOUT_FRACTION * 2 * h else 0
         origins = np.arange(max(t0 - 1, 0), n - h)  # forecast made after observing bin t
         origins = origins[np.isfinite(counts[origins + h])]
-        origins = origins[:: max(1, math.ceil(origins.size / MAX_SELECT_ORIGINS))]
+        stride = max(1, math.ceil(origins.size / MAX_SELECT_ORIGINS))
+        origins = origins[::stride]
         # Filters start a few memories before the scoring window (earlier bins barely matter) and
         # run over the observed bins only; ``rank`` maps a bin to the last observation at or before it.
         warm = max(0, int(origins[0]) - 8 * int(max(half_lives)) - 1) if origins.size else 0
@@ -553,7 +573,6 @@ class DefaultForecaster:
         if best is None:
             # Too short to score any candidate: average over about half the horizon, no profile.
             best = _Choice(0, float(max(1, h // 2)), 0.0, 0.0, math.nan)
-        eval_profile = eval_profiles.get(best.smooth)
         last_obs = _ffill(counts)
         Path = Callable[..., tuple[FloatArray, FloatArray, FloatArray]]
 
@@ -572,6 +591,17 @@ class DefaultForecaster:
                 return counts[t], np.maximum(pred, 0.0), last_obs[o]
 
             return path
+
+        # The model earns its place (step 4): the choice stands only when its step-h advantage over the last value
+        # on the selection window is at least KEEP_Z standard errors; otherwise the forecast is the last value.
+        if origins.size and (best.half_life > 0.0 or best.weight > 0.0 or best.beta > 0.0):
+            actual, pred, last = replay(best)(h, origins)
+            ok = np.isfinite(actual) & np.isfinite(last)
+            diffs = np.abs(actual - pred)[ok] - np.abs(actual - last)[ok]
+            if diffs.size < 2 or -float(np.mean(diffs)) < KEEP_Z * _mean_se(diffs, math.ceil((h - 1) / stride)):
+                best = _Choice(0, 0.0, 0.0, 0.0, float(np.mean(np.abs(actual - last)[ok])) if ok.any() else best.mae)
+                early = best if early is not None else None  # the seed then measures the procedure that serves
+        eval_profile = eval_profiles.get(best.smooth)
 
         # Errors of the chosen model at steps k, in count**lam space (origins thinned to at most
         # MAX_BAND_ORIGINS: neighbouring origins' errors are nearly the same draw anyway).
