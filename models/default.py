@@ -178,7 +178,8 @@ OUTAGE_MIN_COUNT = 20.0
 OUTAGE_RATIO = 0.02
 MIN_ERRORS = 50
 MAX_K = 120
-STATE_VERSION = 4
+STATE_VERSION = 5
+OLDER_STATE_VERSIONS = (4,)  # loaded as well: what a newer version added starts at its neutral value
 # The self-check: forecasts mixing the fitted model and persistence, ``(1 - a) * model + a * last``,
 # for each ``a`` here; the one with the lowest tracked error at step ``h`` is the forecast.
 PERSISTENCE_WEIGHTS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -204,6 +205,13 @@ MAX_BAND_ORIGINS = 2000
 BAND_POWERS = (0.5, 1.0 / 3.0, 0.2, 0.1)
 BAND_SELECT_LEVELS = (0.90, 0.99)
 SCALAR_UPDATE_BINS = 16
+# Band calibration (step 5): the p90 band at step h is checked against what happened, bin by bin, and every upper
+# band is widened by a factor exp(scale) when it has been missed more than 10% of the time: scale moves by
+# ``step / CALIBRATION_SECONDS`` x (miss - 0.10) per scored bin (a sustained miss rate of 20% widens by ~1.5x in
+# half a day), never below 0 (the fitted bands are the minimum width) nor above log(MAX_BAND_WIDENING).
+CALIBRATION_LEVEL = 90
+CALIBRATION_SECONDS = 3 * 3600
+MAX_BAND_WIDENING = 4.0
 
 
 def horizon_steps(step_seconds: int) -> int:
@@ -395,6 +403,16 @@ def _mean_se(d: FloatArray, lags: int) -> float:
     return math.sqrt(max(var, 0.0) / n)
 
 
+def _calibrated(scale: float, actual: float, point: float, lam: float, q: float, rate: float) -> float:
+    """One scored bin of the band calibration: ``scale`` after checking whether ``actual`` (a count) was above the
+    p90 band ``(point**lam + q * exp(scale))**(1/lam)`` (``q``: the fitted p90 offset at step h). Plain floats, so the
+    chunked and the bin-by-bin ``update`` compute exactly the same numbers."""
+    if q <= 0.0:  # a zero-width band: nothing to scale
+        return scale
+    miss = 1.0 if actual**lam > point**lam + q * math.exp(scale) else 0.0
+    return min(max(scale + rate * (miss - (1.0 - CALIBRATION_LEVEL / 100.0)), 0.0), math.log(MAX_BAND_WIDENING))
+
+
 def _choose_power(actual: FloatArray, pred: FloatArray) -> float:
     """The band transform ``x**lam`` whose quantile bands would have served this history best.
 
@@ -462,6 +480,7 @@ class DefaultForecaster:
         self._ring: list[tuple[float, float, float, float]] = []
         self._power = 0.5
         self._in_sample_mae = math.nan
+        self._band_scale = 0.0  # log of the calibration's widening of the upper bands (step 5)
 
     # -- protocol -------------------------------------------------------------------------
     def min_history(self, step_seconds: int) -> int:
@@ -631,6 +650,17 @@ class DefaultForecaster:
             table[upper] = np.maximum.accumulate(np.maximum(table[upper], 0.0), axis=1)
             table[~upper] = np.minimum.accumulate(table[~upper], axis=1)
 
+        # Calibrate the bands on the last day of the window, as ``update`` does live: bands fitted on a calm week
+        # that are missed more than 10% of the time lately start wider.
+        scale = 0.0
+        q_h = float(qnodes[0, CALIBRATION_LEVEL - 1, int(np.searchsorted(k_eval, min(h, k_max)))])
+        rate = step / CALIBRATION_SECONDS
+        o_cal = np.arange(max(t0 - 1, n - h - period, 0), n - h)
+        actual, pred, _ = chosen_path(h, o_cal)
+        for a_c, p_c in zip(actual.tolist(), pred.tolist(), strict=True):
+            if a_c == a_c and p_c == p_c:
+                scale = _calibrated(scale, a_c, p_c, lam, q_h, rate)
+
         # Seed the self-check with the held-out tail, every origin there: the errors there of the model
         # the same selection chose without it (an out-of-sample measure of the procedure that made the
         # final choice; the profile comes from before the window), and those of persistence.
@@ -677,6 +707,7 @@ class DefaultForecaster:
         ]
         self._power = lam
         self._in_sample_mae = best.mae / step
+        self._band_scale = scale
         return self
 
     @staticmethod
@@ -743,6 +774,12 @@ class DefaultForecaster:
             # the point predict served h bins before: the outage reading while one was in force
             served = np.where(np.isfinite(hist_r[:m]), hist_r[:m], model)
             self._track_errors(track, counts, served, last0, track_decay, np.isfinite(hist_r[:m]))
+            scale, lam, q_h = self._band_scale, self._power, self._calibration_offset()
+            rate = step / CALIBRATION_SECONDS
+            for a_c, p_c in zip(counts.tolist(), model.tolist(), strict=True):
+                if a_c == a_c and p_c == p_c:
+                    scale = _calibrated(scale, a_c, p_c, lam, q_h, rate)
+            self._band_scale = scale
             hh = len(ring)
             self._ring = list(
                 zip(
@@ -761,6 +798,7 @@ class DefaultForecaster:
                 raise ValueError(f"default: update starting at {new.start} has negative or infinite rates")
             ring = self._ring
             t = start
+            lam, q_h, rate = self._power, self._calibration_offset(), step / CALIBRATION_SECONDS
             for v in values:
                 t += step
                 slv, slg, slast, sread = ring.pop(0)  # what was known h bins before this one
@@ -782,6 +820,8 @@ class DefaultForecaster:
                             pt = (1.0 - beta) * slv + beta * slg
                         if pt < 0.0:
                             pt = 0.0
+                        if pt == pt:  # the band calibration checks the model's own band
+                            self._band_scale = _calibrated(self._band_scale, c, pt, lam, q_h, rate)
                         if sread == sread:  # predict served the outage reading then
                             pt = sread
                         if pt == pt and slast == slast:  # scored: both forecasts existed
@@ -855,6 +895,11 @@ class DefaultForecaster:
                 best = j
         return best
 
+    def _calibration_offset(self) -> float:
+        """The fitted p90 offset of the model alone at step h (what the calibration scales)."""
+        table = self._bands_table(0)
+        return float(table[CALIBRATION_LEVEL - 1, min(len(self._ring), table.shape[1]) - 1])
+
     def _bands_table(self, j: int) -> FloatArray:
         table = self._qcache.get(j)
         if table is None:
@@ -904,6 +949,8 @@ class DefaultForecaster:
         else:
             ks = np.arange(1, h + 1)
             qs = qtable[:, np.minimum(ks, k_max) - 1] * np.sqrt(np.maximum(ks / k_max, 1.0))
+        if self._band_scale > 0.0:  # the calibration widens the upper bands (levels 50 and up)
+            qs = np.concatenate((qs[:49], qs[49:] * math.exp(self._band_scale)))
         bands = {int(p): np.maximum(root + qs[int(p) - 1], 0.0) ** (1.0 / lam) / step for p in levels}
         bands = {p: np.maximum(b, served / step) if p >= 50 else b for p, b in bands.items()}
         return Forecast(start=self._end, step_seconds=step, mean=served / step, quantiles=bands, model=self.alias)
@@ -923,6 +970,7 @@ class DefaultForecaster:
             "persistence_weight_in_outage": PERSISTENCE_WEIGHTS[self._choice(True)],
             "tracked_mae_model": self._tracked_mae(0),
             "tracked_mae_persistence": self._tracked_mae(len(PERSISTENCE_WEIGHTS) - 1),
+            "band_widening": math.exp(self._band_scale),
         }
 
     def _tracked_mae(self, j: int) -> float:
@@ -957,15 +1005,17 @@ class DefaultForecaster:
             "band_quantiles": [[[float(v) for v in row] for row in table] for table in self._qnodes],
             "band_power": self._power,
             "tracked_errors": list(self._track),
+            "band_scale": self._band_scale,
             "recent": [[None if math.isnan(v) else v for v in r] for r in self._ring],
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Self:
-        if state.get("alias") != cls.alias or state.get("version") != STATE_VERSION:
+        version = state.get("version")
+        if state.get("alias") != cls.alias or version not in (STATE_VERSION, *OLDER_STATE_VERSIONS):
             raise ValueError(
-                f"default: state is for model {state.get('alias')!r} version {state.get('version')!r}, "
-                f"expected {cls.alias!r} version {STATE_VERSION}"
+                f"default: state is for model {state.get('alias')!r} version {version!r}, "
+                f"expected {cls.alias!r} version {STATE_VERSION} (or {', '.join(map(str, OLDER_STATE_VERSIONS))})"
             )
         try:
             m = cls(detect_outages=bool(state["detect_outages"]))
@@ -989,6 +1039,8 @@ class DefaultForecaster:
             m._qnodes = np.asarray(state["band_quantiles"], dtype=np.float64)
             m._power = float(state["band_power"])
             m._track = [float(e) for e in state["tracked_errors"]]
+            # version 4 had no band calibration: it starts at the fitted bands
+            m._band_scale = float(state["band_scale"]) if version == STATE_VERSION else 0.0
             m._ring = [
                 (
                     math.nan if a is None else float(a),
@@ -1003,6 +1055,8 @@ class DefaultForecaster:
         shape = (len(PERSISTENCE_WEIGHTS), 99, m._knodes.size)
         if m._qnodes.shape != shape or m._knodes.size < 1 or m._knodes[0] != 1 or np.any(np.diff(m._knodes) <= 0):
             raise ValueError(f"default: malformed state (band_quantiles shape {m._qnodes.shape}, expected {shape})")
+        if not (math.isfinite(m._band_scale) and 0.0 <= m._band_scale <= math.log(MAX_BAND_WIDENING)):
+            raise ValueError(f"default: malformed state (band_scale {m._band_scale})")
         if len(m._track) != TRACK_LEN or not m._ring:
             raise ValueError("default: malformed state (tracked_errors or recent has the wrong length)")
 
