@@ -6,7 +6,7 @@ at the horizon the controller uses, with an honest p90 band, at a fraction of Pr
 This command measures exactly that with the same engine and defaults as
 ``predictive-autoscaler backtest`` and writes the "backtest" section of docs/BENCHMARKS.md.
 
-Run: ``python -m benchmarks.backtest`` (from the repository root; about 15-25 minutes on two
+Run: ``python -m benchmarks.backtest`` (from the repository root; about 7.5 minutes on two
 cores). ``--traces NAME[,NAME]`` restricts to some trace files (for a quick look; the page is only
 rewritten by a full run unless ``--write`` is given); ``--models`` picks the registry models and
 ``--peers`` the statsforecast peers (``--peers ''`` for none); ``--shapes all|none`` the synthetic shapes
