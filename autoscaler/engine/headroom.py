@@ -16,8 +16,10 @@ The rule (``pool_headroom``), in GPUs at the node lead time ``L`` (node start-up
   fleet-level residual, ``PooledResiduals``) once ``min_residuals`` of them exist; before that the prior
   ``z(quantile) x sqrt(sum of per-Deployment band variances)`` (independent errors: the smallest pooled error
   the bands allow; the residuals replace it as soon as there is evidence);
-* ``buffer = max(0, need + error - held)``: what the pool may need within ``L`` beyond the GPUs its pods already
-  hold (a planner that keeps warm replicas above the median shrinks the buffer by as much);
+* ``rise = max(0, need + error - now)``, where ``now`` is the pool's need at the current demand: how much more the
+  pool may need within ``L``. The planners hold a margin above need (warm pools, a utilisation target): the pods
+  hold ``held`` GPUs for ``now`` GPUs of need, so a rise of ``rise`` GPUs of need makes them ask
+  ``buffer = rise x max(1, held / max(1, now))`` GPUs more. Those GPUs must be on nodes already when they are asked for;
 * idle nodes = ``ceil((buffer - free GPUs on partly used nodes) / GPUs per node)``, whole nodes, then capped by
   the pool's node limit (nodes holding pods count against it first) and by the cost ceiling as billed (the
   whole-node price against the slack the caller computed). Nodes above the answer are released: the caller lets
@@ -29,6 +31,7 @@ stage and the simulator call the same code.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -85,6 +88,7 @@ class PoolForecast:
     band_sigmas: tuple[float, ...] = ()  # per Deployment: one standard deviation of its need at the lead (GPUs)
     residuals: tuple[float, ...] = ()  # the pool's realised errors at the lead (actual - median), GPUs
     held_gpus: int = 0  # GPUs the pool's pods request now (Ready, starting or Pending)
+    current_gpus: float = 0.0  # the pool's need at the current demand (GPUs: demand / capacity x GPUs per replica)
     partial_free_gpus: int = 0  # free GPUs on nodes that hold pods (usable without an idle node)
     busy_nodes: int = 0  # nodes holding pods (they count against the limit first)
     max_nodes: int | None = None  # the NodePool's limit in whole nodes
@@ -98,7 +102,7 @@ class PoolForecast:
             raise ValueError(f"NodePool {self.pool}: gpus per node must be >= 1, got {self.gpus_per_node}")
         if not 0 < self.quantile < 1:
             raise ValueError(f"NodePool {self.pool}: headroom quantile must be in (0, 1), got {self.quantile}")
-        for name in ("held_gpus", "partial_free_gpus", "busy_nodes"):
+        for name in ("held_gpus", "partial_free_gpus", "busy_nodes", "current_gpus"):
             if getattr(self, name) < 0:
                 raise ValueError(f"NodePool {self.pool}: {name} must be >= 0, got {getattr(self, name)}")
 
@@ -110,7 +114,7 @@ class HeadroomDecision:
     pool: str
     idle_nodes: int  # after the caps
     wanted_nodes: int  # before the caps
-    buffer_gpus: float  # need + error - held (>= 0)
+    buffer_gpus: float  # GPUs the pods may ask within the node lead: rise x margin (>= 0)
     error_gpus: float
     source: Literal["residuals", "prior"]
     capped_by: Literal["limit", "ceiling"] | None
@@ -125,7 +129,9 @@ class HeadroomDecision:
 def pool_headroom(f: PoolForecast) -> HeadroomDecision:
     """Whole idle nodes for one pool (module docstring: the rule, the caps)."""
     error, source = pooled_error_gpus(f.residuals, f.band_sigmas, f.quantile, f.min_residuals)
-    buffer = max(0.0, f.median_gpus + error - f.held_gpus)
+    rise = max(0.0, f.median_gpus + error - f.current_gpus)
+    margin = max(1.0, f.held_gpus / max(1.0, f.current_gpus))  # a need under one GPU counts as one
+    buffer = rise * margin
     wanted = max(0, math.ceil((buffer - f.partial_free_gpus) / f.gpus_per_node - _EPS))
     idle = wanted
     capped: Literal["limit", "ceiling"] | None = None
@@ -143,8 +149,12 @@ class PooledResiduals:
     then meet the actual need. Time is passed in (seconds, any epoch); ``maxlen`` keeps the newest errors."""
 
     def __init__(self, maxlen: int = 2880) -> None:
+        if maxlen < 1:
+            raise ValueError(f"maxlen must be >= 1, got {maxlen}")
         self._due: deque[tuple[float, float]] = deque()  # (due time, forecast GPUs), in due order
-        self.errors: deque[float] = deque(maxlen=maxlen)
+        self.errors: deque[float] = deque()  # newest last
+        self._sorted: list[float] = []  # the same errors, sorted (a quantile per decision stays cheap)
+        self.maxlen = maxlen
 
     def forecast(self, due: float, gpus: float) -> None:
         """A pooled median forecast of ``gpus`` for time ``due``."""
@@ -156,7 +166,13 @@ class PooledResiduals:
         """The pool's actual need at ``now``: every forecast due by then becomes an error (actual - forecast)."""
         while self._due and self._due[0][0] <= now:
             _, predicted = self._due.popleft()
-            self.errors.append(actual_gpus - predicted)
+            error = actual_gpus - predicted
+            self.errors.append(error)
+            bisect.insort(self._sorted, error)
+            if len(self.errors) > self.maxlen:
+                old = self.errors.popleft()
+                del self._sorted[bisect.bisect_left(self._sorted, old)]
 
     def snapshot(self) -> tuple[float, ...]:
-        return tuple(self.errors)
+        """The errors kept, sorted (what ``PoolForecast.residuals`` takes; order does not matter to a quantile)."""
+        return tuple(self._sorted)

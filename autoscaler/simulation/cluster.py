@@ -162,13 +162,17 @@ class NodePool:
             return
         self._advanced = k
         if self.nodes:
+            kept: set[int] = set()
             if self.reserve > 0:
-                # the Ready (earliest) empty nodes are the reserve: they serve a scale-up soonest
+                # the Ready (earliest) empty nodes are the reserve: they serve a scale-up soonest; their
+                # consolidateAfter starts afresh when they leave it
                 empty = sorted((n for n in self.nodes if n.used == 0), key=lambda n: n.ready_seconds)
                 for n in empty[: self.reserve]:
                     n.empty_since = k
+                    kept.add(id(n))
             self.nodes = [
-                n for n in self.nodes if n.empty_since is None or k - n.empty_since < self.consolidate_ticks
+                n for n in self.nodes
+                if n.empty_since is None or k - n.empty_since < self.consolidate_ticks or id(n) in kept
             ]
         if self.pending:
             self.place_pending(k)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import given
@@ -52,6 +53,7 @@ def test_headroom_is_whole_nodes_inside_the_limit_and_the_ceiling(
     slack: float | None, price: float,
 ) -> None:
     d = pool_headroom(PoolForecast("p", gpn, median, band_sigmas=(error_sigma,), held_gpus=held,
+                                   current_gpus=median / 2,
                                    partial_free_gpus=partial, busy_nodes=busy, max_nodes=limit,
                                    node_usd_per_hour=price, ceiling_slack_usd_per_hour=slack))
     assert isinstance(d.idle_nodes, int)
@@ -65,16 +67,24 @@ def test_headroom_is_whole_nodes_inside_the_limit_and_the_ceiling(
         assert d.idle_nodes == 0 or (d.idle_nodes - 1) * gpn + partial < d.buffer_gpus
 
 
-def test_pods_that_already_hold_the_upper_need_leave_no_buffer() -> None:
-    d = pool_headroom(PoolForecast("p", 8, median_gpus=40, band_sigmas=(2.0,), held_gpus=60))
+def test_a_fall_forecast_beyond_its_error_leaves_no_buffer() -> None:
+    d = pool_headroom(PoolForecast("p", 8, median_gpus=30, band_sigmas=(2.0,), held_gpus=60, current_gpus=40))
     assert (d.idle_nodes, d.buffer_gpus) == (0, 0.0)
 
 
-def test_a_rise_forecast_beyond_the_held_gpus_asks_whole_nodes() -> None:
-    d = pool_headroom(PoolForecast("p", 8, median_gpus=50, residuals=(0.0,) * 99 + (6.0,), held_gpus=40,
-                                   min_residuals=50, quantile=0.5))
+def test_a_rise_asks_whole_nodes_for_what_the_pods_will_ask_with_their_margin() -> None:
+    d = pool_headroom(PoolForecast("p", 8, median_gpus=45, residuals=(0.0,) * 99 + (6.0,), held_gpus=60,
+                                   current_gpus=40, min_residuals=50, quantile=0.5))
     assert d.source == "residuals"
-    assert d.idle_nodes == 2  # 10 GPUs over what the pods hold: two nodes of 8
+    assert d.buffer_gpus == 7.5  # a rise of 5 GPUs of need, held at 1.5x need
+    assert d.idle_nodes == 1
+    wider = pool_headroom(replace(d_input := PoolForecast("p", 8, median_gpus=45, held_gpus=60, current_gpus=40,
+                                                         residuals=(6.0,) * 100, min_residuals=50, quantile=0.5),
+                                  gpus_per_node=4))
+    assert wider.idle_nodes == math.ceil((45 + 6 - 40) * 1.5 / 4)
+    assert d_input.partial_free_gpus == 0
+    partly = pool_headroom(replace(d_input, partial_free_gpus=16))
+    assert partly.idle_nodes == 1  # 16.5 GPUs of buffer, 16 of them free on busy nodes: one node more
 
 
 def test_residuals_meet_the_actual_need_when_they_are_due() -> None:
@@ -86,4 +96,4 @@ def test_residuals_meet_the_actual_need_when_they_are_due() -> None:
     r.observe(100.0, 11.0)
     assert r.snapshot() == (1.0,)
     r.observe(200.0, 9.0)
-    assert r.snapshot() == (1.0, -3.0)
+    assert r.snapshot() == (-3.0, 1.0)  # sorted
