@@ -385,11 +385,11 @@ def format_table(runs: list[FleetRun], config: FleetConfig) -> str:
              + "".join(f", team {t} ${v:g}/h" for t, v in sorted(config.team_ceilings.items()))
              + " (as billed: whole nodes)", ""]
     header = (f"{'policy':<26}{'node-h':>10}{'$ billed':>12}{'GPU-h billed':>14}{'replica GPU-h':>15}"
-              f"{'SLO attained':>14}{'SLO misses':>12}{'objectives met':>16}{'breaches':>10}")
+              f"{'SLO attained':>14}{'SLO misses':>14}{'objectives met':>16}{'breaches':>10}")
     lines += [header, "-" * len(header)]
     for r in runs:
         lines.append(f"{r.name:<26}{r.node_hours:>10.1f}{r.cost_usd:>12,.0f}{r.billed_gpu_hours:>14.1f}"
-                     f"{r.gpu_hours:>15.1f}{_pct(r.slo_attainment):>14}{r.slo_misses:>12,.0f}"
+                     f"{r.gpu_hours:>15.1f}{_pct(r.slo_attainment):>14}{r.slo_misses:>14,.0f}"
                      f"{f'{r.objectives_met}/{len(r.deployments)}':>16}{r.ceiling_breaches:>10}")
     lines += ["", "Per Deployment (GPU-h: GPUs its pods held; $: that share at its pool's GPU price):"]
     sub = (f"{'policy':<26}{'deployment':<20}{'team':<12}{'pool':<10}{'GPU-h':>10}{'$':>10}{'SLO attained':>14}"
