@@ -19,7 +19,9 @@ The rule (``pool_headroom``), in GPUs at the node lead time ``L`` (node start-up
 * ``rise = max(0, need + error - now)``, where ``now`` is the pool's need at the current demand: how much more the
   pool may need within ``L``. The planners hold a margin above need (warm pools, a utilisation target): the pods
   hold ``held`` GPUs for ``now`` GPUs of need, so a rise of ``rise`` GPUs of need makes them ask
-  ``buffer = rise x max(1, held / max(1, now))`` GPUs more. Those GPUs must be on nodes already when they are asked for;
+  ``buffer = rise x margin`` GPUs more, ``margin = held / max(1, now)`` between 1 and ``MAX_MARGIN`` (a need near
+  zero, a scale-to-zero Deployment's minimum, would otherwise make any rise look enormous). Those GPUs must be on
+  nodes already when they are asked for;
 * idle nodes = ``ceil((buffer - free GPUs on partly used nodes) / GPUs per node)``, whole nodes, then capped by
   the pool's node limit (nodes holding pods count against it first) and by the cost ceiling as billed (the
   whole-node price against the slack the caller computed). Nodes above the answer are released: the caller lets
@@ -42,6 +44,7 @@ from typing import Literal
 __all__ = [
     "DEFAULT_MIN_RESIDUALS",
     "DEFAULT_QUANTILE",
+    "MAX_MARGIN",
     "HeadroomDecision",
     "PoolForecast",
     "PooledResiduals",
@@ -52,6 +55,7 @@ __all__ = [
 
 DEFAULT_QUANTILE = 0.95
 DEFAULT_MIN_RESIDUALS = 60  # 30 minutes of 30 s decisions before the residuals replace the prior
+MAX_MARGIN = 4.0  # GPUs held per GPU of need, at most (an HPA at 0.25 utilisation holds 4x)
 _EPS = 1e-9
 
 
@@ -130,7 +134,7 @@ def pool_headroom(f: PoolForecast) -> HeadroomDecision:
     """Whole idle nodes for one pool (module docstring: the rule, the caps)."""
     error, source = pooled_error_gpus(f.residuals, f.band_sigmas, f.quantile, f.min_residuals)
     rise = max(0.0, f.median_gpus + error - f.current_gpus)
-    margin = max(1.0, f.held_gpus / max(1.0, f.current_gpus))  # a need under one GPU counts as one
+    margin = min(MAX_MARGIN, max(1.0, f.held_gpus / max(1.0, f.current_gpus)))  # a need under one GPU counts as one
     buffer = rise * margin
     wanted = max(0, math.ceil((buffer - f.partial_free_gpus) / f.gpus_per_node - _EPS))
     idle = wanted

@@ -530,19 +530,24 @@ def _headroom_step(k: int, pname: str, pool: NodePool, spec: PoolSpec, members: 
     median = 0.0
     sigmas: list[float] = []
     actual = 0.0
+    complete = True  # every member's demand is known now (a missing bin is no evidence of the pool's error)
     for i in members:
         d = demand_cols[i][k]
+        got = _median_and_sigma(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i])
         if math.isfinite(d):
             actual += d / caps[i] * gpr[i]
-        got = _median_and_sigma(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i])
+        else:
+            complete = False
+            actual += got[0] * gpr[i] if got is not None else clusters[i].requested * gpr[i]
         if got is None:  # no forecast yet: the current demand, and no band
-            median += (d / caps[i] * gpr[i]) if math.isfinite(d) else 0.0
+            median += (d / caps[i] * gpr[i]) if math.isfinite(d) else clusters[i].requested * gpr[i]
             continue
         median += got[0] * gpr[i]
         sigmas.append(got[1] * gpr[i])
     now = k * tick
-    residuals.observe(now, actual)
-    residuals.forecast(now + lead_seconds, median)
+    if complete:
+        residuals.observe(now, actual)
+        residuals.forecast(now + lead_seconds, median)
     held = sum(clusters[i].requested * gpr[i] for i in members)
     busy = [n for n in pool.nodes if n.used > 0]
     partial = sum(spec.gpus_per_node - n.used for n in busy)

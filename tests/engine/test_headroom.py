@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.engine.headroom import (
+    MAX_MARGIN,
     PooledResiduals,
     PoolForecast,
     pool_headroom,
@@ -97,3 +98,10 @@ def test_residuals_meet_the_actual_need_when_they_are_due() -> None:
     assert r.snapshot() == (1.0,)
     r.observe(200.0, 9.0)
     assert r.snapshot() == (-3.0, 1.0)  # sorted
+
+
+def test_a_need_near_zero_does_not_inflate_the_buffer() -> None:
+    d = pool_headroom(PoolForecast("p", 8, median_gpus=2.0, residuals=(0.0,) * 100, held_gpus=80, current_gpus=0.0,
+                                   min_residuals=50, quantile=0.5))
+    assert d.buffer_gpus == 2.0 * MAX_MARGIN
+    assert d.idle_nodes == 1
