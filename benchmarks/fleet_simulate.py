@@ -50,22 +50,22 @@ PERF_DEPLOYMENTS = 20
 
 # Measured 2026-11-25 with the runs above; kept next to the code that prints it.
 READING = """Reading the fleet frontier. **Neither target is met.** Without the node buffer our fleet sits \
-below the HPA + \
-Karpenter curve: 17% fewer billed GPU-hours at its attainment and 38% fewer SLO misses at its GPU-hours, about what \
-the per-Deployment frontier shows, because every Deployment runs the same self-tuned planner as there. **The \
-forecast-sized headroom does not pay on this fleet**: it holds about one idle node on average (the rise the pool's \
-summed median may need within the 300 s node lead, at the p95 of its own residual, times the pods' margin) and \
-turns most scale-ups that waited for a node into pod-only start-ups (on the first two days: 31 node waits instead \
-of 109), but attainment does not move (99.550% with, 99.549% without), so the idle node is +17% billed GPU-hours for \
-nothing. Why: the planner's warm pools already cover the node lead. It plans a rise from the pool's free GPUs \
-(``needs_node`` is ``free_gpus < gpus_per_replica``), and in a shared pool some GPU is nearly always free, so it \
-plans with the pod lead alone with or without the buffer; its warm replicas, not the nodes, absorb the minutes a new \
-node takes. The buffer can only pay where it *replaces* per-Deployment warm replicas (the sum of individual \
-buffers that pooling beats) with whole nodes sized for the pool, which needs the planner to count a rise's GPUs \
-against the free GPUs (not one replica's) and to keep its warm pool as nodes when the pool's headroom covers it \
-(``warm_pool_as: nodes``); that is planner work, left to its owner. Per Deployment: the HPA over-serves the \
-ServeGen traces (100% at 0.3-0.6) where our policy holds 99% for less; LoRA (scale-to-zero bursts against 120 s cold \
-starts) misses its 99% under every policy, ours closest."""
+below the HPA + Karpenter curve: 17% fewer billed GPU-hours at its attainment and 38% fewer SLO misses at its \
+GPU-hours, about what the per-Deployment frontier shows, because every Deployment runs the same self-tuned planner as \
+there. **The forecast-sized headroom does not pay on this fleet**: it holds half an idle node on average (12 at the \
+most; the rise the pool's summed median may need within the 300 s node lead, at the p95 of its own residual, times \
+the pods' margin) and turns most scale-ups that waited for a node into pod-only start-ups (on the first two days: 31 \
+node waits instead of 109), but attainment does not move (99.550% with, 99.549% without), so the idle nodes are +9% \
+billed GPU-hours for nothing (9% saved and 20% fewer misses against the HPA curve, instead of 17% and 38%). Why: the \
+planner's warm pools already cover the node lead. It plans a rise from the pool's free GPUs (`needs_node` is \
+`free_gpus < gpus_per_replica`), and in a shared pool some GPU is nearly always free, so it plans with the pod lead \
+alone with or without the buffer; its warm replicas, not the nodes, absorb the minutes a new node takes. The buffer \
+can only pay where it *replaces* per-Deployment warm replicas (the sum of individual buffers that pooling beats) with \
+whole nodes sized for the pool, which needs the planner to count a rise's GPUs against the free GPUs (not one \
+replica's) and to keep its warm pool as nodes when the pool's headroom covers it (`warm_pool_as: nodes`); that is \
+planner work, left to its owner. Per Deployment: the HPA over-serves the ServeGen traces (100% at 0.3-0.6) where our \
+policy holds 99% for less; LoRA (scale-to-zero bursts against 120 s cold starts) misses its 99% under every policy, \
+ours closest. Run time: see `--perf` below the table."""
 
 
 def fleet(days: float) -> FleetConfig:
