@@ -42,65 +42,34 @@ log = logging.getLogger(LOGGER)
 
 Key = tuple[str, str]
 
-
 STARTUP_RECHECK_SECONDS = 300
-
 
 # How often the pods carrying a scale-down mark of ours are listed across the controller's namespaces (one
 # label-selected list), besides the first tick and a tick in which a Deployment with marks leaves its care: marks
 # nothing maintains any more (a restart while its Deployment was opted out, say) are cleared within this time.
 MARK_SWEEP_SECONDS = 300
-
-
 STATUS_REFRESH_SECONDS = 300
-
 
 # Share of the loop interval a tick may spend fitting forecasters. Every model falls due for its daily refit
 # in the same tick (they were all fitted in the first one): without a budget a 1,000-Deployment fleet spends
 # minutes refitting in one tick while nothing is planned; with it, refits spread over the next ticks.
 FIT_BUDGET_SHARE = 1 / 3
-
-
 MIN_FIT_BUDGET_SECONDS = 5.0  # whatever the interval, a tick makes real progress on its fits
-
-
 TRACK_EVERY_SECONDS = 300
-
-
 TRACK_LENGTH = 48  # 4 hours of forecast-vs-actual points at 5-minute spacing, for `explain`
-
-
 REFETCH_BINS = 2  # the newest bins may still change as late scrapes land: fetch them again
-
 
 # Learned capacity (capacity-per-replica auto; autoscaler.domain.learned_capacity): re-estimated this often, from
 # this much history (at most loop.history), and retried this soon after a failed read. Daily, not every tick: the
 # estimate reads five series over days and moves only as the workload's mix does.
 CAPACITY_EVERY_SECONDS = 86_400
-
-
 CAPACITY_HISTORY_SECONDS = 7 * 86_400
-
-
 CAPACITY_RETRY_SECONDS = 600
-
-
 CAPACITY_BATCH = 100  # Deployments a tick reads the evidence of (whole namespaces, until reached; _learn_capacity)
 
-
 # A Deployment whose capacity is not learned yet is still forecast (for its status and track), with a policy whose
-# capacity shapes nothing: no replica count is derived from it (the plan is a hold, _capacity_hold).
+# capacity shapes nothing: no replica count is derived from it (the plan is a hold, engine.deciding.capacity_hold).
 FORECAST_ONLY_CAPACITY = 1.0
-
-
-# Self-tuning (autoscaler.simulation.tuning): a Deployment's operating point is re-chosen this often, after each
-# refit of its model, and when its objective changes; an attempt that could not replay (too little history)
-# is retried after TUNE_RETRY_SECONDS.
-TUNE_EVERY_SECONDS = 86_400
-
-
-TUNE_RETRY_SECONDS = 3_600
-
 
 # A replay costs about 1.5 s of CPU: a tick starts replays for at most this share of the loop interval (and only in
 # what its fits left of theirs), so a fleet's daily replays spread over many ticks instead of stretching some.
@@ -233,11 +202,6 @@ def splice(old: TrafficSeries | None, new: TrafficSeries, keep_seconds: int) -> 
         merged = TrafficSeries(np.concatenate([head, new.values]), step, old.start)
     keep = max(1, keep_seconds // step)
     return merged.slice(len(merged) - keep, len(merged)) if len(merged) > keep else merged
-
-
-def fitted_since(memory: Memory, when: float) -> bool:
-    """Whether the Deployment's model was (re)fitted after ``when``: a refit re-tunes."""
-    return memory.keeper is not None and memory.keeper.fitted_at > when
 
 
 def deciding_step(decision: ScalingDecision) -> Step:

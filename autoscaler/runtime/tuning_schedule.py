@@ -9,6 +9,7 @@ fitting, and when they run is a policy of its own, separate from reading, decidi
 from __future__ import annotations
 
 import logging
+import math
 import time
 from functools import partial
 
@@ -16,16 +17,14 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
+from autoscaler.engine.retuning import tuning_due
 from autoscaler.ports import WorkloadView
 from autoscaler.runtime.state import (
     LOGGER,
-    TUNE_EVERY_SECONDS,
-    TUNE_RETRY_SECONDS,
     ControllerBase,
     Key,
     Memory,
     Replay,
-    fitted_since,
     objective,
 )
 from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
@@ -61,10 +60,8 @@ class TuningSchedule(ControllerBase):
         inputs: tuple[float, ...] = (wait, target, policy.capacity_per_replica, policy.min_replicas,
                                      policy.max_replicas)
         last = memory.tuning
-        if last is None or last.chosen is None:
-            due = now - memory.tuning_tried >= TUNE_RETRY_SECONDS
-        else:
-            due = (now - memory.tuning_tried >= TUNE_EVERY_SECONDS or fitted_since(memory, memory.tuning_tried))
+        refit_at = memory.keeper.fitted_at if memory.keeper is not None else -math.inf
+        due = tuning_due(now, memory.tuning_tried, last is not None and last.chosen is not None, refit_at)
         if due or inputs != memory.tuning_inputs:
             self._replays.append(Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs))
         if last is None or last.chosen is None or inputs != memory.tuning_inputs:

@@ -22,9 +22,11 @@ standing in for Prometheus:
   ``place_gang`` the inference GPUs to place it around: the keeper's ``gpu_points`` (the median forecast over the
   window + run), as the controller's money stage asks them, when the gang is submitted (and again if it is
   preempted);
-* with ``retune`` (the profile's ``self_tune``, on by default, as in the controller), each daily refit is
-  followed by a self-tuning replay of the history so far (``autoscaler.simulation.tuning``): the policy then
-  runs at the operating point chosen for its latency objective, exactly as the controller would;
+* with ``retune`` (the profile's ``self_tune``, on by default, as in the controller), a self-tuning replay of the
+  history so far (``autoscaler.simulation.tuning``) runs on the controller's schedule (``engine.retuning``: hourly
+  until a point can be chosen, then daily and after each refit): the policy then runs at the operating point chosen
+  for its latency objective, as the controller would (from the same decision; the controller applies it from
+  its next tick);
 * the cold-start profile is the configured pod and node start-ups. The simulated start-ups are
   exactly those, so feeding them back through ``observe`` would change nothing; the controller does
   feed real ones back.
@@ -46,6 +48,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy
 from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS, Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
+from autoscaler.engine.retuning import tuning_due
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
@@ -101,7 +104,8 @@ class PredictivePolicy:
         self.base_policy = policy
         self.retune = retune
         self.tunings: list[TuningOutcome] = []  # every self-tuning replay, in order
-        self.tuned_bin: int | None = None
+        self.tuned_at = -math.inf  # when the last self-tuning replay ran (trace time) and whether it chose a point
+        self.chose = False
         self.series = series
         self.make_model = make_model
         self.policy = policy
@@ -115,7 +119,6 @@ class PredictivePolicy:
         if decision_interval_seconds <= 0:
             raise ValueError(f"decision interval must be positive, got {decision_interval_seconds}s")
         self.decide_every = max(1, round(decision_interval_seconds / self.tick))
-        self.refit_bins = max(1, refit_seconds // step)
         self.history_bins = max(1, history_seconds // step)
         self.horizon_seconds = horizon_seconds
         self.keeper = ForecastKeeper(make_model, refit_seconds=refit_seconds, history_seconds=history_seconds)
@@ -148,7 +151,6 @@ class PredictivePolicy:
         # The newest history_seconds of bins and the one not yet settled: what the keeper fits on, and more than
         # it needs to see that the model has seen them (the controller keeps at least as much).
         history = self.series.slice(max(0, b - self.history_bins - 1), b)
-        fits = self.keeper.fits
         try:
             forecast = self.keeper.forecast(history, now, self.policy, self.cold_start, self.horizon_seconds)
         except FORECAST_ERRORS as exc:
@@ -158,9 +160,10 @@ class PredictivePolicy:
         if forecast is not None and forecast is not self.forecast:
             self.models_used[forecast.model] = self.models_used.get(forecast.model, 0) + 1
         self.forecast = forecast
-        if self.keeper.fits > fits:
+        if self.retune is not None and self.keeper.model is not None and tuning_due(
+                now, self.tuned_at, self.chose, self.keeper.fitted_at):
             policy = self.policy
-            self._retune(b)
+            self._retune(b, now)
             if self.policy is not policy:  # the chosen point may plan on other bands: forecast them now, as the
                 # controller's next tick would (the model is not refitted; only the levels asked for change)
                 try:
@@ -170,18 +173,20 @@ class PredictivePolicy:
                     self.errors.append(f"bin {b}: {exc}")
                     self.forecast = None
 
-    def _retune(self, b: int) -> None:
-        """After a refit, at most once per refit interval: replay the history so far and run the chosen point."""
-        if self.retune is None or (self.tuned_bin is not None and b - self.tuned_bin < self.refit_bins):
+    def _retune(self, b: int, now: int) -> None:
+        """Replay the history so far and run the chosen point (when ``engine.retuning.tuning_due`` says, as the
+        controller's schedule does)."""
+        if self.retune is None:
             return
+        self.tuned_at = now
         t0 = time.perf_counter()
         policy, tuning = self.retune(self.series.slice(max(0, b - self.history_bins), b), self.base_policy,
                                      self.cold_start, self.gpus_per_replica,
                                      self.tunings[-1] if self.tunings else None)
         self.timings["tune"] += time.perf_counter() - t0
+        self.chose = tuning.chosen is not None
         if tuning.chosen is None:
-            return  # too little history yet: retried at the next refit
-        self.tuned_bin = b
+            return  # too little history yet: retried an hour later (``engine.retuning``)
         self.tunings.append(tuning)
         self.policy = policy
 
