@@ -3,14 +3,16 @@
 ``python -m benchmarks.frontier`` (writes the ``frontier`` section of docs/BENCHMARKS.md; ``--traces NAME`` runs
 only matching traces and writes nothing). On every multi-day trace in ``../shared/traces`` (its first
 ``DAYS`` days), under the queue of ``autoscaler.simulation.queue`` (2 s objective, 60 s timeout, bins replayed
-as ``simulate --bin-shape auto``), replicas sized so the trace's peak needs 20, pod start-up 120 s, node
-start-up 180 s:
+as ``simulate --bin-shape auto``), replicas sized so the trace's peak needs 20, pod start-up 120 s (``--pod-startup``),
+node start-up 180 s:
 
 * the predictive curve: the default profile pinned at each operating point in ``POINTS`` (a ``warm_pool_quantile``,
   the replicas' own band at the lower of it and the profile's ``quantile``, and a ``reactive_utilisation``), the
   points self-tuning chooses from;
-* the HPA's curve: the faithful HPA on utilisation at each target in ``TARGETS``; beside it the HPA as the vLLM
-  reference deploys it (``hpa-queue@10``) and the last-value planner (``predictive-persistence``);
+* the HPA's curve: the faithful HPA on utilisation at each target in ``TARGETS``; beside it the HPAs users run on
+  vLLM's queue (``hpa-queue@10``, the GKE tutorial's; ``prodstack-queue@1`` and ``keda-queue@5``, vLLM
+  production-stack's HPA and KEDA ScaledObject; ``autoscaler/simulation/reactive.py``) and the last-value planner
+  (``predictive-persistence``);
 * the self-tuned default: the default profile as the controller runs it (``self_tune: true``), re-choosing its
   operating point after every daily refit for a 99% / 2 s objective;
 * the oracle.
@@ -21,12 +23,19 @@ predictive point's GPU-hours); (3) whether an HPA point dominates a point of the
 GPU-hours and no less attainment, one of them strictly; the curve is the points no other predictive point
 dominates, the ones self-tuning can end on) or the self-tuned run; (4) the self-tuned default's attainment
 against 99% and its GPU-hours over the oracle's.
+
+``--pod-startup 30s,60s,120s,300s`` runs the whole frontier at each pod start-up (30 s: a node with the weights
+cached; 300 s: a cold pull of a large model) and writes the ``start-up sensitivity`` section (per trace and
+start-up: the self-tuned default, the cheapest HPA target that meets the objective, GPU-hours saved at its
+attainment and misses cut at equal GPU-hours); the 120 s run also writes the ``frontier`` section. Why: the
+forecast buys time that a faster start makes cheaper, so where it pays depends on the start-up.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import pickle
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -38,7 +47,7 @@ from autoscaler.config import ForecastProfile
 from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulate
 from autoscaler.simulation.predictive import factory
 from autoscaler.simulation.tuning import operating_points, retuner
-from autoscaler.traces import load_trace
+from autoscaler.traces import load_trace, parse_duration
 from benchmarks.report import machine, require_traces, update_section
 from benchmarks.simulate import PEAK_REPLICAS, TRACES, multi_day
 from models import registry
@@ -81,7 +90,10 @@ their past, see the backtest section), and for LoRA a faster start (against 120 
 already started meet seconds). Self-tuning costs 1.4-1.8 s of CPU per replay (one day of bins, twelve points), \
 once a day per Deployment."""
 
+READING_STARTUP = """Reading the start-up sensitivity: to be measured."""
+
 DAYS = 14
+POD_STARTUP_SECONDS = 120  # the frontier section's; --pod-startup gives others
 # (warm_pool_quantile, reactive utilisation): the default profile's self-tuning candidates
 POINTS = tuple(operating_points(ForecastProfile().tune_quantiles, ForecastProfile().tune_utilisations))
 TARGETS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -106,6 +118,7 @@ class Curve:
     oracle: PolicyResult
     notes: tuple[str, ...]
     seconds: float
+    pod_startup_seconds: int = POD_STARTUP_SECONDS
 
 
 def _interp(x: float, xs: list[float], ys: list[float]) -> float:
@@ -113,7 +126,7 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
     return float(np.interp(x, np.asarray(xs)[order], np.asarray(ys)[order]))
 
 
-def run_trace(path: Path) -> Curve:
+def run_trace(path: Path, pod_startup_seconds: int = POD_STARTUP_SECONDS) -> Curve:
     t0 = time.perf_counter()
     trace = load_trace(path)
     series = prepare(trace.requests)
@@ -121,9 +134,11 @@ def run_trace(path: Path) -> Curve:
     peak = float(np.nanmax(series.values))
     base = SimulationConfig(capacity_per_replica=peak / PEAK_REPLICAS, reactive_targets=TARGETS,
                             max_replicas=4 * PEAK_REPLICAS, bin_shape="auto",
-                            policies=("reactive", "oracle", "hpa-queue", "predictive-persistence"))
+                            policies=("reactive", "oracle", "hpa-queue", "prodstack-queue", "keda-queue",
+                                      "predictive-persistence"))
     wait, share = OBJECTIVE
-    base = replace(base, queue=replace(base.queue, slo_wait_seconds=wait))
+    base = replace(base, queue=replace(base.queue, slo_wait_seconds=wait),
+                   cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
     pinned = replace(ForecastProfile(), self_tune=False)
     persistence = factory(lambda: registry.make_chain("persistence"),
                           profile=replace(pinned, model="persistence"), name="predictive-persistence")
@@ -142,11 +157,12 @@ def run_trace(path: Path) -> Curve:
     tuned_run = simulate(series, only, trace.name,
                          predictive=factory(lambda: registry.make_chain("default"), profile=profile, retune=hook))
     hpa = tuple(r for n, r in anchors.policies.items() if n.startswith("reactive@"))
-    others = tuple(r for n, r in anchors.policies.items() if n.startswith(("hpa-queue", "predictive-persistence")))
+    others = tuple(r for n, r in anchors.policies.items()
+                   if n.startswith(("hpa-queue", "prodstack-queue", "keda-queue", "predictive-persistence")))
     return Curve(trace.name, len(series) * series.step_seconds / SECONDS_PER_DAY, tuple(points), hpa, others,
                  replace(tuned_run.policies["predictive"], name="predictive (self-tuned)"),
                  anchors.policies["oracle"], tuple(n for n in tuned_run.notes if "self-tuned" in n),
-                 time.perf_counter() - t0)
+                 time.perf_counter() - t0, pod_startup_seconds)
 
 
 def saving_at(curve: Curve, target: float) -> tuple[float, float, bool] | None:
@@ -188,12 +204,16 @@ def efficient(curve: Curve) -> tuple[PolicyResult, ...]:
 
 
 def dominated(curve: Curve) -> list[str]:
-    """Points of the predictive curve (``efficient``) and the self-tuned run that some HPA point dominates."""
+    """Points of the predictive curve (``efficient``) that some HPA point dominates, and the self-tuned run if an
+    HPA point or any anchor (the queue HPAs, ``predictive-persistence``) dominates it."""
     out = []
-    for p in (*efficient(curve), curve.tuned):
+    for p in efficient(curve):
         beaten = next((h for h in curve.hpa if _beats(h, p)), None)
         if beaten is not None:
             out.append(f"{p.name} by {beaten.name}")
+    beaten = [h.name for h in (*curve.hpa, *curve.anchors) if _beats(h, curve.tuned)]
+    if beaten:
+        out.append(f"{curve.tuned.name} by {', '.join(beaten)}")
     return out
 
 
@@ -208,7 +228,8 @@ def markdown(curves: list[Curve], seconds: float) -> str:
         "",
         f"`python -m benchmarks.frontier`: the first {DAYS} days of every multi-day trace, under the queue "
         f"({share * 100:g}% of requests must start within {wait:g} s; 60 s timeout), replicas sized so the peak needs "
-        f"{PEAK_REPLICAS}, pod start-up 120 s, node start-up 180 s. Predictive curve: the default profile pinned at "
+        f"{PEAK_REPLICAS}, pod start-up {curves[0].pod_startup_seconds if curves else POD_STARTUP_SECONDS} s, node "
+        "start-up 180 s. Predictive curve: the default profile pinned at "
         f"each point self-tuning chooses from (`warm_pool_quantile` {', '.join(str(q) for q, u in POINTS if u == 1)}; "
         f"80 with the reactive floor at utilisation {', '.join(f'{u:g}' for _, u in POINTS if u < 1)}: "
         "`predictive@80/u0.85`); the HPA's curve: targets "
@@ -229,7 +250,8 @@ def markdown(curves: list[Curve], seconds: float) -> str:
                 f"{_pct(cut) if r in (*c.predictive, c.tuned) else ''} |")
             first = False
     lines += ["", "| trace | GPU-h saved at the HPA's attainment (0.6 / 0.7 / 0.8) | best misses cut at equal GPU-h "
-              "| HPA dominates | self-tuned: attained (target 99%) | self-tuned GPU-h / oracle |",
+              "| dominated by (HPA targets; the self-tuned run also by the anchors) "
+              "| self-tuned: attained (target 99%) | self-tuned GPU-h / oracle |",
               "|---|---|---|---|---|---|"]
     verdicts: list[str] = []
     for c in curves:
@@ -261,20 +283,107 @@ def markdown(curves: list[Curve], seconds: float) -> str:
     return "\n".join(lines)
 
 
+def cheapest_meeting(curve: Curve) -> PolicyResult:
+    """The HPA target a user would pick: the cheapest that meets the objective (else the one that attains most)."""
+    share = OBJECTIVE[1]
+    meeting = [r for r in curve.hpa if r.slo_attainment >= share]
+    if meeting:
+        return min(meeting, key=lambda r: r.gpu_hours)
+    return max(curve.hpa, key=lambda r: (r.slo_attainment, -r.gpu_hours))
+
+
+def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
+    """The ``start-up sensitivity`` section: per trace and pod start-up, the self-tuned default against the HPA."""
+    wait, share = OBJECTIVE
+    startups = sorted(by_startup)
+    lines = [
+        "## start-up sensitivity",
+        "",
+        f"`python -m benchmarks.frontier --pod-startup {','.join(f'{s}s' for s in startups)}`: the frontier "
+        f"section's runs (the first {DAYS} days of every multi-day trace, {share * 100:g}% of requests within "
+        f"{wait:g} s, node start-up 180 s) at each pod start-up; 30 s is a node with the weights cached, 300 s a cold "
+        "pull of a large model. *HPA*: the cheapest utilisation target that meets the objective (else the one that "
+        "attains most); *saved*: GPU-hours the predictive curve saves at that target's attainment (as in the frontier "
+        "section; \">=\" a lower bound, n/a where the curve does not reach it); *misses cut*: the best of the curve "
+        "and the self-tuned run against the HPA's curve at equal GPU-hours; *dominated*: an HPA target or anchor "
+        "with no more GPU-hours and no less attainment than the self-tuned run.",
+        "",
+        "| trace | pod start-up | self-tuned GPU-h / oracle | self-tuned attained | HPA | HPA GPU-h / oracle "
+        "| HPA attained | saved at the HPA's attainment | misses cut at equal GPU-h | self-tuned dominated by |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    traces = sorted({c.trace for curves in by_startup.values() for c in curves})
+    for trace in traces:
+        first = True
+        for startup in startups:
+            c = next((x for x in by_startup[startup] if x.trace == trace), None)
+            if c is None:
+                continue
+            hpa = cheapest_meeting(c)
+            s = saving_at(c, float(hpa.name.split("@")[1]))
+            saved = "n/a" if s is None else f"{'>= ' if s[2] else ''}{_pct(s[1])}"
+            cuts = [miss_cut(c, r) for r in (*c.predictive, c.tuned)]
+            best = max((x for x in cuts if math.isfinite(x)), default=math.nan)
+            beaten = [d.split(" by ", 1)[1] for d in dominated(c) if d.startswith(c.tuned.name)]
+            o = c.oracle.gpu_hours
+            lines.append(
+                f"| {trace if first else ''} | {startup} s | {c.tuned.gpu_hours / o:.2f}x | "
+                f"{_pct(c.tuned.slo_attainment, 3)} | {hpa.name} | {hpa.gpu_hours / o:.2f}x | "
+                f"{_pct(hpa.slo_attainment, 3)} | {saved} | {_pct(best)} | {beaten[0] if beaten else 'no'} |")
+            first = False
+    lines += ["", f"Whole run ({len(startups)} start-ups): {seconds:.0f} s. Machine: {machine()}.", "",
+              READING_STARTUP]
+    return "\n".join(lines)
+
+
+def _startups(spec: str) -> tuple[int, ...]:
+    try:
+        values = tuple(sorted({parse_duration(v.strip()) for v in spec.split(",") if v.strip()}))
+    except ValueError as exc:
+        raise SystemExit(f"--pod-startup: {exc}") from None
+    if not values or any(v <= 0 for v in values):
+        raise SystemExit("--pod-startup: give one or more durations > 0, e.g. 120s or 30s,60s,120s,300s")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--traces", default=None, help="only trace files whose name contains this")
     parser.add_argument("--jobs", type=int, default=2, help="traces simulated at once (default 2)")
+    parser.add_argument("--pod-startup", default=f"{POD_STARTUP_SECONDS}s", metavar="DURATION[,DURATION...]",
+                        help=f"pod start-up(s) to run the frontier at (default {POD_STARTUP_SECONDS}s); several write "
+                        "the start-up sensitivity section")
+    parser.add_argument("--save", type=Path, default=None, metavar="FILE.pkl", help="also keep the runs in FILE")
+    parser.add_argument("--load", type=Path, default=None, metavar="FILE.pkl",
+                        help="render runs kept by --save instead of simulating")
     args = parser.parse_args(argv)
-    require_traces(TRACES, "python -m benchmarks.frontier")
-    paths = sorted(p for p in TRACES.glob("*.csv") if multi_day(p) and (args.traces is None or args.traces in p.name))
+    startups = _startups(args.pod_startup)
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        curves = list(pool.map(run_trace, paths))
-    text = markdown(curves, time.perf_counter() - t0)
-    print(text)
-    if args.traces is None:
-        update_section("frontier", text)
+    if args.load is not None:
+        seconds, by_startup = pickle.loads(args.load.read_bytes())
+    else:
+        require_traces(TRACES, "python -m benchmarks.frontier")
+        paths = sorted(p for p in TRACES.glob("*.csv")
+                       if multi_day(p) and (args.traces is None or args.traces in p.name))
+        jobs = [(path, startup) for startup in startups for path in paths]
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            curves = list(pool.map(run_trace, [j[0] for j in jobs], [j[1] for j in jobs]))
+        seconds = time.perf_counter() - t0
+        by_startup = {s: [c for c in curves if c.pod_startup_seconds == s] for s in startups}
+        if args.save is not None:
+            args.save.write_bytes(pickle.dumps((seconds, by_startup)))
+    write = args.traces is None and args.load is None
+    for startup, curves in sorted(by_startup.items()):
+        per = seconds if len(by_startup) == 1 else sum(c.seconds for c in curves) / max(1, args.jobs)
+        text = markdown(curves, per)
+        print(text)
+        if startup == POD_STARTUP_SECONDS and (write or args.load is not None):
+            update_section("frontier", text)
+    if len(by_startup) > 1:
+        text = sensitivity(by_startup, seconds)
+        print(text)
+        if write or args.load is not None:
+            update_section("startup-sensitivity", text)
     return 0
 
 
