@@ -37,7 +37,7 @@ import argparse
 import math
 import pickle
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -126,7 +126,9 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
     return float(np.interp(x, np.asarray(xs)[order], np.asarray(ys)[order]))
 
 
-def run_trace(path: Path, pod_startup_seconds: int = POD_STARTUP_SECONDS) -> Curve:
+def run_trace(path: Path, pod_startup_seconds: int = POD_STARTUP_SECONDS, whole: bool = True) -> Curve:
+    """One trace's frontier; ``whole=False`` runs only what the start-up sensitivity needs (the self-tuned default,
+    the HPA targets and the oracle)."""
     t0 = time.perf_counter()
     trace = load_trace(path)
     series = prepare(trace.requests)
@@ -135,7 +137,7 @@ def run_trace(path: Path, pod_startup_seconds: int = POD_STARTUP_SECONDS) -> Cur
     base = SimulationConfig(capacity_per_replica=peak / PEAK_REPLICAS, reactive_targets=TARGETS,
                             max_replicas=4 * PEAK_REPLICAS, bin_shape="auto",
                             policies=("reactive", "oracle", "hpa-queue", "prodstack-queue", "keda-queue",
-                                      "predictive-persistence"))
+                                      "predictive-persistence") if whole else ("reactive", "oracle"))
     wait, share = OBJECTIVE
     base = replace(base, queue=replace(base.queue, slo_wait_seconds=wait),
                    cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
@@ -145,7 +147,7 @@ def run_trace(path: Path, pod_startup_seconds: int = POD_STARTUP_SECONDS) -> Cur
     anchors = simulate(series, base, trace.name, persistence=persistence)
     only = replace(base, policies=("predictive",))
     points = []
-    for q, u in POINTS:
+    for q, u in POINTS if whole else ():
         run = simulate(series, only, trace.name, predictive=factory(
             lambda: registry.make_chain("default"),
             profile=replace(pinned, warm_pool_quantile=q, quantile=min(pinned.quantile, q), reactive_utilisation=u)))
@@ -292,6 +294,15 @@ def cheapest_meeting(curve: Curve) -> PolicyResult:
     return max(curve.hpa, key=lambda r: (r.slo_attainment, -r.gpu_hours))
 
 
+def hpa_gpu_hours_at(curve: Curve, attainment: float) -> float:
+    """The HPA's curve (GPU-hours against attainment, interpolated between targets) at ``attainment``; nan outside
+    the targets' range."""
+    att = [r.slo_attainment for r in curve.hpa]
+    if not min(att) <= attainment <= max(att):
+        return math.nan
+    return _interp(attainment, att, [r.gpu_hours for r in curve.hpa])
+
+
 def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
     """The ``start-up sensitivity`` section: per trace and pod start-up, the self-tuned default against the HPA."""
     wait, share = OBJECTIVE
@@ -303,13 +314,13 @@ def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
         f"section's runs (the first {DAYS} days of every multi-day trace, {share * 100:g}% of requests within "
         f"{wait:g} s, node start-up 180 s) at each pod start-up; 30 s is a node with the weights cached, 300 s a cold "
         "pull of a large model. *HPA*: the cheapest utilisation target that meets the objective (else the one that "
-        "attains most); *saved*: GPU-hours the predictive curve saves at that target's attainment (as in the frontier "
-        "section; \">=\" a lower bound, n/a where the curve does not reach it); *misses cut*: the best of the curve "
-        "and the self-tuned run against the HPA's curve at equal GPU-hours; *dominated*: an HPA target or anchor "
-        "with no more GPU-hours and no less attainment than the self-tuned run.",
+        "attains most); *GPU-h saved*: by the self-tuned default against the HPA's curve interpolated at the "
+        "self-tuned attainment (n/a outside the targets' range); *misses cut*: the self-tuned default's SLO misses "
+        "against the HPA's curve interpolated at its GPU-hours; *dominated*: an HPA target (or, where the whole "
+        "frontier ran, an anchor) with no more GPU-hours and no less attainment than the self-tuned run.",
         "",
         "| trace | pod start-up | self-tuned GPU-h / oracle | self-tuned attained | HPA | HPA GPU-h / oracle "
-        "| HPA attained | saved at the HPA's attainment | misses cut at equal GPU-h | self-tuned dominated by |",
+        "| HPA attained | GPU-h saved at equal attainment | misses cut at equal GPU-h | self-tuned dominated by |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     traces = sorted({c.trace for curves in by_startup.values() for c in curves})
@@ -320,25 +331,24 @@ def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
             if c is None:
                 continue
             hpa = cheapest_meeting(c)
-            s = saving_at(c, float(hpa.name.split("@")[1]))
-            saved = "n/a" if s is None else f"{'>= ' if s[2] else ''}{_pct(s[1])}"
-            cuts = [miss_cut(c, r) for r in (*c.predictive, c.tuned)]
-            best = max((x for x in cuts if math.isfinite(x)), default=math.nan)
+            at = hpa_gpu_hours_at(c, c.tuned.slo_attainment)
+            saved = 1.0 - c.tuned.gpu_hours / at if math.isfinite(at) else math.nan
             beaten = [d.split(" by ", 1)[1] for d in dominated(c) if d.startswith(c.tuned.name)]
             o = c.oracle.gpu_hours
             lines.append(
                 f"| {trace if first else ''} | {startup} s | {c.tuned.gpu_hours / o:.2f}x | "
                 f"{_pct(c.tuned.slo_attainment, 3)} | {hpa.name} | {hpa.gpu_hours / o:.2f}x | "
-                f"{_pct(hpa.slo_attainment, 3)} | {saved} | {_pct(best)} | {beaten[0] if beaten else 'no'} |")
+                f"{_pct(hpa.slo_attainment, 3)} | {_pct(saved)} | {_pct(miss_cut(c, c.tuned))} | "
+                f"{beaten[0] if beaten else 'no'} |")
             first = False
-    lines += ["", f"Whole run ({len(startups)} start-ups): {seconds:.0f} s. Machine: {machine()}.", "",
+    lines += ["", f"Run time ({len(startups)} start-ups): {seconds:.0f} s. Machine: {machine()}.", "",
               READING_STARTUP]
     return "\n".join(lines)
 
 
 def _startups(spec: str) -> tuple[int, ...]:
     try:
-        values = tuple(sorted({parse_duration(v.strip()) for v in spec.split(",") if v.strip()}))
+        values = tuple(dict.fromkeys(parse_duration(v.strip()) for v in spec.split(",") if v.strip()))  # in order
     except ValueError as exc:
         raise SystemExit(f"--pod-startup: {exc}") from None
     if not values or any(v <= 0 for v in values):
@@ -348,41 +358,63 @@ def _startups(spec: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--traces", default=None, help="only trace files whose name contains this")
+    parser.add_argument("--traces", default=None,
+                        help="only trace files whose name contains one of these (comma-separated); writes nothing")
     parser.add_argument("--jobs", type=int, default=2, help="traces simulated at once (default 2)")
     parser.add_argument("--pod-startup", default=f"{POD_STARTUP_SECONDS}s", metavar="DURATION[,DURATION...]",
                         help=f"pod start-up(s) to run the frontier at (default {POD_STARTUP_SECONDS}s); several write "
                         "the start-up sensitivity section")
-    parser.add_argument("--save", type=Path, default=None, metavar="FILE.pkl", help="also keep the runs in FILE")
-    parser.add_argument("--load", type=Path, default=None, metavar="FILE.pkl",
-                        help="render runs kept by --save instead of simulating")
+    parser.add_argument("--tuned-only", action="store_true",
+                        help="run only the self-tuned default, the HPA targets and the oracle (what the start-up "
+                        "sensitivity needs); writes nothing")
+    parser.add_argument("--save", type=Path, default=None, metavar="FILE.pkl",
+                        help="also keep the runs in FILE (rewritten as each trace finishes)")
+    parser.add_argument("--load", type=Path, action="append", default=None, metavar="FILE.pkl",
+                        help="render runs kept by --save instead of simulating (repeatable: the runs are merged; "
+                        "writes the sections)")
     args = parser.parse_args(argv)
     startups = _startups(args.pod_startup)
     t0 = time.perf_counter()
-    if args.load is not None:
-        seconds, by_startup = pickle.loads(args.load.read_bytes())
+    by_startup: dict[int, list[Curve]] = {}
+    seconds = 0.0
+    if args.load:
+        for kept in args.load:
+            took, runs = pickle.loads(kept.read_bytes())
+            seconds += took
+            for startup, curves in runs.items():
+                by_startup.setdefault(startup, []).extend(curves)
+        by_startup = {s: c for s, c in by_startup.items() if s in startups}
     else:
         require_traces(TRACES, "python -m benchmarks.frontier")
+        wanted = None if args.traces is None else [t.strip() for t in args.traces.split(",") if t.strip()]
         paths = sorted(p for p in TRACES.glob("*.csv")
-                       if multi_day(p) and (args.traces is None or args.traces in p.name))
-        jobs = [(path, startup) for startup in startups for path in paths]
+                       if multi_day(p) and (wanted is None or any(t in p.name for t in wanted)))
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            curves = list(pool.map(run_trace, [j[0] for j in jobs], [j[1] for j in jobs]))
-        seconds = time.perf_counter() - t0
-        by_startup = {s: [c for c in curves if c.pod_startup_seconds == s] for s in startups}
-        if args.save is not None:
-            args.save.write_bytes(pickle.dumps((seconds, by_startup)))
-    write = args.traces is None and args.load is None
+            futures = [pool.submit(run_trace, path, startup, not args.tuned_only)
+                       for startup in startups for path in paths]
+            for future in as_completed(futures):
+                curve = future.result()
+                by_startup.setdefault(curve.pod_startup_seconds, []).append(curve)
+                seconds = time.perf_counter() - t0
+                print(f"done: {curve.trace} at {curve.pod_startup_seconds} s pod start-up ({curve.seconds:.0f} s)",
+                      flush=True)
+                if args.save is not None:
+                    args.save.write_bytes(pickle.dumps((seconds, by_startup)))
+        for curves in by_startup.values():
+            curves.sort(key=lambda c: c.trace)
+    write = bool(args.load) or (args.traces is None and not args.tuned_only)
     for startup, curves in sorted(by_startup.items()):
+        if not all(c.predictive for c in curves):
+            continue  # a sensitivity-only run: no frontier to show
         per = seconds if len(by_startup) == 1 else sum(c.seconds for c in curves) / max(1, args.jobs)
         text = markdown(curves, per)
         print(text)
-        if startup == POD_STARTUP_SECONDS and (write or args.load is not None):
+        if startup == POD_STARTUP_SECONDS and write:
             update_section("frontier", text)
     if len(by_startup) > 1:
         text = sensitivity(by_startup, seconds)
         print(text)
-        if write or args.load is not None:
+        if write:
             update_section("startup-sensitivity", text)
     return 0
 
