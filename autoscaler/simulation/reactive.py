@@ -41,12 +41,14 @@ The metrics, one class each:
   nothing changes, with 3 waiting the Deployment asks for three times its Ready pods (the scale-up limit then caps it),
   and with none it asks for 0, i.e. min replicas once the 300 s window has passed.
 * ``ExternalAverageHPA`` (``keda-queue@T``): KEDA's ``prometheus`` scaler with ``threshold: T`` (5 in
-  production-stack's ScaledObject) on the same sum. KEDA's default ``metricType`` is ``AverageValue`` and it
-  hands the HPA an ``External`` metric; ``GetExternalPerPodMetricReplicas``: usage ratio =
-  metric / (T * the pods that exist, starting ones included); inside the tolerance the count holds, else
-  ``desired = ceil(metric / T)``. KEDA's ``activationThreshold`` (default 0) and ``cooldownPeriod`` (default
-  300 s) only decide 0 <-> 1 replicas; with ``minReplicaCount: 1`` (as production-stack deploys it) the HPA
-  does all the scaling, and KEDA's metrics server runs the query when the HPA asks (every sync).
+  production-stack's ScaledObject) on the same sum (its tutorial queries the bare gauge, which the scaler refuses
+  once it returns one series per pod: "returned multiple elements"; the sum is what works). KEDA's default
+  ``metricType`` is ``AverageValue`` and it hands the HPA an ``External`` metric;
+  ``GetExternalPerPodMetricReplicas``: usage ratio = metric / (T * the pods that exist, starting ones included);
+  inside the tolerance the count holds, else ``desired = ceil(metric / T)``. KEDA's ``activationThreshold`` (default
+  0) and ``cooldownPeriod`` (default 300 s) only decide 0 <-> 1 replicas; with ``minReplicaCount: 1`` (as
+  production-stack deploys it) the HPA does all the scaling, and KEDA's metrics server runs the query when the HPA
+  asks (every sync).
 
 With no queue the three queue metrics are 0, and their recommendation is the minimum: they scale on backlog,
 never ahead of it.
