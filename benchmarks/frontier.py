@@ -99,7 +99,25 @@ of these series is mostly not predictable from their past, see the backtest sect
 (see the start-up sensitivity section). Self-tuning costs 1.4-1.8 s of CPU per replay (one day of bins, twelve \
 points), once a day per Deployment."""
 
-READING_STARTUP = """Reading the start-up sensitivity: to be measured."""
+READING_STARTUP = """Reading the start-up sensitivity (measured 2026-11-25 on all four traces; the 120 s rows are \
+the frontier section's run, the others ran with `--tuned-only`, which runs the same self-tuned, HPA and oracle \
+simulations; each ratio is against the oracle at the same start-up, which itself pays more at a slower start). **No \
+HPA target dominates the self-tuned default at any start-up on any trace.** The forecast pays on the diurnal web \
+trace, and more the slower the start: on NASA the self-tuned default stays at 1.48-1.53x the oracle (99.5-99.8% \
+attained) while the cheapest HPA target that meets 99% drops from 0.7 at 30 s (1.60x) to 0.5 at 300 s (1.85x), so \
+the GPU-hours saved at equal attainment grow from 6% (30 s) through 17% (60 s) and 29% (120 s) to at least 51% (300 \
+s, where only the HPA at 0.3 attains as much), and the misses cut at equal GPU-hours from 43% to 90%: a daily cycle \
+is forecastable a start-up ahead, and the longer the start-up the more headroom a reactive target must carry to \
+cover it. On ServeGen (LLM serving without a daily cycle) the forecast's edge is 0-7% of GPU-hours at every \
+start-up (20-47% of misses cut): the 20-minute changes of these series are not predictable from their past, the \
+tuner's choices mix the lowest bands with HPA-like margins started early, and its cost rises with the start-up as \
+the HPA's does (at 120 s it runs 3-4% dearer than the HPA at 0.8 and attains more). There only faster starts pay: \
+30 s instead of 300 s saves 14% of the self-tuned default's GPU-hours and 12% of the HPA's on both ServeGen traces, \
+more than the forecast saves at any start-up. On the Alibaba LoRA trace (bursts from near zero) no HPA target \
+reaches 99% at any start-up (the HPA at 0.3: 98.0% at 30 s, 91.9% at 300 s) and the self-tuned default only at 30 s \
+(99.14% at 3.00x; 97.9% at 300 s); it cuts 65-78% of the HPA's misses at equal GPU-hours and attains more than \
+every target for at least 9% fewer GPU-hours, but meeting the objective there takes replicas that start in seconds: \
+cached weights, not a better forecast."""
 
 DAYS = 14
 POD_STARTUP_SECONDS = 120  # the frontier section's; --pod-startup gives others
@@ -324,7 +342,8 @@ def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
         f"{wait:g} s, node start-up 180 s) at each pod start-up; 30 s is a node with the weights cached, 300 s a cold "
         "pull of a large model. *HPA*: the cheapest utilisation target that meets the objective (else the one that "
         "attains most); *GPU-h saved*: by the self-tuned default against the HPA's curve interpolated at the "
-        "self-tuned attainment (n/a outside the targets' range); *misses cut*: the self-tuned default's SLO misses "
+        "self-tuned attainment (\">=\" where it attains more than every target: against the one that attains most; "
+        "n/a where it attains less than every target); *misses cut*: the self-tuned default's SLO misses "
         "against the HPA's curve interpolated at its GPU-hours; *dominated*: an HPA target (or, where the whole "
         "frontier ran, an anchor) with no more GPU-hours and no less attainment than the self-tuned run.",
         "",
@@ -341,13 +360,19 @@ def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
                 continue
             hpa = cheapest_meeting(c)
             at = hpa_gpu_hours_at(c, c.tuned.slo_attainment)
-            saved = 1.0 - c.tuned.gpu_hours / at if math.isfinite(at) else math.nan
+            top = max(c.hpa, key=lambda r: (r.slo_attainment, -r.gpu_hours))
+            if math.isfinite(at):
+                saved = _pct(1.0 - c.tuned.gpu_hours / at)
+            elif c.tuned.slo_attainment > top.slo_attainment:  # above every target: against the one that attains most
+                saved = f">= {_pct(1.0 - c.tuned.gpu_hours / top.gpu_hours)}"
+            else:
+                saved = "n/a"
             beaten = [d.split(" by ", 1)[1] for d in dominated(c) if d.startswith(c.tuned.name)]
             o = c.oracle.gpu_hours
             lines.append(
                 f"| {trace if first else ''} | {startup} s | {c.tuned.gpu_hours / o:.2f}x | "
                 f"{_pct(c.tuned.slo_attainment, 3)} | {hpa.name} | {hpa.gpu_hours / o:.2f}x | "
-                f"{_pct(hpa.slo_attainment, 3)} | {_pct(saved)} | {_pct(miss_cut(c, c.tuned))} | "
+                f"{_pct(hpa.slo_attainment, 3)} | {saved} | {_pct(miss_cut(c, c.tuned))} | "
                 f"{beaten[0] if beaten else 'no'} |")
             first = False
     lines += ["", f"Run time ({len(startups)} start-ups): {seconds:.0f} s. Machine: {machine()}.", "",
