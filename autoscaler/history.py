@@ -50,7 +50,8 @@ from autoscaler.adapters.prometheus import (
     PrometheusUnavailable,
 )
 from autoscaler.cli import duration_flag
-from autoscaler.config import Config, ConfigError, PrometheusConfig, load_config
+from autoscaler.config.parser import load_config
+from autoscaler.config.schema import Config, ConfigError, PrometheusConfig
 from autoscaler.domain.learned_capacity import CapacityInputs
 from autoscaler.errors import UserError
 from autoscaler.progress import progress_for

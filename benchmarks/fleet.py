@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler.config import Config, load_config
+from autoscaler.config.parser import load_config
+from autoscaler.config.schema import Config
 from autoscaler.history import FLEET_POINTS_PER_REQUEST
 from autoscaler.runtime.loop import Controller, TickReport
 from benchmarks.fleet_fakes import STEP, TRACES_DIR, RecordingCluster, SyntheticFleet, SyntheticSource
@@ -70,7 +71,8 @@ COLD_NOW = T0 + 15  # 15 s into a minute: ticks 30 s apart alternate between cro
 STEADY_TICKS = 10
 DAY = 86_400
 PAGE = 4096
-# The controller's phase methods, timed per call on the instance (names as in autoscaler/runtime/loop.py).
+# The controller's phase methods, timed per call on the instance (names as in autoscaler/runtime/: loop, reads, apply,
+# export).
 PHASE_METHODS = (
     "_parse", "_report_problems", "_fetch", "_report_outage", "_plan", "_conclude",
     "_forecast", "_startups", "_apply", "_export",

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoscaler.config import ForecastProfile
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulate
 from autoscaler.simulation.predictive import factory
 from autoscaler.simulation.tuning import operating_points, retuner

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.config import ForecastProfile
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.simulation.engine import (
     POLICY_NAMES,
     PolicyResult,

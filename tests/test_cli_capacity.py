@@ -18,7 +18,7 @@ import pytest
 
 from autoscaler import history
 from autoscaler.cli import main
-from autoscaler.config import PrometheusConfig
+from autoscaler.config.schema import PrometheusConfig
 from autoscaler.domain.learned_capacity import estimate_capacity
 from tests.servers import PrometheusServer, free_port
 from tests.synthetic_vllm import (

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from autoscaler.cli import main
-from autoscaler.commands.explain import render
+from autoscaler.commands.explain import render as render_status
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, STATUS_ANNOTATION
-from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
+from autoscaler.domain.status import STATUS_DATA_KEY, DeploymentStatus, status_object_name
 from tests.kube.conftest import stored_status
 from tests.kube.fake_rbac import ADMIN
 from tests.kube.fakeapi import ADMIN_TOKEN, CONTROLLER_TOKEN, FakeKubeAPI
@@ -97,6 +97,12 @@ def test_render_tolerates_a_status_from_another_version() -> None:
     assert "forecast vs actual (req/s, UTC):" not in lines
 
 
+
+def render(namespace: str, name: str, status: dict[str, Any], problems: list[str]) -> list[str]:
+    """``explain``'s lines for a published status as the JSON holds it (read as explain reads it)."""
+    return render_status(namespace, name, DeploymentStatus.from_dict(status), problems)
+
+
 @pytest.fixture
 def kubeconfig(tmp_path: Path, fleet: FakeKubeAPI) -> str:
     """A person's kubeconfig (explain is not run as the controller): the admin, who reads Deployments and ConfigMaps
@@ -104,6 +110,7 @@ def kubeconfig(tmp_path: Path, fleet: FakeKubeAPI) -> str:
     path = runtime.write_kubeconfig(tmp_path / "kubeconfig", fleet.url)
     path.write_text(path.read_text().replace(CONTROLLER_TOKEN, ADMIN_TOKEN), encoding="utf-8")
     return str(path)
+
 
 
 @pytest.fixture

@@ -613,7 +613,8 @@ def _cluster(trace: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> di
 
 
 def test_the_built_in_assumptions_are_the_packaged_configs(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from autoscaler.config import DEFAULT_CONFIG_PATH, load_config
+    from autoscaler.config.parser import load_config
+    from autoscaler.config.schema import DEFAULT_CONFIG_PATH
 
     packaged = load_config(DEFAULT_CONFIG_PATH)
     built_in = _cluster(trace, capsys)

@@ -12,22 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler import promql
-from autoscaler.config import (
+from autoscaler.config.parser import MAX_YAML_NODES, check_promql_template, load_config, parse_config, parse_config_text
+from autoscaler.config.schema import (
     CONFIGMAP_KEY,
     DEFAULT_CONFIG_PATH,
     ERROR_CHARS,
-    MAX_YAML_NODES,
     MODEL_NAMES,
     Config,
     ConfigError,
-    ConfigStore,
     ForecastProfile,
-    check_promql_template,
     format_duration,
-    load_config,
-    parse_config,
-    parse_config_text,
 )
+from autoscaler.config.store import ConfigStore
 from autoscaler.errors import UserError
 from autoscaler.traces import parse_duration
 
@@ -552,7 +548,7 @@ def test_pricing_and_ceiling_errors_name_their_key_path(text: str, expected: str
 
 
 def test_alerts_and_karpenter_sections_parse_and_default() -> None:
-    from autoscaler.config import AlertsConfig, KarpenterConfig
+    from autoscaler.config.schema import AlertsConfig, KarpenterConfig
 
     assert Config().alerts == AlertsConfig(alertmanager_url=None, cluster="default", expire_after_seconds=120)
     assert Config().karpenter == KarpenterConfig(enabled=True, headroom="auto", namespace="predictive-autoscaler")
@@ -566,7 +562,7 @@ def test_alerts_and_karpenter_sections_parse_and_default() -> None:
 
 
 def test_alerts_tls_and_credentials_parse_and_round_trip() -> None:
-    from autoscaler.config import BasicAuthConfig
+    from autoscaler.config.schema import BasicAuthConfig
 
     assert (Config().alerts.bearer_token_file, Config().alerts.ca_file) == (None, None)
     assert (Config().alerts.basic_auth, Config().alerts.timeout_seconds) == (None, None)

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from autoscaler.config import CONFIGMAP_KEY, DEFAULT_CONFIG_PATH, load_config, parse_config_text
+from autoscaler.config.parser import load_config, parse_config_text
+from autoscaler.config.schema import CONFIGMAP_KEY, DEFAULT_CONFIG_PATH
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from autoscaler.config import ForecastProfile, LoopConfig, load_config
+from autoscaler.config.parser import load_config
+from autoscaler.config.schema import ForecastProfile, LoopConfig
 from autoscaler.runtime.loop import Controller
 from benchmarks.fleet import PhaseClock, SizeResult, instrument, phases, summarise
 from benchmarks.fleet_fakes import STEP, RecordingCluster, SyntheticFleet, SyntheticSource

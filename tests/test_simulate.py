@@ -238,11 +238,14 @@ def test_reactive_floor_answers_an_unforeseeable_spike() -> None:
     result = simulate(_series(values), _config(("predictive",), gpus_per_node=64), predictive=_predictive())
     pred = result.policies["predictive"]
     k0 = 300 * 4
-    # the planner decides every 30 s (2 ticks): within one decision the reactive floor asks for 9
-    assert pred.requested[k0 - 1] < 9
-    assert max(pred.requested[k0 : k0 + 2]) >= 9
+    per_bin = STEP // TICK
+    # the controller sees the spike when its first bin has ended (Prometheus cannot answer the bin in progress),
+    # and the planner decides every 30 s (2 ticks): within one decision after that, the reactive floor asks for 9
+    assert pred.requested[k0 + per_bin - 1] < 9
+    assert max(pred.requested[k0 + per_bin : k0 + per_bin + 2]) >= 9
     # and they are Ready one pod start-up later, still inside the spike
-    assert pred.ready[k0 + 2 + POD // TICK] >= 9
+    assert pred.ready[k0 + per_bin + 2 + POD // TICK] >= 9
+    assert k0 + per_bin + 2 + POD // TICK < k0 + 5 * per_bin
 
 
 # -- zeros and missing data ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.config import ForecastProfile
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.tuning import (

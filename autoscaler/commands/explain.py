@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from autoscaler.adapters.kube import KubeError, api_client_from_config
 from autoscaler.cli import add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
-from autoscaler.domain.status import STATUS_DATA_KEY, first_sight, status_object_name
+from autoscaler.domain.status import STATUS_DATA_KEY, DeploymentStatus, first_sight, status_object_name
 from autoscaler.errors import UserError
 from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE
 
@@ -62,22 +62,21 @@ def _num(x: Any) -> str:
     return f"{x:8.2f}" if isinstance(x, int | float) else "       -"
 
 
-def render(namespace: str, name: str, status: dict[str, Any], problems: list[str]) -> list[str]:
+def render(namespace: str, name: str, status: DeploymentStatus, problems: list[str]) -> list[str]:
     """The explanation as lines of text (pure: tested without a cluster)."""
-    lines = [f"{namespace}/{name}  mode={status.get('mode')}  as of {status.get('time', '?')}"]
-    tokens = status.get("demandUnit") == "tokens"
+    lines = [f"{namespace}/{name}  mode={status.mode}  as of {status.time or '?'}"]
+    tokens = status.demand_unit == "tokens"
     unit = "tokens/s" if tokens else "req/s"
     if tokens:
-        raw = status.get("tokenWeights")
-        w: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        w = status.token_weights or {}
         lines.append(f"demand in tokens/s: prompt tokens x {w.get('input', '?')} + generated tokens x "
                      f"{w.get('output', '?')} (demand-unit: tokens)")
     lines.append(
-        f"replicas: desired {status.get('desiredReplicas')}, current {status.get('currentReplicas')}, "
-        f"ready {status.get('readyReplicas')}; lead time {status.get('leadSeconds')}s; warm pool "
-        f"{(status.get('warmPool') or {}).get('replicas')} ({(status.get('warmPool') or {}).get('as')})"
+        f"replicas: desired {status.desired_replicas}, current {status.current_replicas}, "
+        f"ready {status.ready_replicas}; lead time {status.lead_seconds}s; warm pool "
+        f"{status.warm_pool_replicas} ({status.warm_pool_as})"
     )
-    fc = status.get("forecast")
+    fc = status.forecast
     if fc:
         bands = ", ".join(f"{k} {v}" for k, v in (fc.get("bands") or {}).items())
         fallback = f" (fell back: {'; '.join(fc['fallbacks'])})" if fc.get("fallbacks") else ""
@@ -87,15 +86,15 @@ def render(namespace: str, name: str, status: dict[str, Any], problems: list[str
         )
     else:
         lines.append("forecast: none (metrics missing: replicas are held, never scaled down blindly)")
-    lines.extend(_capacity_lines(status.get("capacity"), unit))
+    lines.extend(_capacity_lines(status.capacity, unit))
     lines.append("why:")
-    for i, step in enumerate(status.get("steps") or [], 1):
-        lines.append(f"  {i}. {step.get('name')!s:<22} -> {step.get('replicas')!s:>4}  {step.get('detail')}")
-    lines.extend(_tuning_lines(status.get("tuning")))
-    lines.extend(_scale_down_lines(status.get("scaleDown")))
+    for i, step in enumerate(status.steps, 1):
+        lines.append(f"  {i}. {step.name!s:<22} -> {step.replicas!s:>4}  {step.detail}")
+    lines.extend(_tuning_lines(status.tuning))
+    lines.extend(_scale_down_lines(status.scale_down))
     for p in problems:
         lines.append(f"problem: {p}")
-    track = [e for e in status.get("track") or [] if isinstance(e, dict) and isinstance(e.get("t"), int | float)]
+    track = [e for e in status.track if isinstance(e.get("t"), int | float)]
     if track:
         lines.append(f"forecast vs actual ({unit}, UTC):")
         lines.append("   time    actual  forecast     upper")
@@ -260,7 +259,11 @@ def explain(
                 *(f"problem: {p}" for p in problems)]
     if as_json:
         return [json.dumps(status, indent=2)]
-    return render(namespace, name, status, problems)
+    try:
+        typed = DeploymentStatus.from_dict(status)
+    except ValueError as exc:
+        raise UserError(f"{namespace}/{name}: the published status cannot be read ({exc})") from None
+    return render(namespace, name, typed, problems)
 
 
 def parse_target(target: str) -> tuple[str, str]:

@@ -36,14 +36,8 @@ from autoscaler.adapters.alertmanager import DEFAULT_TIMEOUT_SECONDS, Alertmanag
 from autoscaler.adapters.karpenter import KarpenterCapacity
 from autoscaler.adapters.kube import KubeCluster, KubeError, api_client_from_config
 from autoscaler.adapters.training import TrainingReader
-from autoscaler.config import (
-    DEFAULT_CONFIG_PATH,
-    AlertsConfig,
-    Config,
-    ConfigError,
-    ConfigStore,
-    KarpenterConfig,
-)
+from autoscaler.config.schema import DEFAULT_CONFIG_PATH, AlertsConfig, Config, ConfigError, KarpenterConfig
+from autoscaler.config.store import ConfigStore
 from autoscaler.errors import UserError
 from autoscaler.history import prometheus_source
 from autoscaler.runtime.clock import SystemClock, utc

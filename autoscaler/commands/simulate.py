@@ -82,7 +82,8 @@ import numpy as np
 import yaml
 
 from autoscaler.cli import add_demand_arguments, demand_flags, duration_flag, plot_flag, warn
-from autoscaler.config import Config, ConfigError, ForecastProfile, format_duration, load_config, parse_config
+from autoscaler.config.parser import load_config, parse_config
+from autoscaler.config.schema import Config, ConfigError, ForecastProfile, format_duration
 from autoscaler.domain.demand import DemandUnit, unit_label
 from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus

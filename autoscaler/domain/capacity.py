@@ -92,11 +92,14 @@ def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seco
     lo = now + lead_seconds
     hi = lo + window_seconds
     step = forecast.step_seconds
-    starts = forecast.timestamps().astype(np.float64)
-    ends = starts + step
-    overlap = np.flatnonzero((starts <= hi) & (ends > lo)).astype(np.int64)
-    span = min(forecast.horizon, int(window_seconds // step) + 1)
-    forecast_end = float(ends[-1])
+    horizon = forecast.horizon
+    # bin i covers [start + i*step, start + (i+1)*step): it overlaps the window when it starts at or before hi and
+    # ends after lo (arithmetic on the regular grid; the planner asks this on every decision)
+    first = max(0, math.floor((lo - forecast.start) / step))
+    last = min(horizon - 1, math.floor((hi - forecast.start) / step))
+    overlap = np.arange(first, last + 1, dtype=np.int64) if first <= last else np.empty(0, dtype=np.int64)
+    span = min(horizon, int(window_seconds // step) + 1)
+    forecast_end = float(forecast.start + horizon * step)
     if overlap.size == 0 and forecast_end <= lo:
         idx = np.arange(forecast.horizon - span, forecast.horizon, dtype=np.int64)
         note = (
@@ -107,15 +110,15 @@ def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seco
     if overlap.size == 0:
         idx = np.arange(0, span, dtype=np.int64)
         note = (
-            f"forecast starts at {_rel(float(starts[0]), now)}, after the window "
+            f"forecast starts at {_rel(float(forecast.start), now)}, after the window "
             f"[{_rel(lo, now)}, {_rel(hi, now)}]: used its first {span} step(s)"
         )
         return WindowSelection(idx, lo, hi, note)
     notes = []
     if forecast_end <= hi:
         notes.append(f"forecast ends at {_rel(forecast_end, now)}, short of the window end {_rel(hi, now)}")
-    if starts[0] > lo:
-        notes.append(f"forecast starts at {_rel(float(starts[0]), now)}, after the window start {_rel(lo, now)}")
+    if forecast.start > lo:
+        notes.append(f"forecast starts at {_rel(float(forecast.start), now)}, after the window start {_rel(lo, now)}")
     note = "; ".join(notes) + ": used the covered part" if notes else ""
     return WindowSelection(overlap, lo, hi, note)
 

@@ -55,10 +55,11 @@ def utc(ts: float) -> datetime:
 
 @dataclass(frozen=True)
 class PlannedWorkload:
-    """One Deployment's plan as the money stage needs it (built by the loop after ``plan_replicas``).
+    """One Deployment's plan as the money stage needs it (built by the loop from ``engine.deciding.decide``).
 
     ``ahead_replicas``: the replicas the plan needs by ``now + node start-up + lead`` (``ahead_replicas()``),
-    what headroom is asked for; ``unschedulable``: its pods Pending unschedulable right now.
+    what headroom is asked for; ``unschedulable``: its pods Pending unschedulable for longer than a node start-up
+    (no node is coming for them; younger ones wait for the node being provisioned).
     """
 
     view: WorkloadView

@@ -43,9 +43,6 @@ from autoscaler.domain.capacity import (
     forecast_need,
     lead_gap_need,
     reactive_floor,
-    replicas_for,
-    required_horizon_seconds,
-    required_horizon_steps,
     surprise_floor,
 )
 from autoscaler.domain.coldstart import ColdStartProfile
@@ -53,8 +50,7 @@ from autoscaler.domain.stabilize import limit_step, stabilize, update_history
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from models.types import Forecast
 
-# replicas_for and the horizon helpers are re-exported for the simulator, benchmarks and the controller.
-__all__ = ["explain_lines", "plan_replicas", "replicas_for", "required_horizon_seconds", "required_horizon_steps"]
+__all__ = ["explain_lines", "plan_replicas"]
 
 
 def _usable_forecast(forecast: Forecast | None, policy: ScalingPolicy) -> str | None:

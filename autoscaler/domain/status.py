@@ -141,3 +141,162 @@ def first_sight(uid: str, annotation: str | None, stored: str | None, stored_own
 def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     ta, tb = _time(a), _time(b)
     return ta is not None and (tb is None or ta > tb)
+
+
+# ---------------------------------------------------------------------------------------------- the status itself
+
+
+def _opt_map(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{key} is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} is {value!r}, not a whole number")
+    return value
+
+
+def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} is {value!r}, not a number")
+    return float(value)
+
+
+def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is {value!r}, not a string")
+    return value
+
+
+def _list_of_maps(data: Mapping[str, Any], key: str) -> tuple[Mapping[str, Any], ...]:
+    """The objects of a list (entries of another kind, as another version may write, are left out)."""
+    value = data.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError(f"{key} is a JSON {type(value).__name__}, not a list")
+    return tuple(v for v in value if isinstance(v, Mapping))
+
+
+@dataclass(frozen=True)
+class StatusStep:
+    """One rule of the decision as published: its name, the count after it, and why."""
+
+    name: str | None
+    replicas: int | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class DeploymentStatus:
+    """What the controller publishes for a Deployment each time its decision changes (and every few minutes): the
+    one type ``apply`` writes and both ``explain`` and a restarted controller read (``from_dict``).
+
+    The parts a person reads as a whole and that have their own writers (the forecast summary, the capacity and
+    its evidence, the self-tuning state, the last scale-down, the forecast track) stay JSON objects here; the
+    self-tuning state is typed where it is resumed (``autoscaler.simulation.tuning.Tuning.from_dict``).
+
+    ``from_dict`` accepts what older versions published (a key they did not write is absent: its default; a step or
+    track entry of another shape is shown as far as it can be) and raises ``ValueError`` naming the first key of the
+    wrong type.
+    """
+
+    mode: str | None
+    desired_replicas: int | None
+    current_replicas: int | None
+    ready_replicas: int | None
+    lead_seconds: float | None
+    warm_pool_replicas: int | None
+    warm_pool_as: str | None
+    steps: tuple[StatusStep, ...] = ()
+    forecast: Mapping[str, Any] | None = None
+    demand_source: str | None = None  # "full", or the fallback and why (None: the query does not say)
+    demand_degraded: bool = False
+    demand_unit: str = "requests"  # what demand, forecast, track and capacity are counted in (or "tokens")
+    token_weights: Mapping[str, Any] | None = None
+    track: tuple[Mapping[str, Any], ...] = ()
+    capacity: Mapping[str, Any] | None = None
+    tuning: Mapping[str, Any] | None = None
+    scale_down: Mapping[str, Any] | None = None
+    time: str | None = None  # when it was written (ISO 8601, UTC)
+
+    def decided(self) -> dict[str, Any]:
+        """The part that changes only when the decision does (counts, mode, warm pool, which rules set which count,
+        demand source, tuning, capacity, the last scale-down): written on change, the rest (the forecast's numbers
+        move every bin) only every few minutes."""
+        out = self.to_dict()
+        for key in ("leadSeconds", "forecast", "demandDegraded", "steps", "track", "time"):
+            out.pop(key, None)
+        out["trail"] = [(s.name, s.replicas) for s in self.steps]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The published JSON (the keys ``explain`` and the dashboard read)."""
+        out: dict[str, Any] = {
+            "mode": self.mode,
+            "desiredReplicas": self.desired_replicas,
+            "currentReplicas": self.current_replicas,
+            "readyReplicas": self.ready_replicas,
+            "leadSeconds": self.lead_seconds,
+            "warmPool": {"replicas": self.warm_pool_replicas, "as": self.warm_pool_as},
+            "forecast": None if self.forecast is None else dict(self.forecast),
+            "demandSource": self.demand_source,
+            "demandDegraded": self.demand_degraded,
+            "demandUnit": self.demand_unit,
+            "tokenWeights": None if self.token_weights is None else dict(self.token_weights),
+            "steps": [{"name": s.name, "replicas": s.replicas, "detail": s.detail} for s in self.steps],
+            "track": [dict(e) for e in self.track],
+            "capacity": None if self.capacity is None else dict(self.capacity),
+            "tuning": None if self.tuning is None else dict(self.tuning),
+            "scaleDown": None if self.scale_down is None else dict(self.scale_down),
+        }
+        if self.time is not None:
+            out["time"] = self.time
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeploymentStatus:
+        warm = _opt_map(data, "warmPool") or {}
+        steps = []
+        for raw in _list_of_maps(data, "steps"):
+            name, detail, replicas = raw.get("name"), raw.get("detail"), raw.get("replicas")
+            steps.append(StatusStep(name if isinstance(name, str) else None,
+                                    replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None,
+                                    detail if isinstance(detail, str) else ""))
+        degraded = data.get("demandDegraded", False)
+        if not isinstance(degraded, bool):
+            raise ValueError(f"demandDegraded is {degraded!r}, not true or false")
+        return cls(
+            mode=_opt_str(data, "mode"),
+            desired_replicas=_opt_int(data, "desiredReplicas"),
+            current_replicas=_opt_int(data, "currentReplicas"),
+            ready_replicas=_opt_int(data, "readyReplicas"),
+            lead_seconds=_opt_float(data, "leadSeconds"),
+            warm_pool_replicas=_opt_int(warm, "replicas"),
+            warm_pool_as=_opt_str(warm, "as"),
+            steps=tuple(steps),
+            forecast=_opt_map(data, "forecast"),
+            demand_source=_opt_str(data, "demandSource"),
+            demand_degraded=degraded,
+            demand_unit=_opt_str(data, "demandUnit") or "requests",
+            token_weights=_opt_map(data, "tokenWeights"),
+            track=_list_of_maps(data, "track"),
+            capacity=_opt_map(data, "capacity"),
+            tuning=_opt_map(data, "tuning"),
+            scale_down=_opt_map(data, "scaleDown"),
+            time=_opt_str(data, "time"),
+        )

@@ -21,9 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from autoscaler.domain.coldstart import ColdStartProfile
-
-__all__ = ["ColdStartProfile", "ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState"]
+__all__ = ["ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState"]
 
 WarmPoolAs = Literal["replicas", "nodes"]
 

@@ -3,10 +3,18 @@
 Why it exists: every number ``simulate`` publishes (the frontier, the self-tuning choice, GPU-hours against
 the HPA) is read as a statement about the controller. It is one only if the simulator runs the controller's
 own decision code, not a second program that re-composes the same domain pieces its own way. So whatever
-the controller decides on its own (when to refit a forecaster, which bins it has absorbed, how far ahead it
-forecasts) lives here, once: ``autoscaler.runtime`` feeds it from Prometheus and the Kubernetes API on the
-wall clock, ``autoscaler.simulation`` feeds it from a trace on trace time, and a test replays one trace
-through both and requires the same forecasts at every tick.
+the controller decides on its own lives here, once:
+
+- ``forecasting``: one Deployment's forecaster and its cadence (when it is refit, which bins it has absorbed,
+  how far ahead it forecasts) and the GPUs ahead a training gang is placed around;
+- ``deciding``: one Deployment's decision at one tick from what the tick observed (the demand of the newest
+  ended bin, the pods waiting for a node), with the holds (capacity not learned, no node coming) and the
+  replicas one node start-up ahead.
+
+``autoscaler.runtime`` feeds it from Prometheus and the Kubernetes API on the wall clock,
+``autoscaler.simulation`` feeds it from a trace and a simulated cluster on trace time, and a test
+(``tests/engine/test_sameness.py``) replays one trace through both and requires the same forecast and the same
+decision at every tick.
 
 Pure, like ``autoscaler.domain``: no I/O and no clock reads. Time is passed in, so the same call means the
 same thing in a tick of ``run`` and in a tick of ``simulate``.

@@ -19,6 +19,8 @@ The rules, given ``history``, the bins that have *ended* by ``now`` (oldest firs
   whole first day by a model of its first minutes (the chain falls back to a model the short history supports,
   and re-chooses as the history grows); these fits are of short series, cheap, and under the caller's fit
   budget like any other. In between, each newly settled bin is absorbed with ``update``;
+* a training gang is placed around the median forecast of the model as it is (``gpu_points``), from the same
+  state in both drivers;
 * a forecast reaches the planner's horizon (lead time + look-ahead, ``required_horizon_steps``) plus one node
   start-up (the money stage orders nodes that much further ahead), and at least the profile's horizon (what
   the status and the metrics report), whichever is longer.
@@ -35,8 +37,9 @@ from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
+from autoscaler.domain.capacity import required_horizon_steps
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.planner import required_horizon_steps
+from autoscaler.domain.gangs import MAX_PLACEMENT_SECONDS, replica_gpu_points
 from autoscaler.domain.types import ScalingPolicy
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
@@ -174,6 +177,25 @@ class ForecastKeeper:
         self.last = self.predict(forecast_steps(policy, cold, history.step_seconds, horizon_seconds),
                                  forecast_levels(policy))
         return self.last
+
+    def gpu_points(self, start: int, end: int, step_seconds: int, *, capacity_per_replica: float, min_replicas: int,
+                   max_replicas: int, gpus_per_replica: int) -> list[tuple[int, float]]:
+        """The GPUs the Deployment's replicas hold from ``start`` to ``end`` (at least one bin, at most
+        ``MAX_PLACEMENT_SECONDS``), from the *median* forecast of the model as it is (never refitted for this), as
+        ``(time, GPUs)`` change points: what a training gang is placed around. Why the median and not the planning
+        band: the upper band widens with the lead time, so over a day it rates the earliest start best whatever
+        the day looks like; the median finds the trough, and the ceiling, enforced every tick, still protects
+        inference if it is wrong. Raises ValueError without a model; a forecaster's own error propagates."""
+        model = self.model
+        if model is None:
+            raise ValueError("no fitted model to forecast with")
+        span = min(max(end, start + step_seconds), start + MAX_PLACEMENT_SECONDS) - self.seen_until
+        forecast = model.predict(max(1, math.ceil(span / step_seconds) + 1), [50])
+        band = forecast.quantiles.get(50, forecast.mean)
+        return replica_gpu_points(
+            forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=capacity_per_replica,
+            min_replicas=min_replicas, max_replicas=max_replicas, gpus_per_replica=gpus_per_replica,
+        )
 
     def _bump(self) -> None:
         self._version += 1

@@ -142,7 +142,8 @@ class ControllerMetrics:
         )
         self.gpus_unavailable = Gauge(
             "predictive_autoscaler_gpus_unavailable",
-            "GPUs the workload's replicas are waiting for (unschedulable pods x GPUs per replica).",
+            "GPUs the workload's replicas are waiting for (pods Pending unschedulable for longer than a node start-up "
+            "x GPUs per replica).",
             WORKLOAD,
             registry=r,
         )

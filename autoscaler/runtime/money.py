@@ -78,9 +78,10 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
-from autoscaler.config import Config, HeadroomSetting
+from autoscaler.config.schema import Config, HeadroomSetting
 from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, WorkloadAsk, enforce_ceilings
 from autoscaler.domain.gangs import (
     ACTIVATED_ANNOTATION,
@@ -98,15 +99,11 @@ from autoscaler.domain.gangs import (
 )
 from autoscaler.domain.kueue import KueueQueues, parse_queues
 from autoscaler.domain.money import (
-    CUTTING_INFERENCE,
-    GPUS_UNAVAILABLE,
-    PROJECTED_BREACH,
     GangHeadroom,
     GangPlacement,
     HeadroomKind,
     HeadroomWant,
     PlannedWorkload,
-    ahead_replicas,
     alerts_for,
     asked_by_scope,
     breaches,
@@ -138,27 +135,7 @@ from autoscaler.ports import (
 )
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
-
-__all__ = [  # the decisions live in autoscaler.domain.money; re-exported for the loop and older imports
-    "CUTTING_INFERENCE",
-    "GPUS_UNAVAILABLE",
-    "PLACEMENT_REFRESH_SECONDS",
-    "PRIORITY_CLASS_REFRESH_SECONDS",
-    "PROJECTED_BREACH",
-    "GangForecasts",
-    "GangPlacement",
-    "MoneyOutcome",
-    "MoneyStage",
-    "PlannedWorkload",
-    "ahead_replicas",
-    "alerts_for",
-    "asked_by_scope",
-    "breaches",
-    "plan_headroom",
-    "pool_limits",
-    "pool_shapes",
-    "unavailable_gpus",
-]
+from autoscaler.runtime.notices import Notices
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +224,7 @@ class MoneyStage:
         self.training = training
         self.alerts = alerts
         self._gangs: list[Gang] = []
-        self._reported: set[str] = set()
+        self._notices = Notices()  # standing problems and notes told once; the gangs whose expired headroom was told
         self._active: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
         self._unresolved: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
         self._karpenter_missing = False
@@ -262,7 +239,6 @@ class MoneyStage:
         self._classes_forbidden = False  # a 403 was reported and no read has succeeded since
         self._queues: KueueQueues | None = None  # the last good read of Kueue's queues
         self._gang_held_since: dict[str, int] = {}  # pending gang -> when nodes were first held for it
-        self._expired_reported: set[str] = set()
         self._ahead_held: dict[str, int] = {}  # stabilised ahead counts of the last tick (headroom stands for them)
         self._ahead_history: dict[str, History] = {}  # raw ahead counts of the stabilisation window
 
@@ -331,11 +307,8 @@ class MoneyStage:
 
     def _once(self, message: str, kind: str, metrics: ControllerMetrics, errors: list[str]) -> None:
         """Report a standing problem (bad object, unpriceable pool) once, not every tick."""
-        if message in self._reported:
-            return
-        self._reported.add(message)
-        metrics.errors.labels(kind).inc()
-        errors.append(message)
+        if self._notices.once(message, partial(metrics.errors.labels(kind).inc)):
+            errors.append(message)
 
     def _read_pools(self, cfg: Config, metrics: ControllerMetrics, errors: list[str]) -> list[NodePoolView] | None:
         """The cluster's NodePools; None when they could not be read (then nothing is written to them)."""
@@ -371,9 +344,8 @@ class MoneyStage:
         classes = self._read_priority_classes(now, metrics, errors) if lists[1].items else PriorityClasses()
         gangs: list[Gang] = []
         for objects in lists:
-            if objects.note and objects.note not in self._reported:
-                self._reported.add(objects.note)
-                log.info("%s", objects.note)
+            if objects.note:
+                self._notices.once(objects.note, partial(log.info, "%s", objects.note))
             for obj in objects.items:
                 spec = obj.get("spec")
                 if objects is lists[1] and classes.global_default is not None and isinstance(spec, Mapping):
@@ -403,9 +375,8 @@ class MoneyStage:
             return self._queues if self._queues is not None else f"Kueue's queues could not be read: {exc}"
         if not (local.installed and cluster.installed):
             note = local.note or cluster.note or "Kueue's queues are not served"
-            if note not in self._reported:
-                self._reported.add(note)
-                log.info("%s; pending Workloads are not checked against their queues", note)
+            self._notices.once(note, partial(log.info, "%s; pending Workloads are not checked against their queues",
+                                             note))
             return None
         queues, problems = parse_queues(local.items, cluster.items)
         for problem in problems:
@@ -432,19 +403,18 @@ class MoneyStage:
             self._gang_held_since.setdefault(key, now)
         for key in set(self._gang_held_since) - holding:
             del self._gang_held_since[key]
-            self._expired_reported.discard(key)
+            self._notices.forget(("expired", key))
 
     def _report_expired(self, gh: GangHeadroom, now: int, metrics: ControllerMetrics, errors: list[str]) -> list[str]:
         """Once per gang: a Warning Event on it, the metric and a log line when its held nodes were released."""
         actions: list[str] = []
         for g in gh.expired:
-            if g.key in self._expired_reported:
+            if not self._notices.once(("expired", g.key), lambda: None):
                 continue
             why = gh.blocked.get(g.key, "")
             message = f"No more nodes held ahead for this gang ({g.gpus} GPU(s)): {why}"
             log.warning("%s: %s", g.key, message)
             metrics.gang_headroom_expired.labels(g.team).inc()
-            self._expired_reported.add(g.key)
             actions.append(f"{g.key}: headroom released ({why})")
             if self.training is None:
                 continue

@@ -10,7 +10,7 @@ separately testable pieces that the engine runs under one set of rules and one b
   (SLO attainment, p99 wait, dropped requests), exact from cumulative arrival/departure curves;
 - ``traffic``: how a bin's rate is spread over the ticks, the same for every policy;
 - ``oracle``: perfect foresight at the fewest GPU-hours, replayed through the same cluster;
-- ``predictive``: the project's forecaster + ``plan_replicas``, as the controller runs them;
+- ``predictive``: the controller's engine (``autoscaler.engine``) on a trace, observing what the controller would;
 - ``money``: a cost ceiling and training gangs over the whole simulated cluster, decided by the
   controller's domain functions (``enforce_ceilings``, ``place_gang``) between each policy's decision
   and the cluster;

@@ -126,6 +126,13 @@ class Cluster:
         """GPUs free on nodes that exist or are being provisioned (where a new replica needs no new node)."""
         return sum(self._per_node - n.used for n in self.nodes) * self.config.gpus_per_replica
 
+    def waiting_for_node(self, k: int) -> tuple[float, ...]:
+        """The ages at tick ``k`` (seconds since asked) of the replicas whose node is still provisioning: what the
+        API server shows as pods Pending unschedulable until Karpenter's node joins."""
+        now = k * self.config.tick_seconds
+        return tuple(float(now - r.ask_tick * self.config.tick_seconds)
+                     for r in self.starting if r.node.ready_seconds > now)
+
     def slots(self, include_empty: bool = True) -> int:
         """Replicas the current nodes can hold; ``include_empty=False`` leaves out nodes due for removal."""
         return sum(self._per_node for n in self.nodes if include_empty or n.used > 0)

@@ -67,7 +67,6 @@ from typing import Any, Protocol
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
 from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
 from autoscaler.domain.gangs import Gang, format_gpus, place_gang
-from autoscaler.domain.gangs import compress_points as compress_points  # re-exported for the policies
 from autoscaler.domain.nodes import nodes_for
 from autoscaler.traces import parse_duration
 

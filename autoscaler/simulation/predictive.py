@@ -1,8 +1,8 @@
-"""Our policy in the simulator: the forecaster and the planner the controller runs, on trace time.
+"""Our policy in the simulator: the controller's engine (forecast keeper and decision), on trace time.
 
 Why it exists: the simulation is only evidence for the controller if it runs the same code. This
-module drives a ``Forecaster`` (``models.registry.make_chain``) and ``plan_replicas`` exactly as the
-controller loop does, with the trace standing in for Prometheus:
+module drives the engine (``autoscaler.engine``) exactly as the controller loop does, with the trace
+standing in for Prometheus:
 
 * the forecast comes from the controller's own ``ForecastKeeper`` (``autoscaler.engine.forecasting``), asked at
   every decision as the controller asks at every tick, with the bins that have ended by then: the newest of
@@ -10,16 +10,17 @@ controller loop does, with the trace standing in for Prometheus:
   bin and refit daily on the newest ``history_seconds`` (14 days), absorbing each settled bin with ``update``
   in between, and it forecasts the planner's horizon plus one node start-up. A test replays a trace through
   this policy and through the controller's tick and requires the same forecasts at every tick;
-* the planner runs every tick (15 s, the controller's loop period) with the current demand as the
-  reactive floor, the cluster's free GPUs (whether a new replica waits for a node), and its own
-  stabilisation history passed back in, as the controller stores it between ticks;
-* with a training gang that has a window (``autoscaler.simulation.money``), the model forecasts once
-  more, over the window + run, when the gang is submitted (and again if it is preempted):
-  ``inference_gpus_ahead`` gives ``place_gang`` the inference GPUs to place it around, from the
-  *median* forecast. Why not the policy's level: the upper band widens with the lead time (measured on
-  NASA after two days: the p90 band grows from 5 to 18 replicas over 28 hours while the median keeps
-  the daily shape, 2-4), so it rates the earliest start best whatever the day looks like. The median
-  finds the trough; the ceiling, enforced every decision, still protects inference if it is wrong;
+* each decision is the engine's (``autoscaler.engine.deciding.decide``, the function the controller's tick
+  calls) on what the controller would observe: the replicas, the newest *ended* bin's demand as the reactive
+  floor (not the bin in progress, which the trace knows and Prometheus does not), no free-GPU count (the
+  controller reads none, so a new replica is planned as waiting for a node) and the pods waiting for a node
+  (Pending unschedulable, as the API server shows them until the node joins); its stabilisation history is
+  passed back in, as the controller stores it between ticks. A test replays a trace through this policy and
+  through the controller's tick on a simulated cluster and requires the same decision at every tick;
+* with a training gang that has a window (``autoscaler.simulation.money``), ``inference_gpus_ahead`` gives
+  ``place_gang`` the inference GPUs to place it around: the keeper's ``gpu_points`` (the median forecast over the
+  window + run), as the controller's money stage asks them, when the gang is submitted (and again if it is
+  preempted);
 * with ``retune`` (the profile's ``self_tune``, on by default, as in the controller), each daily refit is
   followed by a self-tuning replay of the history so far (``autoscaler.simulation.tuning``): the policy then
   runs at the operating point chosen for its latency objective, exactly as the controller would;
@@ -38,11 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autoscaler.config import ForecastProfile
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.gangs import replica_gpu_points
-from autoscaler.domain.planner import plan_replicas
-from autoscaler.domain.types import ScalingPolicy, WorkloadState
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy
+from autoscaler.engine.deciding import Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
@@ -105,6 +105,8 @@ class PredictivePolicy:
         self.forecast: Forecast | None = None
         self.recommendations: tuple[tuple[int, int], ...] = ()
         self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
+        self.decision: ScalingDecision | None = None  # the last decision, every step explained
+        self.decided: Decided | None = None  # the last decision with what it implies ahead (``Decided.ahead``)
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
@@ -192,29 +194,36 @@ class PredictivePolicy:
         return k % self.decide_every == 0
 
     def inference_gpus_ahead(self, k: int, seconds: int) -> list[tuple[int, float]] | None:
-        """The replica GPUs the model forecasts from tick ``k``'s bin for ``seconds`` (median, clamped to
-        min/max replicas), as ``(unix time, GPUs)`` change points; None without a usable model."""
-        model = self.keeper.model
-        if model is None:
+        """The replica GPUs the model forecasts from tick ``k`` for ``seconds``, as ``(unix time, GPUs)`` change
+        points: the keeper's ``gpu_points``, as the controller's money stage asks them; None without a model."""
+        if self.keeper.model is None:
             return None
-        step = self.series.step_seconds
-        horizon = max(1, math.ceil(seconds / step) + 1)
+        now = self.series.start + k * self.tick
         t0 = time.perf_counter()
         try:
-            forecast = model.predict(horizon, (50,))  # gangs are placed on the median (the controller asks the same)
+            return self.keeper.gpu_points(
+                now, now + seconds, self.series.step_seconds, capacity_per_replica=self.policy.capacity_per_replica,
+                min_replicas=self.policy.min_replicas, max_replicas=self.policy.max_replicas,
+                gpus_per_replica=self.gpus_per_replica,
+            )
         except FORECAST_ERRORS as exc:
             self.errors.append(f"tick {k}: long forecast for a gang: {exc}")
             return None
         finally:
             self.timings["forecast"] += time.perf_counter() - t0
-        band = forecast.quantiles.get(50, forecast.mean)
-        return replica_gpu_points(
-            forecast.timestamps().tolist(), band.tolist(), capacity_per_replica=self.policy.capacity_per_replica,
-            min_replicas=self.policy.min_replicas, max_replicas=self.policy.max_replicas,
-            gpus_per_replica=self.gpus_per_replica,
-        )
+
+    def observed(self, k: int, cluster: Cluster) -> Observed:
+        """What the controller's tick would see at tick ``k``: the replicas, the newest *ended* bin's demand (the
+        bin in progress is what no Prometheus query can answer yet) and the pods waiting for a node."""
+        b = k // self.per_bin
+        last = float(self.series.values[b - 1]) if b > 0 else math.nan
+        return Observed(replicas=cluster.requested, ready=cluster.ready,
+                        demand=last if math.isfinite(last) else None, gpus_per_replica=self.gpus_per_replica,
+                        waiting_for_node=cluster.waiting_for_node(k))
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
+        """The count at tick ``k``: the engine's decision on what the controller would observe (``observed``; the
+        trace's ``demand`` of the bin in progress is not shown to it), held between decisions."""
         if k % self.decide_every:
             return cluster.requested
         t0 = time.perf_counter()
@@ -222,15 +231,10 @@ class PredictivePolicy:
         self.timings["forecast"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
-        state = WorkloadState(
-            current_replicas=cluster.requested,
-            ready_replicas=cluster.ready,
-            current_demand=demand if math.isfinite(demand) else None,
-            free_gpus=cluster.free_gpus(),
-            gpus_per_replica=self.gpus_per_replica,
-            recommendations=self.recommendations,
-        )
-        decision = plan_replicas(self.forecast, state, self.policy, self.cold_start, now)
+        decided = decide(self.forecast, self.observed(k, cluster), self.policy, self.cold_start, now,
+                         self.recommendations)
+        decision = self.decision = decided.decision
+        self.decided = decided
         self.recommendations = decision.recommendations
         self.warm_pool_replicas = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
         self.timings["plan"] += time.perf_counter() - t0

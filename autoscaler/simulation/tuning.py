@@ -62,8 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.domain.capacity import required_horizon_steps
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.planner import required_horizon_steps
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for

@@ -28,7 +28,7 @@ import pytest
 
 from autoscaler.adapters.alertmanager import AlertDeliveryError, AlertmanagerSink
 from autoscaler.commands.run import _sink
-from autoscaler.config import parse_config
+from autoscaler.config.parser import parse_config
 from autoscaler.ports import Alert
 from tests.servers import TlsAlertmanagerServer, make_test_ca
 

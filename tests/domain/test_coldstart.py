@@ -10,11 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.types import ColdStartProfile as ReExported
-
-
-def test_reexported_from_types() -> None:
-    assert ReExported is ColdStartProfile
 
 
 def test_prior_used_until_min_samples() -> None:

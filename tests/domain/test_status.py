@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.domain.status import (
+    DeploymentStatus,
     decode_status,
     deployment_label,
     encode_status,
@@ -97,3 +99,50 @@ def test_unreadable_statuses_are_problems_and_an_unreadable_annotation_still_goe
     assert len(sight.problems) == 2
     assert "status object" in sight.problems[0]
     assert "annotation" in sight.problems[1]
+
+
+# ---------------------------------------------------------------------------------------------- the typed status
+
+
+def _published() -> dict[str, Any]:
+    return {
+        "mode": "scale", "desiredReplicas": 5, "currentReplicas": 4, "readyReplicas": 3, "leadSeconds": 360.0,
+        "warmPool": {"replicas": 1, "as": "replicas"}, "forecast": {"model": "default", "mean": 4.2},
+        "demandSource": "full", "demandDegraded": False, "demandUnit": "requests", "tokenWeights": None,
+        "steps": [{"name": "forecast", "replicas": 5, "detail": "p90 ..."}], "track": [{"t": 1, "actual": 2.0}],
+        "capacity": {"perReplica": 2.0, "source": "annotation"}, "tuning": None, "scaleDown": None,
+        "time": "2026-11-25T12:00:00+00:00",
+    }
+
+
+def test_the_status_reads_back_what_it_wrote() -> None:
+    status = DeploymentStatus.from_dict(_published())
+    assert status.desired_replicas == 5
+    assert status.warm_pool_as == "replicas"
+    assert status.steps[0].name == "forecast"
+    assert status.to_dict() == _published()
+    assert DeploymentStatus.from_dict(json.loads(encode_status(status.to_dict()))) == status
+
+
+def test_an_older_status_without_newer_keys_reads_with_their_defaults() -> None:
+    old = {k: v for k, v in _published().items() if k not in ("demandUnit", "tokenWeights", "scaleDown", "capacity")}
+    status = DeploymentStatus.from_dict(old)
+    assert (status.demand_unit, status.token_weights, status.scale_down, status.capacity) == (
+        "requests", None, None, None)
+
+
+@pytest.mark.parametrize(("key", "value"), [("desiredReplicas", "5"), ("warmPool", [1]), ("leadSeconds", True),
+                                            ("demandDegraded", "no"), ("steps", {"name": "x"}), ("tuning", "weekly")])
+def test_a_status_with_a_key_of_the_wrong_type_is_refused_naming_the_key(key: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=key):
+        DeploymentStatus.from_dict({**_published(), key: value})
+
+
+def test_what_is_written_on_change_leaves_out_what_moves_every_bin() -> None:
+    a = DeploymentStatus.from_dict(_published())
+    moved = DeploymentStatus.from_dict({**_published(), "forecast": {"mean": 9.9}, "track": [], "leadSeconds": 1.0})
+    assert a.decided() == moved.decided()
+    rescaled = DeploymentStatus.from_dict({**_published(), "desiredReplicas": 6})
+    assert a.decided() != rescaled.decided()
+    rerouted = DeploymentStatus.from_dict({**_published(), "steps": [{"name": "reactive_floor", "replicas": 5}]})
+    assert a.decided() != rerouted.decided()

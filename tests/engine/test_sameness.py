@@ -1,12 +1,15 @@
-"""The simulator's forecasts are the controller's: one synthetic trace replayed through both, tick by tick.
+"""The simulator decides as the controller: one synthetic trace replayed through both, tick by tick.
 
 Why: every number ``simulate`` publishes is read as a statement about the controller, so the two must not
 drift. One side is ``PredictivePolicy`` (what ``simulate`` runs) over the trace; the other is the controller's
 own ``Controller.tick`` against in-process ports backed by the same trace: a metrics source that answers the
-trace's bins up to the tick's time (missing before the trace began, as Prometheus answers), and a cluster
-whose replicas follow what was applied and turn Ready after the pod start-up. At every decision (the loop
-interval) both must hold the same forecast: start, model, mean and every band. A side that changes when it
-refits, what it has absorbed or how far it forecasts on its own fails this test.
+trace's bins up to the tick's time (missing before the trace began, as Prometheus answers), and a cluster backed by
+a simulated cluster of its own, whose replicas follow what was applied, turn Ready after the pod (and node)
+start-up, and show as Pending unschedulable while their node is provisioning. At every decision (the loop
+interval) both must hold the same forecast (start, model, mean and every band) and the same decision (replicas,
+every step and its explanation, the stabilisation history), and at every tick both clusters the same replicas. A
+side that changes when it refits, what it has absorbed, how far it forecasts, what it observes or how it decides
+on its own fails this test.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoscaler.config import parse_config_text
+from autoscaler.config.parser import parse_config_text
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.status import encode_status, status_object_name
-from autoscaler.ports import EventType, PodStartups, PodView, StatusObject, StatusWrite, WorkloadView
+from autoscaler.ports import EventType, NotReadyPod, PodStartups, PodView, StatusObject, StatusWrite, WorkloadView
 from autoscaler.runtime.loop import Controller
 from autoscaler.simulation.cluster import Cluster as SimCluster
 from autoscaler.simulation.cluster import ClusterConfig
@@ -78,36 +81,34 @@ class TraceSource:
 
 
 class TraceCluster:
-    """``Cluster`` with one Deployment: its replicas are what was applied; they are Ready a pod start-up later."""
+    """``Cluster`` with one Deployment, backed by a simulated cluster (``simulation.cluster``) of its own: replicas are
+    what was applied, Ready after the pod start-up (and the node's, when none had room), and pods whose node is
+    still provisioning show as Pending unschedulable, as the API server shows them until the node joins."""
 
-    def __init__(self, replicas: int) -> None:
-        self.replicas = replicas
-        self.ready_at: list[float] = [-np.inf] * replicas
-        self.now = 0.0
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+        self.k = 0
         self.statuses: dict[str, StatusObject] = {}
 
     def list_workloads(self) -> list[WorkloadView]:
-        ready = sum(1 for t in self.ready_at if t <= self.now)
         return [WorkloadView(
             namespace=NS, name=NAME, uid="uid-chat", resource_version="1",
             labels={"app": NAME, ENABLED_LABEL: "true"},
             annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40",
                          PREFIX + "capacity-per-replica": str(CAPACITY), PREFIX + "cold-start": f"{POD_STARTUP}s"},
-            replicas=self.replicas, ready_replicas=ready, selector=f"app={NAME}",
+            replicas=self.sim.requested, ready_replicas=self.sim.ready, selector=f"app={NAME}",
             pod_template={"spec": {"containers": [{"name": "server",
                                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
         )]
 
     def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
-        return PodStartups()
+        waiting = self.sim.waiting_for_node(self.k)
+        return PodStartups(not_ready=tuple(NotReadyPod(f"{NAME}-{i}", age, "Pending", scheduled=False,
+                                                       reason="Unschedulable") for i, age in enumerate(waiting)))
 
     def scale(self, namespace: str, name: str, replicas: int) -> bool:
-        changed = replicas != self.replicas
-        if replicas > self.replicas:
-            self.ready_at += [self.now + POD_STARTUP] * (replicas - self.replicas)
-        else:
-            self.ready_at = sorted(self.ready_at)[:replicas]
-        self.replicas = replicas
+        changed = replicas != self.sim.requested
+        self.sim.scale_to(self.k, replicas)
         return changed
 
     def patch_pod_annotations(self, namespace: str, pod: str, annotations: Mapping[str, str | None],
@@ -148,16 +149,18 @@ def _same(a: Forecast | None, b: Forecast | None) -> str | None:
     return None
 
 
-def _replay(days: float) -> tuple[int, int, set[str]]:
+def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
     """Replay ``days`` of the synthetic trace through both sides; returns (decisions compared, forecasts compared,
-    models seen). Fails at the first decision whose forecasts differ."""
+    models seen, deciding steps seen). Fails at the first decision whose forecasts or decisions differ, or the
+    first tick at which the two simulated clusters hold different replicas."""
     cfg = parse_config_text(CONFIG, "sameness.yaml")
     profile = cfg.profile("default")
     series = synth_trace(days=days, seed=7, step_seconds=STEP).requests
     tick = tick_seconds_for(STEP)
     sim_cfg = SimulationConfig(capacity_per_replica=CAPACITY, min_replicas=1, max_replicas=40)
+    # nodes of 4 GPUs: scale-ups often need a node, so pods wait for one (Pending unschedulable) on both sides
     cluster_cfg = ClusterConfig(pod_startup_seconds=POD_STARTUP, node_startup_seconds=NODE_STARTUP,
-                                gpus_per_replica=1, tick_seconds=tick)
+                                gpus_per_replica=1, gpus_per_node=4, tick_seconds=tick)
     policy = PredictivePolicy(
         series, partial(make_chain, profile.model), scaling_policy_for(sim_cfg, profile=profile),
         ColdStartProfile(prior_seconds=POD_STARTUP, node_prior_seconds=NODE_STARTUP), cluster_cfg, DECISION,
@@ -165,41 +168,53 @@ def _replay(days: float) -> tuple[int, int, set[str]]:
         horizon_seconds=profile.horizon_seconds,
     )
     sim = SimCluster(cluster_cfg, 1)
-    source, kube = TraceSource(series), TraceCluster(1)
+    source, kube = TraceSource(series), TraceCluster(SimCluster(cluster_cfg, 1))
     controller = Controller(kube, source, lambda: cfg)
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
     demand = np.repeat(series.values, STEP // tick)
     decisions = forecasts = 0
     models: set[str] = set()
+    deciding: set[str] = set()
+    keeper = None
     for k, d in enumerate(demand.tolist()):
         sim.advance(k)
+        kube.sim.advance(k)
+        kube.k = k
         desired = policy.decide(k, sim, d)
         if desired != sim.requested:
             sim.scale_to(k, desired)
-        if not policy.decides(k):
-            continue
-        now = series.start + k * tick
-        source.now, kube.now = now, float(now)
-        report = controller.tick(float(now))
-        assert report.ok, report.errors
-        keeper = controller.forecast_keeper(NS, NAME)
-        theirs = None if keeper is None else keeper.last
-        diff = _same(policy.forecast, theirs)
-        assert diff is None, f"decision at t+{k * tick}s: {diff}"
-        decisions += 1
-        if theirs is not None:
-            forecasts += 1
-            models.add(theirs.model)
+        if policy.decides(k):
+            now = series.start + k * tick
+            source.now = now
+            report = controller.tick(float(now))
+            assert report.ok, report.errors
+            keeper = controller.forecast_keeper(NS, NAME)
+            theirs = None if keeper is None else keeper.last
+            diff = _same(policy.forecast, theirs)
+            assert diff is None, f"decision at t+{k * tick}s: {diff}"
+            [outcome] = report.workloads
+            assert outcome.decision == policy.decision, f"decision at t+{k * tick}s"
+            assert outcome.decision is not None
+            steps = outcome.decision.steps  # the rule that set the count: the first step after which it held
+            last_other = max((i for i, st in enumerate(steps) if st.replicas != outcome.decision.desired_replicas),
+                             default=-1)
+            deciding.add(steps[min(last_other + 1, len(steps) - 1)].name)
+            decisions += 1
+            if theirs is not None:
+                forecasts += 1
+                models.add(theirs.model)
+        assert (kube.sim.requested, kube.sim.ready) == (sim.requested, sim.ready), f"tick t+{k * tick}s"
     assert keeper is not None
     assert keeper.fits == policy.fits
-    return decisions, forecasts, models
+    return decisions, forecasts, models, deciding
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models = _replay(days=2.0)
+    decisions, forecasts, models, deciding = _replay(days=2.0)
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
     assert forecasts >= decisions - 2 * STEP // DECISION
     assert len(models) > 1, models
+    assert {"forecast", "reactive_floor"} <= deciding, deciding

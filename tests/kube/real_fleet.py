@@ -43,7 +43,7 @@ from kubernetes.dynamic import DynamicClient
 from autoscaler.adapters.kube import MERGE_PATCH, KubeCluster, api_client_from_config
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.cli import main
-from autoscaler.config import load_config
+from autoscaler.config.parser import load_config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.status import STATUS_SELECTOR
 from autoscaler.runtime.loop import Controller

@@ -55,7 +55,8 @@ from autoscaler.adapters.karpenter import GPU, KarpenterCapacity
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.adapters.training import TrainingReader
-from autoscaler.config import Config, parse_config_text
+from autoscaler.config.parser import parse_config_text
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.runtime.clock import utc

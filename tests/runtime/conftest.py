@@ -25,7 +25,8 @@ from kubernetes import client
 
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
-from autoscaler.config import Config, parse_config_text
+from autoscaler.config.parser import parse_config_text
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.metrics import ControllerMetrics

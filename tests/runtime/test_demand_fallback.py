@@ -26,7 +26,7 @@ from kubernetes import client
 
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
-from autoscaler.config import parse_config_text
+from autoscaler.config.parser import parse_config_text
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.promql import DEGRADED_SOURCES, SOURCE_FULL
 from autoscaler.runtime.loop import Controller, TickReport

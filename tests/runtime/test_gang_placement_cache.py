@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autoscaler.config import Config
+from autoscaler.config.schema import Config
 from autoscaler.ports import CustomObjects, PriorityClasses
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import PLACEMENT_REFRESH_SECONDS, MoneyOutcome, MoneyStage

@@ -17,17 +17,13 @@ from kubernetes import client
 
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
-from autoscaler.config import Config, parse_config_text
+from autoscaler.config.parser import parse_config_text
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
-from autoscaler.runtime import loop
-from autoscaler.runtime.loop import (
-    CAPACITY_EVERY_SECONDS,
-    CAPACITY_RETRY_SECONDS,
-    Controller,
-    TickReport,
-    WorkloadOutcome,
-)
+from autoscaler.runtime import reads
+from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.state import CAPACITY_EVERY_SECONDS, CAPACITY_RETRY_SECONDS, WorkloadOutcome
 from models.types import TrafficSeries
 from tests.kube.conftest import deployment, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
@@ -269,7 +265,7 @@ class NamespaceRecorder:
 def test_a_large_fleet_reads_its_evidence_a_batch_of_whole_namespaces_per_tick(
     fake_api: FakeKubeAPI, api_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop, "CAPACITY_BATCH", 3)
+    monkeypatch.setattr(reads, "CAPACITY_BATCH", 3)
     for namespace in ("team-a", "team-b", "team-c"):
         for name in ("one", "two"):
             dep = deployment(namespace, name, replicas=1)

@@ -18,7 +18,8 @@ import pytest
 
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
-from autoscaler.runtime.loop import TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import TickReport
+from autoscaler.runtime.state import WorkloadOutcome
 from tests.kube.conftest import pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import Rig, make_source

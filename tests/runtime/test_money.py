@@ -30,12 +30,14 @@ from autoscaler.adapters.alertmanager import ALERT_NAMES, AlertmanagerSink
 from autoscaler.adapters.karpenter import GPU, KarpenterCapacity, buffer_name, placeholder_name
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.training import TrainingReader
-from autoscaler.config import Config, parse_config
+from autoscaler.config.parser import parse_config
+from autoscaler.config.schema import Config
+from autoscaler.domain import money as money_module
 from autoscaler.domain.annotations import PREFIX
-from autoscaler.runtime import money as money_module
-from autoscaler.runtime.loop import STATUS_REFRESH_SECONDS, Controller, TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
+from autoscaler.runtime.state import STATUS_REFRESH_SECONDS, WorkloadOutcome
 from tests.kube.conftest import deployment, pod, stored_status
 from tests.kube.conftest import nodepool as kube_nodepool
 from tests.kube.fakeapi import FakeKubeAPI
@@ -417,7 +419,8 @@ def test_alerts_reach_alertmanager_and_are_resolved_when_the_condition_clears(
     # Wall-clock time: Prometheus has no data then, so the plan holds the 4 replicas there are.
     now = datetime.now(UTC).timestamp()
     rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=4, capacity="1", ready=3))
-    created = datetime.fromtimestamp(now - 120, UTC)
+    # Pending unschedulable for longer than a node start-up (the rig's 2 h): no node is coming for it
+    created = datetime.fromtimestamp(now - 3 * 3600, UTC)
     rig.fake.add("pods", pod("serving", "llama-chat-abc12-pend1", "llama-chat", created=created, phase="Pending",
                              scheduled=False))
     rig.configure(ceilings={"teams": {"serving": PRICE * 2}})

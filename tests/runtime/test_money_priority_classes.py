@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.training import TrainingReader
-from autoscaler.config import Config
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import PRIORITY_CLASS_REFRESH_SECONDS, MoneyStage

@@ -9,16 +9,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from autoscaler.config import Config, parse_config
+from autoscaler.config.parser import parse_config
+from autoscaler.config.schema import Config
+from autoscaler.domain.money import CUTTING_INFERENCE, GPUS_UNAVAILABLE, PROJECTED_BREACH, PlannedWorkload
 from autoscaler.ports import Alert
 from autoscaler.runtime.metrics import ControllerMetrics
-from autoscaler.runtime.money import (
-    CUTTING_INFERENCE,
-    GPUS_UNAVAILABLE,
-    PROJECTED_BREACH,
-    MoneyStage,
-    PlannedWorkload,
-)
+from autoscaler.runtime.money import MoneyStage
 from tests.domain.test_money import NOW, planned
 
 # ---------------------------------------------------------------------------------------------- alerts

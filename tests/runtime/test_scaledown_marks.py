@@ -31,7 +31,8 @@ from kubernetes import client
 from autoscaler.adapters.kube import KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.commands.explain import explain
-from autoscaler.config import Config, parse_config_text
+from autoscaler.config.parser import parse_config_text
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.scaledown import (
     DELETION_COST_ANNOTATION,
@@ -41,8 +42,9 @@ from autoscaler.domain.scaledown import (
     MARK_TTL_SECONDS,
 )
 from autoscaler.domain.status import status_object_name
-from autoscaler.runtime.loop import Controller, TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.state import WorkloadOutcome
 from models.types import TrafficSeries
 from tests.kube.conftest import pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI

@@ -16,7 +16,8 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.kube import KubeCluster
-from autoscaler.config import Config, parse_config_text
+from autoscaler.config.parser import parse_config_text
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.runtime.loop import Controller

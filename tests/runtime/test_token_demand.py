@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from autoscaler.config import Config
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.demand import TokenWeights
-from autoscaler.runtime.loop import TickReport, WorkloadOutcome
+from autoscaler.runtime.loop import TickReport
+from autoscaler.runtime.state import WorkloadOutcome
 from tests.kube.conftest import stored_status
 from tests.runtime.conftest import Rig, make_source
 from tests.servers import PrometheusServer, free_port

@@ -1,50 +1,51 @@
-"""The operator's configuration: one YAML file, validated into frozen values, reloaded while running.
+"""The operator's YAML, validated into ``autoscaler.config.schema`` values: every mistake reported with its key path.
 
-Why it exists: the controller runs for weeks and its settings (forecast profiles, cold-start priors,
-PromQL) are edited by people, usually through a ConfigMap. Three things follow:
-
-* every mistake is reported with the key path that holds it (``profiles.default.horizon: invalid
-  duration 'soon'``), unknown keys included (with a "did you mean" for near misses), because a
-  silently ignored typo is a setting that never took effect;
-* every key is optional and defaults to the packaged ``default-config.yaml`` (built into the
-  dataclass defaults below; a test keeps the two equal), so an operator's file holds only changes;
-  named profiles inherit the keys they leave out from ``profiles.default``;
-* ``ConfigStore`` re-reads the file on each tick and swaps in a new ``Config`` only when it
-  validates; a broken edit is reported and the last good configuration stays in force. The
-  controller never crashes on a typo.
-
-The ``pricing`` and ``ceilings`` sections are parsed straight into the domain's own values
-(``autoscaler.domain.cost.PriceTable`` and ``Ceilings``), so the controller and the simulator price
-plans with exactly what was validated. ``pricing.instance_types`` is *added* to the packaged
-instance-type table (like PromQL queries), so an operator lists only their own or discounted types.
-
-Where the defaults live (docs/ARCHITECTURE.md, "Default configuration"): the file is shipped inside the
-package (``autoscaler/data/default-config.yaml``) so an installed controller finds it;
-``config/default.yaml`` is a symlink to it, one source for both.
-
-A ConfigMap mounted as a directory exposes ``config.yaml`` as a symlink chain
-(``config.yaml -> ..data/config.yaml``, ``..data -> ..2024_01_01_00_00_00.123``) that the kubelet
-swaps atomically. The store re-opens the path on every check, following the symlinks, and compares
-content hashes, so a swap is seen even when the new target has an older mtime or the same size.
+Why it exists: a silently ignored typo is a setting that never took effect. So every mistake is reported with the
+key path that holds it (``profiles.default.horizon: invalid duration 'soon'``), unknown keys included (with a "did
+you mean" for near misses), values are cut to what a person reads, YAML aliases that expand past a bound are
+refused before they are built, and ``pricing.instance_types`` is *added* to the packaged instance-type table (like
+PromQL queries), so an operator lists only their own or discounted types.
 """
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from importlib import resources
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from autoscaler import promql
+from autoscaler.config.schema import (
+    CONFIGMAP_KEY,
+    DEFAULT_CONFIG_PATH,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    HEADROOM_SETTINGS,
+    HTTP_URL,
+    LABEL_VALUE,
+    MODEL_NAMES,
+    PROMQL_PLACEHOLDERS,
+    AlertsConfig,
+    BasicAuthConfig,
+    ColdStartConfig,
+    Config,
+    ConfigError,
+    ForecastProfile,
+    KarpenterConfig,
+    LeaderElectionConfig,
+    LoopConfig,
+    PrometheusConfig,
+    WarmPool,
+    default_pricing,
+    did_you_mean,
+    format_duration,
+)
 from autoscaler.domain.cost import (
     DEFAULT_KEEP_ORDER,
     Ceilings,
@@ -55,379 +56,12 @@ from autoscaler.domain.cost import (
     PriceTable,
 )
 from autoscaler.domain.demand import TokenWeights
-from autoscaler.domain.types import ScalingPolicy
-from autoscaler.errors import UserError
 from autoscaler.traces import parse_duration
 
-__all__ = [
-    "CONFIGMAP_KEY",
-    "DEFAULT_CONFIG_PATH",
-    "DEFAULT_INSTANCE_TYPES",
-    "MODEL_NAMES",
-    "PROMQL_PLACEHOLDERS",
-    "AlertsConfig",
-    "BasicAuthConfig",
-    "ColdStartConfig",
-    "Config",
-    "ConfigError",
-    "ConfigStore",
-    "ForecastProfile",
-    "KarpenterConfig",
-    "LeaderElectionConfig",
-    "LoopConfig",
-    "PrometheusConfig",
-    "check_promql_template",
-    "format_duration",
-    "load_config",
-    "parse_config",
-    "parse_config_text",
-    "resolve_config_file",
-]
-
-log = logging.getLogger(__name__)
-
-DEFAULT_CONFIG_PATH = Path(str(resources.files("autoscaler") / "data" / "default-config.yaml"))
-"""The packaged defaults (``config/default.yaml`` in the source tree links here)."""
-
-CONFIGMAP_KEY = "config.yaml"
-"""The file read when the configured path is a directory (a mounted ConfigMap)."""
-
-# A local copy, not an import of models.registry: loading a config must not import statsmodels and
-# Prophet (the registry imports the model modules). tests/test_config.py keeps the two equal.
-MODEL_NAMES: tuple[str, ...] = ("default", "persistence", "seasonal_naive", "holt_winters", "prophet")
-
-PROMQL_PLACEHOLDERS: frozenset[str] = frozenset(
-    {promql.NAMESPACE_PLACEHOLDER, promql.FLEET_PLACEHOLDER, "pods", *promql.DURATION_PLACEHOLDERS}
-)
-"""Placeholders a configured PromQL template may use (those ``autoscaler.promql.render`` fills)."""
-_HTTP_URL = re.compile(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$")
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-WarmPool = int | Literal["auto"]
-HeadroomSetting = Literal["auto", "capacitybuffer", "placeholder", "off"]
-HEADROOM_SETTINGS: tuple[str, ...] = ("auto", "capacitybuffer", "placeholder", "off")
-
-
-class ConfigError(UserError, ValueError):
-    """A configuration that cannot be used. ``errors`` holds one ``key.path: problem`` line per mistake."""
-
-    def __init__(self, source: str, errors: list[str] | tuple[str, ...]) -> None:
-        self.source = source
-        self.errors = tuple(_cut(e) for e in errors)
-        detail = self.errors[0] if len(self.errors) == 1 else f"{len(self.errors)} errors: " + "; ".join(self.errors)
-        super().__init__(f"{source}: {detail}" if source else detail)
-
-
-ERROR_CHARS = 300  # one problem as a person reads it: a value quoted in it is cut, never the whole of a large one
-
-
-def _cut(message: str, limit: int = ERROR_CHARS) -> str:
-    """``message`` cut to ``limit`` characters (a quoted value can be anything a file holds)."""
-    return message if len(message) <= limit else message[: limit - 25] + f"... ({len(message):,} characters)"
-
-
-def format_duration(seconds: int) -> str:
-    """The shortest exact spelling of ``seconds`` in the config's duration syntax (``parse_duration`` inverts it)."""
-    for unit, size in (("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-# ---------------------------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """The control loop's cadence and how much history each tick fetches."""
-
-    interval_seconds: int = 30
-    history_seconds: int = 14 * 86_400
-    step_seconds: int = 60
-
-
-@dataclass(frozen=True)
-class ForecastProfile:
-    """How a workload is forecast and sized; workloads select one by name."""
-
-    name: str = "default"
-    model: str = "default"
-    horizon_seconds: int = 15 * 60
-    history_seconds: int = 14 * 86_400
-    refit_seconds: int = 86_400
-    quantile: int = 90
-    warm_pool: WarmPool = "auto"
-    # The band the automatic warm pool (and the surprise floor) covers up to. Why a key: with an automatic pool
-    # the replicas + pool cover this band, so it, not ``quantile``, sets how much is held; a fixed pool (or 0)
-    # replaces it and the surprise floor then uses ``quantile``'s own band (see ``scaling_policy``).
-    warm_pool_quantile: int = 95
-    scale_down_stabilization_seconds: int = 10 * 60
-    look_ahead_seconds: int = 5 * 60
-    # The latency objective a Deployment on this profile gets unless its annotations state its own: a request
-    # should start within ``slo_wait_seconds``, for ``slo_attainment`` of requests (a fraction in (0, 1)).
-    slo_wait_seconds: int = 2
-    slo_attainment: float = 0.99
-    # Self-tuning (autoscaler.simulation.tuning): each day the controller replays a Deployment's own recent
-    # history at these ``warm_pool_quantile`` values and runs the cheapest that meets its objective with a
-    # margin. ``self_tune: false`` pins ``warm_pool_quantile`` (the operator's cost knob, still available).
-    self_tune: bool = True
-    tune_quantiles: tuple[int, ...] = (80, 90, 95, 99)
-    # The reactive floor's utilisation (1: observed demand at 100%); self-tuning also tries the lowest tune quantile
-    # with each of ``tune_utilisations`` (a margin over observed demand, which bursty traffic needs).
-    reactive_utilisation: float = 1.0
-    tune_utilisations: tuple[float, ...] = (0.85, 0.75, 0.65)
-    # A Deployment sized on tokens/s (annotation demand-unit: tokens): the weights of prompt (input) and generated
-    # (output) tokens in its demand, ``autoscaler.domain.demand``.
-    token_weights: TokenWeights = field(default_factory=TokenWeights)
-
-    def scaling_policy(
-        self, capacity_per_replica: float, min_replicas: int, max_replicas: int, warm_pool: int | None = None
-    ) -> ScalingPolicy:
-        """The planner's policy for a workload on this profile; ``warm_pool`` (the workload's own setting, e.g.
-        its annotation) overrides the profile's. One mapping for the controller and ``simulate``, so that what an
-        operator tunes in the simulator is what the controller runs."""
-        warm = warm_pool if warm_pool is not None else (None if self.warm_pool == "auto" else int(self.warm_pool))
-        return ScalingPolicy(
-            capacity_per_replica=capacity_per_replica,
-            min_replicas=min_replicas,
-            max_replicas=max_replicas,
-            level=self.quantile,
-            warm_pool=warm,
-            warm_pool_level=self.warm_pool_quantile if warm is None else self.quantile,
-            lookahead_window_seconds=self.look_ahead_seconds,
-            scale_down_stabilization_seconds=self.scale_down_stabilization_seconds,
-            reactive_utilisation=self.reactive_utilisation,
-        )
-
-
-@dataclass(frozen=True)
-class ColdStartConfig:
-    """Start-up priors (seconds) used until a workload's own start-ups have been observed."""
-
-    pod_startup_seconds: int = 180
-    node_startup_seconds: int = 240
-    percentile: int = 90
-    min_samples: int = 5
-
-
-def _default_queries() -> Mapping[str, str]:
-    return MappingProxyType(dict(_BUILTIN_QUERIES))
-
-
-@dataclass(frozen=True)
-class PrometheusConfig:
-    """Where metrics come from and the named PromQL templates the controller runs."""
-
-    url: str = "http://prometheus-operated.monitoring.svc:9090"
-    bearer_token_file: str | None = None
-    ca_file: str | None = None
-    timeout_seconds: int = 30
-    retries: int = 3
-    arrival_rate_query: str = "arrival_rate"
-    queries: Mapping[str, str] = field(default_factory=_default_queries)
-
-    @property
-    def arrival_rate_template(self) -> str:
-        return self.queries[self.arrival_rate_query]
-
-
-@dataclass(frozen=True)
-class LeaderElectionConfig:
-    """The Lease that makes one replica of the controller the only one acting."""
-
-    lease_name: str = "predictive-autoscaler"
-    lease_namespace: str = "predictive-autoscaler"
-    lease_duration_seconds: int = 15
-
-
-@dataclass(frozen=True)
-class BasicAuthConfig:
-    """HTTP basic auth for Alertmanager; the password stays in its file (a mounted Secret), read per push."""
-
-    username: str
-    password_file: str
-
-
-@dataclass(frozen=True)
-class AlertsConfig:
-    """Where the controller pushes its cost and capacity alerts (``alertmanager_url`` None: nowhere).
-
-    ``bearer_token_file`` and ``basic_auth`` are the two ways to authenticate (at most one); ``ca_file`` is a
-    CA bundle for an https Alertmanager with a private certificate; ``timeout_seconds`` None: the sink's own.
-    """
-
-    alertmanager_url: str | None = None
-    cluster: str = "default"
-    expire_after_seconds: int = 120
-    bearer_token_file: str | None = None
-    ca_file: str | None = None
-    basic_auth: BasicAuthConfig | None = None
-    timeout_seconds: int | None = None
-
-
-@dataclass(frozen=True)
-class KarpenterConfig:
-    """GPU NodePools: whether to read and manage them, how to hold headroom, where placeholder pods live."""
-
-    enabled: bool = True
-    headroom: HeadroomSetting = "auto"
-    namespace: str = "predictive-autoscaler"
-
-
-DEFAULT_INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType({
-    t.name: t
-    for t in (
-        InstanceType("g5.xlarge", 1, 1.006),
-        InstanceType("g5.12xlarge", 4, 5.672),
-        InstanceType("g5.48xlarge", 8, 16.288),
-        InstanceType("g6.xlarge", 1, 0.8048),
-        InstanceType("g6.12xlarge", 4, 4.6016),
-        InstanceType("g6.48xlarge", 8, 13.3504),
-        InstanceType("p4d.24xlarge", 8, 32.7726),
-        InstanceType("p5.48xlarge", 8, 98.32),
-    )
-})
-"""The packaged instance-type table (GPUs per node, on-demand $/h); ``pricing.instance_types`` adds to it."""
-
-
-def _default_pricing() -> PriceTable:
-    return PriceTable(instance_types=DEFAULT_INSTANCE_TYPES)
-
-
-def _default_profiles() -> Mapping[str, ForecastProfile]:
-    return MappingProxyType({"default": ForecastProfile()})
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole validated configuration. ``warnings`` are legal but doubtful settings, worth a log line."""
-
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    profiles: Mapping[str, ForecastProfile] = field(default_factory=_default_profiles)
-    cold_start: ColdStartConfig = field(default_factory=ColdStartConfig)
-    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
-    namespaces: tuple[str, ...] = ()
-    leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
-    pricing: PriceTable = field(default_factory=_default_pricing)
-    ceilings: Ceilings = field(default_factory=Ceilings)
-    alerts: AlertsConfig = field(default_factory=AlertsConfig)
-    karpenter: KarpenterConfig = field(default_factory=KarpenterConfig)
-    warnings: tuple[str, ...] = field(default=(), compare=False)
-
-    def profile(self, name: str) -> ForecastProfile:
-        """The profile called ``name``; ``ConfigError`` naming the known ones when there is none."""
-        try:
-            return self.profiles[name]
-        except KeyError:
-            known = ", ".join(sorted(self.profiles))
-            raise ConfigError("", [f"unknown forecast profile {name!r}{_did_you_mean(name, self.profiles)}; "
-                                   f"defined: {known}"]) from None
-
-    def allows_namespace(self, namespace: str) -> bool:
-        """Whether the controller may act in ``namespace`` (an empty list allows all)."""
-        return not self.namespaces or namespace in self.namespaces
-
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration as YAML-ready plain data in the file's own spelling (``load`` inverts it)."""
-        return {
-            "loop": {
-                "interval": format_duration(self.loop.interval_seconds),
-                "history": format_duration(self.loop.history_seconds),
-                "step": format_duration(self.loop.step_seconds),
-            },
-            "profiles": {
-                name: {
-                    "model": p.model,
-                    "horizon": format_duration(p.horizon_seconds),
-                    "history": format_duration(p.history_seconds),
-                    "refit": format_duration(p.refit_seconds),
-                    "quantile": p.quantile,
-                    "warm_pool": p.warm_pool,
-                    "warm_pool_quantile": p.warm_pool_quantile,
-                    "scale_down_stabilization": format_duration(p.scale_down_stabilization_seconds),
-                    "look_ahead": format_duration(p.look_ahead_seconds),
-                    "slo_wait": format_duration(p.slo_wait_seconds),
-                    "slo_attainment": round(p.slo_attainment * 100, 6),
-                    "self_tune": p.self_tune,
-                    "tune_quantiles": list(p.tune_quantiles),
-                    "reactive_utilisation": p.reactive_utilisation,
-                    "tune_utilisations": list(p.tune_utilisations),
-                    "token_weights": {"input": p.token_weights.input, "output": p.token_weights.output},
-                }
-                for name, p in self.profiles.items()
-            },
-            "cold_start": {
-                "pod_startup": format_duration(self.cold_start.pod_startup_seconds),
-                "node_startup": format_duration(self.cold_start.node_startup_seconds),
-                "percentile": self.cold_start.percentile,
-                "min_samples": self.cold_start.min_samples,
-            },
-            "prometheus": {
-                "url": self.prometheus.url,
-                "bearer_token_file": self.prometheus.bearer_token_file,
-                "ca_file": self.prometheus.ca_file,
-                "timeout": format_duration(self.prometheus.timeout_seconds),
-                "retries": self.prometheus.retries,
-                "arrival_rate_query": self.prometheus.arrival_rate_query,
-                "queries": dict(self.prometheus.queries),
-            },
-            "namespaces": list(self.namespaces),
-            "leader_election": {
-                "lease_name": self.leader_election.lease_name,
-                "lease_namespace": self.leader_election.lease_namespace,
-                "lease_duration": format_duration(self.leader_election.lease_duration_seconds),
-            },
-            "pricing": {
-                "default_gpu_hour": self.pricing.default_gpu_hour,
-                "capacity_type": self.pricing.capacity_type,
-                "instance_types": {
-                    t.name: {"gpus": t.gpus, "on_demand": t.on_demand, "spot": t.spot}
-                    for t in self.pricing.instance_types.values()
-                },
-                "gpu_types": {
-                    g.name: {"on_demand": g.on_demand, "spot": g.spot} for g in self.pricing.gpu_types.values()
-                },
-                "nodepools": {
-                    name: {k: v for k, v in (("instance_type", n.instance_type), ("gpus_per_node", n.gpus_per_node),
-                                             ("capacity_type", n.capacity_type), ("gpu_hour", n.gpu_hour))
-                           if v is not None}
-                    for name, n in self.pricing.nodepools.items()
-                },
-            },
-            "ceilings": {
-                "cluster": self.ceilings.cluster,
-                "teams": dict(self.ceilings.teams),
-                "keep_order": [str(k) for k in self.ceilings.keep_order],
-            },
-            "alerts": {
-                "alertmanager_url": self.alerts.alertmanager_url,
-                "cluster": self.alerts.cluster,
-                "expire_after": format_duration(self.alerts.expire_after_seconds),
-                "bearer_token_file": self.alerts.bearer_token_file,
-                "ca_file": self.alerts.ca_file,
-                "basic_auth": None if self.alerts.basic_auth is None else {
-                    "username": self.alerts.basic_auth.username,
-                    "password_file": self.alerts.basic_auth.password_file,
-                },
-                "timeout": (None if self.alerts.timeout_seconds is None
-                            else format_duration(self.alerts.timeout_seconds)),
-            },
-            "karpenter": {
-                "enabled": self.karpenter.enabled,
-                "headroom": self.karpenter.headroom,
-                "namespace": self.karpenter.namespace,
-            },
-        }
+log = logging.getLogger("autoscaler.config")
 
 
 # ---------------------------------------------------------------------------------------------- parsing
-
-
-def _did_you_mean(word: str, candidates: Mapping[str, Any] | tuple[str, ...] | frozenset[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class _Parser:
@@ -456,7 +90,7 @@ class _Parser:
         for key in raw:
             if key not in allowed:
                 prefix = f"{path}." if path else ""
-                self.error(f"{prefix}{key}", f"unknown key{_did_you_mean(str(key), allowed)}; "
+                self.error(f"{prefix}{key}", f"unknown key{did_you_mean(str(key), allowed)}; "
                                              f"allowed: {', '.join(allowed)}")
 
     def duration(self, raw: Mapping[str, Any], key: str, path: str, default: int) -> int:
@@ -562,7 +196,7 @@ def _parse_profile(p: _Parser, name: str, raw: Mapping[str, Any], base: Forecast
     path = f"profiles.{name}"
     model = p.string(raw, "model", path, base.model)
     if model not in MODEL_NAMES:
-        p.error(f"{path}.model", f"unknown model {model!r}{_did_you_mean(model, MODEL_NAMES)}; "
+        p.error(f"{path}.model", f"unknown model {model!r}{did_you_mean(model, MODEL_NAMES)}; "
                                  f"choose one of {', '.join(MODEL_NAMES)}")
         model = base.model
     warm_pool: WarmPool = base.warm_pool
@@ -668,7 +302,7 @@ def _parse_profiles(p: _Parser, data: Mapping[str, Any]) -> dict[str, ForecastPr
     # "default" first: the others inherit from it.
     for name in sorted(raw, key=lambda n: (n != "default", str(n))):
         body = raw[name]
-        if not isinstance(name, str) or not _DNS_LABEL.match(name):
+        if not isinstance(name, str) or not DNS_LABEL.match(name):
             p.error(f"profiles.{name}", "profile names must be lower-case letters, digits and '-' "
                                         "(they are used in annotations)")
             continue
@@ -708,7 +342,7 @@ def check_promql_template(template: str) -> str | None:
     names = promql.placeholders(template)
     unknown = [n for n in names if n not in PROMQL_PLACEHOLDERS]
     if unknown:
-        hint = _did_you_mean(unknown[0], PROMQL_PLACEHOLDERS)
+        hint = did_you_mean(unknown[0], PROMQL_PLACEHOLDERS)
         return (f"unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}{hint}; "
                 f"allowed: {', '.join('{' + a + '}' for a in sorted(PROMQL_PLACEHOLDERS))}")
     samples: dict[str, str] = {
@@ -749,7 +383,7 @@ def _parse_prometheus(p: _Parser, data: Mapping[str, Any]) -> PrometheusConfig:
     arrival = p.string(raw, "arrival_rate_query", "prometheus", d.arrival_rate_query)
     if arrival not in queries:
         p.error("prometheus.arrival_rate_query", f"no query named {arrival!r} under prometheus.queries"
-                                                 f"{_did_you_mean(arrival, queries)}")
+                                                 f"{did_you_mean(arrival, queries)}")
         arrival = d.arrival_rate_query
     return PrometheusConfig(
         url=url,
@@ -771,7 +405,7 @@ def _parse_namespaces(p: _Parser, data: Mapping[str, Any]) -> tuple[str, ...]:
         return ()
     out: list[str] = []
     for i, ns in enumerate(raw):
-        if not isinstance(ns, str) or not _DNS_LABEL.match(ns):
+        if not isinstance(ns, str) or not DNS_LABEL.match(ns):
             p.error(f"namespaces[{i}]", f"{ns!r} is not a valid namespace name")
         elif ns in out:
             p.error(f"namespaces[{i}]", f"duplicate namespace {ns!r}")
@@ -784,8 +418,8 @@ def _parse_leader(p: _Parser, data: Mapping[str, Any]) -> LeaderElectionConfig:
     raw = p.section(data, "leader_election", _LEADER_KEYS)
     d = LeaderElectionConfig()
     return LeaderElectionConfig(
-        lease_name=p.name(raw, "lease_name", "leader_election", d.lease_name, _DNS_SUBDOMAIN),
-        lease_namespace=p.name(raw, "lease_namespace", "leader_election", d.lease_namespace, _DNS_LABEL),
+        lease_name=p.name(raw, "lease_name", "leader_election", d.lease_name, DNS_SUBDOMAIN),
+        lease_namespace=p.name(raw, "lease_namespace", "leader_election", d.lease_namespace, DNS_LABEL),
         lease_duration_seconds=p.duration(raw, "lease_duration", "leader_election", d.lease_duration_seconds),
     )
 
@@ -837,7 +471,7 @@ def _entries(p: _Parser, raw: Mapping[str, Any], key: str, path: str, allowed: t
 
 def _parse_pricing(p: _Parser, data: Mapping[str, Any]) -> PriceTable:
     raw = p.section(data, "pricing", _PRICING_KEYS)
-    d = _default_pricing()
+    d = default_pricing()
     types = dict(d.instance_types)
     for name, where, body in _entries(p, raw, "instance_types", "pricing", _INSTANCE_KEYS):
         gpus = p.integer(body, "gpus", where, 0, 1, None)
@@ -860,12 +494,12 @@ def _parse_pricing(p: _Parser, data: Mapping[str, Any]) -> PriceTable:
         gpu_types[name] = GpuType(name, on_demand, _dollars(p, body, "spot", where, None, nullable=True))
     pools = {}
     for name, where, body in _entries(p, raw, "nodepools", "pricing", _NODEPOOL_PRICING_KEYS):
-        if not _DNS_SUBDOMAIN.match(name):
+        if not DNS_SUBDOMAIN.match(name):
             p.error(where, "not a valid NodePool name (a DNS subdomain)")
             continue
         instance = body.get("instance_type")
         if instance is not None and instance not in types:
-            p.error(f"{where}.instance_type", f"unknown instance type {instance!r}{_did_you_mean(str(instance), types)}"
+            p.error(f"{where}.instance_type", f"unknown instance type {instance!r}{did_you_mean(str(instance), types)}"
                                               f"; add it under pricing.instance_types")
             instance = None
         gpn = p.integer(body, "gpus_per_node", where, 0, 1, None) if body.get("gpus_per_node") is not None else None
@@ -926,11 +560,11 @@ def _parse_alerts(p: _Parser, data: Mapping[str, Any]) -> AlertsConfig:
     raw = p.section(data, "alerts", _ALERTS_KEYS)
     d = AlertsConfig()
     url = raw.get("alertmanager_url")
-    if url is not None and (not isinstance(url, str) or not _HTTP_URL.match(url)):
+    if url is not None and (not isinstance(url, str) or not HTTP_URL.match(url)):
         p.error("alerts.alertmanager_url", f"expected an http:// or https:// URL or null, got {_describe(url)}")
         url = None
     cluster = p.string(raw, "cluster", "alerts", d.cluster)
-    if not _LABEL_VALUE.match(cluster):
+    if not LABEL_VALUE.match(cluster):
         p.error("alerts.cluster", f"{cluster!r} is not a usable cluster name (letters, digits, '-', '_', '.')")
         cluster = d.cluster
     expire = p.duration(raw, "expire_after", "alerts", d.expire_after_seconds)
@@ -984,12 +618,12 @@ def _parse_karpenter(p: _Parser, data: Mapping[str, Any]) -> KarpenterConfig:
         headroom = "off"
     if headroom not in HEADROOM_SETTINGS:
         p.error("karpenter.headroom", f"expected one of {', '.join(HEADROOM_SETTINGS)}, got {_describe(headroom)}"
-                                      f"{_did_you_mean(str(headroom), HEADROOM_SETTINGS)}")
+                                      f"{did_you_mean(str(headroom), HEADROOM_SETTINGS)}")
         headroom = d.headroom
     return KarpenterConfig(
         enabled=enabled,
         headroom=headroom,
-        namespace=p.name(raw, "namespace", "karpenter", d.namespace, _DNS_LABEL),
+        namespace=p.name(raw, "namespace", "karpenter", d.namespace, DNS_LABEL),
     )
 
 
@@ -1145,7 +779,7 @@ def resolve_config_file(path: str | Path) -> Path:
     return p / CONFIGMAP_KEY if p.is_dir() else p
 
 
-def _read(path: str | Path) -> tuple[Path, bytes]:
+def read_config_file(path: str | Path) -> tuple[Path, bytes]:
     file = resolve_config_file(path)
     try:
         return file, file.read_bytes()
@@ -1155,7 +789,7 @@ def _read(path: str | Path) -> tuple[Path, bytes]:
         raise ConfigError(str(file), [f"cannot read: {exc.strerror or exc}"]) from None
 
 
-def _decode(file: Path, raw: bytes) -> str:
+def decode_config(file: Path, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -1164,95 +798,5 @@ def _decode(file: Path, raw: bytes) -> str:
 
 def load_config(path: str | Path = DEFAULT_CONFIG_PATH) -> Config:
     """Load and validate a config file (or a ConfigMap directory holding ``config.yaml``)."""
-    file, raw = _read(path)
-    return parse_config_text(_decode(file, raw), str(file))
-
-
-# ---------------------------------------------------------------------------------------------- reload
-
-
-class ConfigStore:
-    """The configuration in force, re-read from disk when it changes.
-
-    The first load must succeed (``ConfigError`` otherwise: a controller without any valid
-    configuration should not start). Afterwards ``maybe_reload`` swaps in a changed file only when
-    it validates; otherwise the last good ``Config`` stays, ``last_error`` says why, and the same
-    broken content is not re-parsed or re-reported until it changes again.
-    """
-
-    def __init__(self, path: str | Path, *, on_error: Callable[[ConfigError], None] | None = None) -> None:
-        self.path = Path(path)
-        self._on_error = on_error
-        file, raw = _read(self.path)
-        self._config = parse_config_text(_decode(file, raw), str(file))
-        self._digest = hashlib.sha256(raw).hexdigest()
-        self._bad_digest: str | None = None
-        self.last_error: ConfigError | None = None
-        self.generation = 1
-        self.reload_failures = 0
-        self._log_warnings()
-
-    @property
-    def digest(self) -> str:
-        """SHA-256 of the file content currently in force (for a status metric or log line)."""
-        return self._digest
-
-    def current(self) -> Config:
-        return self._config
-
-    def maybe_reload(self) -> bool:
-        """Re-read the file; ``True`` when a valid configuration that differs from the one in force was swapped in.
-
-        The path is re-opened and its content hashed on every call (a few kilobytes per tick) rather than
-        trusting inode/mtime/size: opening follows the ConfigMap symlink chain to whatever target is
-        current, a same-size edit within the file system's mtime resolution is still seen, and a swap to
-        identical content (a ConfigMap re-sync) or a comment-only edit is a no-op.
-        """
-        try:
-            file, raw = _read(self.path)
-        except ConfigError as exc:
-            self._fail(exc, digest=f"unreadable:{exc}")
-            return False
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest == self._digest:
-            if self.last_error is not None:  # reverted to the content in force: nothing is wrong any more
-                self.last_error = None
-                self._bad_digest = None
-            return False
-        if digest == self._bad_digest:
-            return False
-        try:
-            config = parse_config_text(_decode(file, raw), str(file))
-        except ConfigError as exc:
-            self._fail(exc, digest=digest)
-            return False
-        changed = config != self._config
-        self._digest = digest
-        self._bad_digest = None
-        self.last_error = None
-        if not changed:
-            log.info("configuration file %s changed without effect on the settings", file)
-            return False
-        self._config = config
-        self.generation += 1
-        log.info("configuration reloaded from %s (generation %d)", file, self.generation)
-        self._log_warnings()
-        return True
-
-    def _fail(self, exc: ConfigError, digest: str) -> None:
-        if digest == self._bad_digest:
-            return
-        self._bad_digest = digest
-        self.last_error = exc
-        self.reload_failures += 1
-        log.error("configuration not reloaded, keeping the last good one: %s", exc)
-        if self._on_error is not None:
-            self._on_error(exc)
-
-    def _log_warnings(self) -> None:
-        for warning in self._config.warnings:
-            log.warning("config: %s", warning)
-
-
-_BUILTIN_QUERIES: Mapping[str, str] = promql.DEFAULT_QUERIES
-"""The built-in templates live with the renderer (``autoscaler.promql``); the config file only overrides."""
+    file, raw = read_config_file(path)
+    return parse_config_text(decode_config(file, raw), str(file))

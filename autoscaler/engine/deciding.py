@@ -1,0 +1,132 @@
+"""One Deployment's decision at one tick, from what the tick saw: the step the controller and the simulator share.
+
+Why it exists: the controller's tick and the simulator each used to turn a forecast and an observation into a
+replica count in their own code, and they fed the planner different things: the simulator showed it the demand
+of the bin still in progress (which no Prometheus query can answer yet) and the free GPUs of its node model
+(which the controller never reads), and it had no "capacity not learned yet" hold and no hold for pods that no
+node came for. So ``simulate`` scored a better-informed controller than the one that runs. Both drivers now build
+an ``Observed`` from their own world (the controller from the Kubernetes API and Prometheus, the simulator from
+its trace and simulated cluster) and call ``decide``; what differs between them is only how the snapshot is read.
+
+The rules, given the forecast the ``ForecastKeeper`` served and the tick's observation:
+
+* the demand is the newest *ended* bin (None when missing): the reactive floor and the surprise check use it;
+* free GPUs are not read: a new replica is assumed to wait for a node, so the lead includes a node start-up.
+  The controller does not list nodes; the warm headroom it keeps ahead of forecast rises is what makes a
+  replica start sooner than that, and the plan does not count on it;
+* a Deployment whose capacity per replica is ``auto`` and not learned yet holds its replicas (within its
+  min/max), never scaled on a guessed capacity (``capacity_hold``);
+* otherwise ``domain.planner.plan_replicas``;
+* pods Pending unschedulable for longer than a node start-up (the learned node lead) mean no node is coming (a
+  NodePool limit, a quota, no GPU of that kind to be had): a scale-up is held at the current count so Pending
+  replicas do not pile up (a ``gpus_unavailable`` step). Pods younger than that are waiting for the node
+  Karpenter is provisioning for them, which is the normal path of every scale-up onto a new node; holding
+  then would freeze scale-ups for a node start-up after each one that needed a node;
+* ``ahead``: the replicas the forecast needs one node start-up beyond the plan's own lead (what the money stage
+  keeps node headroom for), the decision itself while scale-ups are held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.money import ahead_replicas
+from autoscaler.domain.planner import plan_replicas
+from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from models.types import Forecast
+
+Recommendations = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one tick saw of one Deployment: the snapshot ``decide`` plans on.
+
+    ``demand``: the newest ended bin's demand (None: missing or not read). ``waiting_for_node``: the ages, in
+    seconds, of its pods Pending unschedulable (no node to run on yet).
+    """
+
+    replicas: int
+    ready: int
+    demand: float | None
+    gpus_per_replica: int
+    waiting_for_node: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decided:
+    """``decide``'s answer: the decision (every step explained), how many pods have waited longer than a node
+    start-up for a node (0: none; then scale-ups are held), and ``ahead``, the replicas one node start-up ahead
+    (worked out when asked: a self-tuning replay never asks, and it is a second pass over the forecast)."""
+
+    decision: ScalingDecision
+    stuck: int
+    forecast: Forecast | None
+    policy: ScalingPolicy
+    node_lead_seconds: float
+
+    @cached_property
+    def ahead(self) -> int:
+        if self.stuck:
+            return self.decision.desired_replicas
+        return ahead_replicas(self.forecast, self.policy, self.decision, self.node_lead_seconds, self.decision.now)
+
+
+def capacity_hold(replicas: int, min_replicas: int, max_replicas: int, reason: str, recommendations: Recommendations,
+                  lead_seconds: float, now: int) -> ScalingDecision:
+    """The decision for a Deployment whose capacity is auto and not learned yet: its replicas as they are (within
+    its own min/max), never a count derived from a guessed capacity. ``missing_metrics`` says why, so the money
+    stage asks for no headroom ahead of it either."""
+    held = min(max(replicas, min_replicas), max_replicas)
+    why = f"capacity not learned yet: {reason}"
+    steps = [Step("capacity_unknown", replicas,
+                  f"{why}; holding {replicas} replicas (never scaled on a guessed capacity)")]
+    if held != replicas:
+        steps.append(Step("min_max_clamp", held, f"clamped to [min {min_replicas}, max {max_replicas}] "
+                                                 "(the Deployment's own bounds)"))
+    return ScalingDecision(
+        desired_replicas=held, forecast_demand=None, lead_seconds=lead_seconds, warm_pool_replicas=0,
+        warm_pool_as="replicas", reactive_replicas=0, steps=tuple(steps), recommendations=recommendations, now=now,
+        raw_replicas=replicas, missing_metrics=(why,),
+    )
+
+
+def stuck_pods(observed: Observed, cold: ColdStartProfile) -> int:
+    """Pods that have waited for a node longer than a node start-up: no node is coming for them."""
+    limit = cold.node_lead_seconds()
+    return sum(1 for age in observed.waiting_for_node if age > limit)
+
+
+def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy, cold: ColdStartProfile, now: int,
+           recommendations: Recommendations, *, capacity_unknown: str | None = None) -> Decided:
+    """The replica decision for one Deployment at ``now`` (see the module docstring for the rules).
+
+    ``recommendations`` is the stabilisation history the previous decision returned (``decision.recommendations``
+    is the one to keep for the next). ``capacity_unknown``: why the capacity per replica is not known yet (then the
+    replicas are held); None when ``policy.capacity_per_replica`` is the capacity to plan with.
+    """
+    now = int(now)
+    if capacity_unknown is not None:
+        decision = capacity_hold(observed.replicas, policy.min_replicas, policy.max_replicas, capacity_unknown,
+                                 recommendations, cold.lead_seconds(False), now)
+    else:
+        state = WorkloadState(
+            current_replicas=observed.replicas,
+            ready_replicas=observed.ready,
+            current_demand=observed.demand,
+            gpus_per_replica=observed.gpus_per_replica,
+            recommendations=recommendations,
+        )
+        decision = plan_replicas(forecast, state, policy, cold, now)
+    stuck = stuck_pods(observed, cold)
+    if stuck and decision.desired_replicas > observed.replicas:
+        held = observed.replicas
+        decision = replace(decision, desired_replicas=held, steps=(*decision.steps, Step(
+            "gpus_unavailable", held,
+            f"{stuck} pod(s) Pending unschedulable for longer than a node start-up "
+            f"({cold.node_lead_seconds():.0f}s): holding at {held} instead of {decision.desired_replicas} so "
+            "Pending replicas do not pile up",
+        )))
+    return Decided(decision, stuck, forecast, policy, cold.node_lead_seconds())

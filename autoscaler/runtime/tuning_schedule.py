@@ -1,0 +1,161 @@
+"""The self-tuning schedule: when a Deployment's operating point is re-chosen (daily, after a refit, when its
+objective changes), resuming the state a previous controller left, running the due replays within their budget
+after the plans, and the metrics and Events that say what was chosen.
+
+Why a module of its own: the replays (``autoscaler.simulation.tuning``) are the costliest work a tick does after
+fitting, and when they run is a policy of its own, separate from reading, deciding and applying.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from functools import partial
+
+from autoscaler.config.schema import ForecastProfile
+from autoscaler.domain.annotations import WorkloadSpec
+from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.types import ScalingPolicy
+from autoscaler.ports import WorkloadView
+from autoscaler.runtime.state import (
+    LOGGER,
+    TUNE_EVERY_SECONDS,
+    TUNE_RETRY_SECONDS,
+    ControllerBase,
+    Key,
+    Memory,
+    Replay,
+    fitted_since,
+    objective,
+)
+from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
+from models.registry import make_chain
+
+log = logging.getLogger(LOGGER)
+
+
+class TuningSchedule(ControllerBase):
+    """When and how each Deployment is re-tuned."""
+
+    def _tuned(
+        self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
+        cold: ColdStartProfile, now: float,
+    ) -> ScalingPolicy:
+        """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``), and a replay
+        queued for ``_replay_due`` when one is due.
+
+        Due daily, after a refit of its model and when its objective or sizing changes; the replay runs after this
+        tick's plans, in what is left of its budgets, and its choice applies from the next tick. Without self-tuning
+        (the profile's ``self_tune: false``, or a fixed warm pool), ``policy`` as it is; before the first replay
+        too (the profile's own operating point).
+        """
+        key = (view.namespace, view.name)
+        memory = self._memory[key]
+        if not profile.self_tune or policy.warm_pool is not None:
+            memory.tuning = None
+            return policy
+        if not memory.tuning_read and memory.status_read:
+            memory.tuning_read = True
+            self._resume_tuning(view, memory)
+        wait, target = objective(spec, profile)
+        inputs: tuple[float, ...] = (wait, target, policy.capacity_per_replica, policy.min_replicas,
+                                     policy.max_replicas)
+        last = memory.tuning
+        if last is None or last.chosen is None:
+            due = now - memory.tuning_tried >= TUNE_RETRY_SECONDS
+        else:
+            due = (now - memory.tuning_tried >= TUNE_EVERY_SECONDS or fitted_since(memory, memory.tuning_tried))
+        if due or inputs != memory.tuning_inputs:
+            self._replays.append(Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs))
+        if last is None or last.chosen is None or inputs != memory.tuning_inputs:
+            return policy  # nothing chosen yet for this objective and sizing
+        return candidate_policy(policy, last.chosen, last.chosen_utilisation)
+
+    def _resume_tuning(self, view: WorkloadView, memory: Memory) -> None:
+        """Continue from the self-tuning state the saved status holds (written by this controller before a restart, or
+        by the previous leader, in the status object or an older version's annotation): its pooled days, error
+        budget and choice, for the objective and sizing it was made for. A replay this controller already ran is
+        kept. A state that cannot be read is logged and tuning starts over, as it would without one."""
+        if memory.tuning is not None:
+            return
+        try:
+            saved = memory.saved_tuning
+            if not saved or saved.get("chosen") is None:
+                return
+            tuning = Tuning.from_dict(saved)
+            inputs = tuple(float(v) for v in saved["inputs"])
+            tried = float(saved["tried"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s/%s: the self-tuning state in the status cannot be read (%s); tuning starts over",
+                        view.namespace, view.name, exc)
+            return
+        memory.tuning, memory.tuning_inputs, memory.tuning_tried = tuning, inputs, tried
+        # the Events for this state were posted by whoever chose it
+        memory.notices.set("slo", tuning.met)
+        memory.notices.set("lead-only", any(c.lead_only and c.point == (tuning.chosen, tuning.chosen_utilisation)
+                                            for c in tuning.candidates))
+        self._note_tuning((view.namespace, view.name), memory, tuning)
+
+    def _replay_due(self, now: float, errors: list[str]) -> None:
+        """Run the self-tuning replays queued by this tick's plans, least recently tuned first, after the plans and
+        only in what the fits left of the fitting budget (fits come first). A tick's first replay needs nothing
+        more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another starts only if
+        it should end within the tuning budget, counted from the end of the plans, by the replays' running mean
+        duration. The rest wait for a later tick."""
+        deadline = min(self._fit_deadline, self._tune_deadline)
+        ran = 0
+        for job in sorted(self._replays, key=lambda j: self._memory[j.key].tuning_tried):
+            memory = self._memory.get(job.key)
+            history = memory.history if memory is not None else None
+            keeper = None if memory is None else memory.keeper
+            if memory is None or history is None or len(history) < 2 or keeper is None or keeper.model is None:
+                continue  # no model yet: it is fitted (this or a later tick) before it is tuned
+            # the first replay of a tick needs only what the fits left; the next ones must also end in time
+            if (time.perf_counter() > self._fit_deadline
+                    or (ran and time.perf_counter() + self._replay_seconds > deadline)):
+                break
+            ran += 1
+            started = time.perf_counter()
+            last = memory.tuning
+            # the days replayed before are pooled with this one while the objective and sizing stay the same
+            previous = last if last is not None and job.inputs == memory.tuning_inputs else None
+            wait, target = job.inputs[0], job.inputs[1]
+            # what ran during the day about to be replayed: the error budget counts its replay as lived
+            running = (
+                (previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen is not None
+                else (job.policy.warm_pool_level, job.policy.reactive_utilisation))
+            try:
+                result = tune(
+                    history.slice(0, len(history) - 1), job.policy, job.cold, partial(make_chain, job.profile.model),
+                    quantiles=job.profile.tune_quantiles, utilisations=job.profile.tune_utilisations,
+                    slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=job.gpus_per_replica,
+                    warmup_seconds=job.profile.history_seconds, previous=previous, running=running,
+                )
+                took = time.perf_counter() - started
+                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
+            except Exception as exc:  # a replay bug must not stop the fleet: keep the last operating point
+                self.metrics.errors.labels("tuning").inc()
+                errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(exc).__name__}: {exc}); "
+                              "keeping the last operating point")
+                memory.tuning_tried = now
+                continue
+            memory.tuning_tried, memory.tuning_inputs = now, job.inputs
+            if result.chosen is not None or previous is None or previous.chosen is None:
+                memory.tuning = result
+            self._note_tuning(job.key, memory, result)
+        self._replays = []
+
+    def _note_tuning(self, key: Key, memory: Memory, result: Tuning) -> None:
+        """Export a replay's outcome and queue an Event when the objective becomes unreachable (or reachable
+        again): one per transition, not per replay."""
+        if result.chosen is None:
+            return
+        chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
+        self.metrics.tuned_quantile.labels(*key).set(result.chosen)
+        self.metrics.tuned_utilisation.labels(*key).set(result.chosen_utilisation)
+        self.metrics.slo_met.labels(*key).set(1 if result.met else 0)
+        self.metrics.replay_attainment.labels(*key).set(chosen.slo_attainment)
+        # Told by the next applied tick, once per transition (reachable is assumed before anything was told). Where
+        # the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and once more
+        # when the forecast earns its place again.
+        memory.tuning_state = (result.met, chosen.lead_only, result.reason)
