@@ -55,49 +55,43 @@ from models.clean import prepare
 from models.types import SECONDS_PER_DAY
 
 # Measured while building self-tuning (see the section text); kept next to the code that prints it.
-READING = """Reading the frontier (measured 2026-11-25). *GPU-h saved*: the predictive curve interpolated at the \
-attainment the HPA reaches at a target; ">=" where the curve's cheapest point already attains more than the HPA \
-(its saving is then a lower bound); n/a where the curve does not reach that attainment. **The HPAs users run on \
-vLLM's queue are far worse than every other policy on every trace**: the GKE tutorial's `hpa-queue@10`, vLLM \
-production-stack's `prodstack-queue@1` (an Object metric, `sum(vllm:num_requests_waiting)` at value 1) and its KEDA \
-ScaledObject `keda-queue@5` attain 48-63% on NASA and ServeGen at 1.4-14x the oracle's GPU-hours, and 0.4-34% on \
-LoRA. A queue only forms once replicas are already short, so each scales up at the HPA's limit (twice the pods per \
-15 s sync) while the new pods load for 120 s, overshoots, holds for the 300 s window after the queue is gone, falls \
-to min replicas and starts again; production-stack's `ceil(waiting x Ready pods)` overshoots most (14.4x on NASA). \
-**The curve is not dominated anywhere**: some point of the predictive curve beats every HPA target. That needs the \
-utilisation floor: the forecast's bands alone are dominated at high attainment on m_small (`predictive@99` 1.42x at \
-99.80% against `reactive@0.7` 1.38x at 99.95%), because its misses are bursts no forecast sees, and an HPA-like \
-margin over observed demand absorbs them (`predictive@80/u0.75`: 1.37x at 99.97% on m_small, 1.46x at 99.94% on \
-m_mid, both better than `reactive@0.7` on both axes). On NASA the bands are the better knob (p95: 1.54x at 99.91% \
-against u0.65's 1.71x at 99.90%). The **self-tuned default** meets 99% / 2 s on NASA (99.69% at 1.50x the oracle), \
-ServeGen m_mid (99.63% at 1.32x) and m_small (99.67% at 1.25x), and **no HPA target and no anchor dominates it on \
-any trace** (m_small: the HPA at 0.8 is cheaper, 1.21x, but attains 99.43%, at 0.7 it attains more, 99.95%, at \
-1.38x, the last-value planner 1.24x at 99.33%; m_mid: the HPA at 0.8 1.29x at 99.44%, the last-value planner 1.41x \
-at 99.89%). What changed: the tuner now runs the cheapest point that met the objective on every pooled day (it was \
-the next day's normal lower quartile from the days' spread), and a week whose error budget is already lost holds \
-the next day to the objective instead of to the safest point. Before, m_small's self-tuned fortnight was dominated \
-by the plain HPA at 0.7 (1.39x at 99.43%): the trace changes regime in its second week (the cheapest point served \
-100% on days 4-8 and 91.7% on day 9), the lower quartile passed p90 again although it had served 98.0% on an \
-earlier day, p90 ran into the burst, and the lost budget then forced the HPA-at-0.6-started-early point for five \
-days. Now it moves to the HPA-at-0.8-started-early point, which held through the burst, and stays there (0.9 four \
-days, 0.8 five, the bands three). On m_mid it runs the HPA at 0.9 started early for 8 days and at 0.8 for 4; on \
-NASA the bands (p90 five days, p95 three, 80/u0.75 four). On the Alibaba LoRA trace (70% empty minutes, bursts 20x \
-the typical minute from near zero, 120 s pod start-up) only the dearest point reaches 99% within 2 s (p99, 99.01% \
-at 3.43x); replaying one day at a time the tuner sees no point meet it, runs p99 and says so (`SLOUnreachable`), \
-ending at 98.55% at 2.68x. **Not met**: >= 90% fewer SLO misses at equal GPU-hours on m_small (75%, at u0.65) and \
-LoRA (74%, self-tuned); >= 30% fewer GPU-hours at equal attainment on any trace (1-16% where the curves overlap; on \
-NASA the curve's cheapest point already attains more than the HPA at 0.7 and 0.8); the self-tuned default within \
-1.3x the oracle on NASA (1.50x: the curve reaches 99% only from 1.36x, and knowing the future to within 5 minutes \
-already costs 1.17x, see simulate). The utilisation HPA now follows Kubernetes for an HPA without `behavior`, as \
-all of these are deployed (the largest recommendation of the 300 s window, scale-up capped at max(2x, 4) pods per \
-sync); its rows moved by at most 0.05x and 0.13 points (LoRA; NASA by 0.01x, ServeGen not at all), `hpa-queue@10`'s \
-by up to 7 points. The planner's smoothing is not the lever (measured earlier on NASA and m_small over the same 14 \
-days, all seven points): a 120 s look-ahead instead of 300 s moves no point by more than 0.2%, and a 300 s \
-scale-down stabilisation instead of 600 s makes NASA's curve dearer (its bursty minutes need the replicas held) and \
-m_small's 1% cheaper at 99.6%. What would move them is information the forecast does not have (the 20-minute change \
-of these series is mostly not predictable from their past, see the backtest section), and for LoRA a faster start \
-(see the start-up sensitivity section). Self-tuning costs 1.4-1.8 s of CPU per replay (one day of bins, twelve \
-points), once a day per Deployment."""
+READING = """Reading the frontier (measured 2026-11-25, on the engine that decides for both the controller and the \
+simulator). *GPU-h saved*: the predictive curve interpolated at the attainment the HPA reaches at a target; ">=" \
+where the curve's cheapest point already attains more than the HPA (its saving is then a lower bound); n/a where \
+the curve does not reach that attainment. **The HPAs users run on vLLM's queue are far worse than every other \
+policy on every trace**: the GKE tutorial's `hpa-queue@10`, vLLM production-stack's `prodstack-queue@1` (an Object \
+metric, `sum(vllm:num_requests_waiting)` at value 1) and its KEDA ScaledObject `keda-queue@5` attain 48-63% on NASA \
+and ServeGen at 1.4-14x the oracle's GPU-hours, and 0.4-34% on LoRA. A queue only forms once replicas are already \
+short, so each scales up at the HPA's limit (twice the pods per 15 s sync) while the new pods load for 120 s, \
+overshoots, holds for the 300 s window after the queue is gone, falls to min replicas and starts again; \
+production-stack's `ceil(waiting x Ready pods)` overshoots most (14.4x on NASA). **On the 1-minute traces the \
+self-tuned default is dominated by no HPA target and no anchor**: NASA 99.77% at 1.53x the oracle (p95 ten days, \
+p90 two; the curve beats every HPA target, p95 1.55x at 99.82% against the HPA at 0.5's 1.99x at 99.65%), LoRA \
+98.27% at 2.73x (p99 every day, `SLOUnreachable`: only the dearest point reaches 99% within 2 s, p99 98.76% at \
+3.48x, against 120 s cold starts; no HPA target passes 95.5%). **On ServeGen (10-minute bins) the whole predictive \
+curve is dominated, and so is the self-tuned default** (m_mid 99.45% at 1.90x, against the HPA at 0.7's 99.92% at \
+1.47x; m_small 99.32% at 1.62x, against the HPA at 0.8's 99.43% at 1.21x). The cause is what each side sees, not \
+the tuner: the simulator now shows the controller, as its reactive floor, only the newest *ended* bin's demand \
+(what Prometheus can answer at the trace's step), while the simulated HPA reads the demand of the current 15 s \
+tick, interpolated inside the bin. On 10-minute bins that is up to ten minutes of lag against none: every pinned \
+point lost 0.7-7 points of attainment (`predictive@80/u0.65` on m_small: 98.62%, was 99.998% when the floor read the \
+current tick), every candidate the tuner can choose from is behind the HPA's curve, and no choice rule can escape \
+that. Measured before that change, with the same tuner and HPA: the self-tuned default was dominated nowhere \
+(m_small 1.25x at 99.67%, m_mid 1.32x at 99.63%, NASA 1.50x at 99.69%). A fair comparison on coarse traces needs \
+both to see the same thing (the controller a rate over the last minute, as Prometheus scraping every 15-60 s would \
+answer, or the HPA the same ended bins); that choice is the simulator's, not made here. What the tuner changed: it \
+runs the cheapest point that met the objective on every pooled day when there is one (a point that missed on one of \
+the last seven days misses on a day like that again), else the cheapest that meets it at the next day's lower \
+quartile, and a week whose error budget is already lost holds the next day to the objective instead of to the \
+safest point (before, m_small's tuner passed p90 although it had missed on an earlier day, p90 ran into the burst \
+of day 9, and the lost budget forced the HPA-at-0.6-started-early point for five days: 1.39x at 99.43%, dominated \
+by the HPA at 0.7). **Not met**: >= 90% fewer SLO misses at equal GPU-hours on LoRA (68%) and ServeGen; >= 30% \
+fewer GPU-hours at equal attainment on any trace (NASA 14% at the HPA at 0.6's attainment); the self-tuned default \
+within 1.3x the oracle on NASA (1.53x: knowing the future to within 5 minutes already costs 1.17x, see simulate). \
+The utilisation HPA now follows Kubernetes for an HPA without `behavior`, as all of these are deployed (the largest \
+recommendation of the 300 s window, scale-up capped at max(2x, 4) pods per sync); its rows moved by at most 0.05x \
+and 0.13 points (LoRA; NASA by 0.01x, ServeGen not at all), `hpa-queue@10`'s by up to 7 points. Self-tuning costs \
+1.3-1.7 s of CPU per replay (one day of bins, twelve points), once a day per Deployment."""
 
 READING_STARTUP = """Reading the start-up sensitivity (measured 2026-11-25 on all four traces; the 120 s rows are \
 the frontier section's run, the others ran with `--tuned-only`, which runs the same self-tuned, HPA and oracle \

@@ -45,10 +45,10 @@ How, and why it is cheap enough to run daily per Deployment:
   missed on an earlier day, p90 ran into the burst, and (with the lost window chased) the fortnight was 1.39x the
   oracle at 99.43%, dominated by the HPA at 0.7; preferring points that held every day (and holding a lost window to
   the objective) moves it to the HPA-at-0.8-started-early point that held through the burst: 1.25x at 99.67%. Why
-  not every day alone: where days swing without a regime change (the diurnal synthetic traffic of ``simulate``) no
-  point holds on all seven days, and requiring it made the fortnight 1.93x the oracle at 99.64%, dominated by the
-  HPA at 0.5 (1.88x at 99.69%). When none meets it, the safest point (the most attainment; the fewest GPU-hours
-  among ties) is chosen and the flag is False, so the caller can say so.
+  not every day alone: where days swing without a regime change no point may hold on all seven days, and requiring
+  it would run the safest point; the quartile still finds the cheapest that meets the objective then. When none
+  meets it, the safest point (the most attainment; the fewest GPU-hours among ties) is chosen and the flag is False,
+  so the caller can say so.
 
 Properties the tests hold it to: a looser objective never chooses a point that costs more within a tier (the set
 of points that meet it, and of those that hold it, only grows; a looser objective can move the choice from a point
