@@ -6,10 +6,11 @@ at the horizon the controller uses, with an honest p90 band, at a fraction of Pr
 This command measures exactly that with the same engine and defaults as
 ``predictive-autoscaler backtest`` and writes the "backtest" section of docs/BENCHMARKS.md.
 
-Run: ``python -m benchmarks.backtest`` (from the repository root; about 15-25 minutes on two
+Run: ``python -m benchmarks.backtest`` (from the repository root; about 7.5 minutes on two
 cores). ``--traces NAME[,NAME]`` restricts to some trace files (for a quick look; the page is only
 rewritten by a full run unless ``--write`` is given); ``--models`` picks the registry models and
-``--peers`` the statsforecast peers (``--peers ''`` for none).
+``--peers`` the statsforecast peers (``--peers ''`` for none); ``--shapes all|none`` the synthetic shapes
+(``synthetic_traces``: shapes of traffic the shared traces lack, seeded; run by default unless ``--traces`` is given).
 
 statsforecast peers (the best-known open-source statistical forecasters, the bar for the default model): MSTL,
 AutoETS and DynamicOptimizedTheta behind the Forecaster API (``StatsForecastPeer``, benchmark only), run when
@@ -42,7 +43,8 @@ from typing import Any, Self
 import numpy as np
 
 from autoscaler.commands.backtest import DEFAULT_ORIGIN_EVERY_STEPS
-from autoscaler.traces import Trace, load_trace
+from autoscaler.synth import synth_trace
+from autoscaler.traces import Trace, load_trace, trace_from_rates
 from benchmarks.report import machine, require_traces, update_section
 from models import registry
 from models.base import DEFAULT_LEVELS, Forecaster
@@ -210,11 +212,100 @@ NOT_MET = (
     "from the last 24 bins plus the same window on the two days before (and a week before), fitted *in sample* with "
     "hindsight, reach only 0.88-0.90x persistence (0.87 in log space); refitted daily out of sample, 0.93-0.98x; "
     "profiles from the last 2-3 days instead of 14 score 0.95-0.96x; the model's step-h errors are correlated at "
-    "lag h (-0.28) but a correction term on them makes it worse. *Fit + predict at 10-minute bins, 28-36x Prophet* "
-    "(50x target): Prophet's fit shrinks with the series (2,016 points, ~0.15 s), the default's selection does not "
-    "(15 profile rows x 8 half-lives x 6 long-level weights scored on ~1,000 origins, ~2 ms of the ~4.5 ms). The fit "
-    "was made ~1.35x cheaper without changing any choice (from 19-23x); cutting the grid further would trade "
-    "accuracy for a ratio. At 1-minute bins, where the controller's series are, it is over 200x."
+    "lag h (-0.28) but a correction term on them makes it worse. *Fit + predict at 10-minute bins, 43-47x Prophet* "
+    "(50x target; ServeGen m_mid 65x, where the fit's check now serves the last value most days): Prophet's fit "
+    "shrinks with the series (2,016 points, ~0.15 s), the default's selection does not (15 profile rows x 8 "
+    "half-lives x 6 long-level weights scored on ~1,000 origins, ~2 ms of the ~4.5 ms). The fit was made ~1.35x "
+    "cheaper without changing any choice (from 19-23x); cutting the grid further would trade accuracy for a ratio. "
+    "At 1-minute bins, where the controller's series are, it is over 170x. *Not below persistence on the bursty "
+    "social stream and the LLM series turning volatile* (1.000x, equal, which the <= 1.00x target allows): on both "
+    "the last value is the best forecast there is, the default's fit finds no choice that beats it by two standard "
+    "errors on its window and serves it (before that check: 1.059x and 1.006x persistence)."
+)
+
+
+# --- synthetic shapes ----------------------------------------------------------------------------------------------
+# Shapes of traffic the shared traces do not have, made here from a fixed seed (the same series every run): a model
+# must hold its targets on them too, or it is tuned to four traces. Each is 14 days, scored like a trace.
+SHAPE_DAYS = 14
+SHAPE_START = 1_700_006_400 + 13 * 3600 + 37 * 60  # not a midnight: the profile's phase must come from the timestamps
+
+
+def _wandering_level(
+    rng: np.random.Generator, n: int, step: int, drift_15min: FloatArray, revert_days: float
+) -> FloatArray:
+    """A log level that wanders: an AR(1) per bin reverting over ``revert_days``, 15-minute volatility per bin."""
+    keep = math.exp(-step / (revert_days * SECONDS_PER_DAY))
+    shocks = rng.normal(0.0, 1.0, n) * drift_15min * math.sqrt(step / 900.0)
+    level = np.zeros(n)
+    for i in range(1, n):
+        level[i] = keep * level[i - 1] + shocks[i]
+    return level
+
+
+def _bursts(
+    rng: np.random.Generator, n: int, step: int, per_day: float, sizes: Callable[[int], FloatArray], bins: float
+) -> FloatArray:
+    """1 + the sum of bursts at Poisson times, each ``size`` x exp(-age / decay), decays exponential around ``bins``."""
+    k = int(rng.poisson(per_day * n * step / SECONDS_PER_DAY))
+    onsets, size = rng.integers(0, n, k), sizes(k)
+    decays = np.maximum(rng.exponential(bins, k), 1.0)
+    out = np.ones(n)
+    for onset, extra, decay in zip(onsets.tolist(), size.tolist(), decays.tolist(), strict=True):
+        end = min(n, onset + int(10 * decay) + 1)
+        out[onset:end] += extra * np.exp(-np.arange(end - onset) / decay)
+    return out
+
+
+def _lognormal_sizes(rng: np.random.Generator, k: int) -> FloatArray:
+    return np.asarray(0.5 * np.exp(0.8 * rng.standard_normal(k)), dtype=np.float64)
+
+
+def _pareto_sizes(rng: np.random.Generator, k: int) -> FloatArray:
+    return np.asarray(np.minimum(rng.pareto(0.8, k) + 1.0, 200.0), dtype=np.float64)
+
+
+def synthetic_traces() -> list[Trace]:
+    """The synthetic shapes of the benchmark (see ``SHAPES_TEXT``)."""
+    out = [synth_trace(days=SHAPE_DAYS, seed=1, shape="diurnal", step_seconds=60)]
+    out[0] = Trace("synthetic: diurnal web (1 min)", out[0].requests, {})
+    step = 600
+    n = SHAPE_DAYS * SECONDS_PER_DAY // step
+    t = SHAPE_START + step * np.arange(n)
+    outage = (t % SECONDS_PER_DAY >= 3 * 3600 + 600) & (t % SECONDS_PER_DAY < 3 * 3600 + 2400)
+    for name, seed, drift, bursts in (
+        ("synthetic: LLM serving, no daily cycle, bursts (10 min)", 2, np.full(n, 0.06), 3.0),
+        ("synthetic: LLM serving, no daily cycle, turning volatile (10 min)", 3, np.where(np.arange(n) < n // 2, 0.03,
+                                                                                          0.12), 0.0),
+    ):
+        rng = np.random.default_rng(seed)
+        level = _wandering_level(rng, n, step, drift, 1.0)
+        burst = _bursts(rng, n, step, bursts, partial(_lognormal_sizes, rng), 2.0)
+        counts = rng.poisson(4000.0 * np.exp(level) * burst).astype(np.float64)
+        counts[outage] = 0.0  # a daily 30-minute collection outage that the metric reports as zeros
+        out.append(trace_from_rates(name, TrafficSeries(counts / step, step, SHAPE_START)))
+    step = 60
+    n = SHAPE_DAYS * SECONDS_PER_DAY // step
+    t = SHAPE_START + step * np.arange(n)
+    rng = np.random.default_rng(4)
+    level = _wandering_level(rng, n, step, np.full(n, 0.12), 0.5)
+    daily = 1.0 + 0.3 * np.sin(2 * np.pi * ((t % SECONDS_PER_DAY) / SECONDS_PER_DAY - 0.3))
+    burst = _bursts(rng, n, step, 20.0, partial(_pareto_sizes, rng), 20.0)
+    counts = rng.poisson(2.0 * step * np.exp(level) * daily * burst).astype(np.float64)
+    social = TrafficSeries(counts / step, step, SHAPE_START)
+    out.append(trace_from_rates("synthetic: bursty social stream (1 min)", social))
+    return out
+
+
+SHAPES_TEXT = (
+    "**Synthetic shapes** (`synthetic_traces` in `benchmarks/backtest.py`, seeded, 14 days each, scored like the "
+    "traces): *diurnal web* is `autoscaler/synth.py`'s diurnal shape (3x day/night, weekends, bursts, a level shift); "
+    "the two *LLM serving, no daily cycle* series are Poisson counts around ~4,000 requests per 10 minutes on a level "
+    "that wanders (a log random walk reverting over a day, lag-1-day autocorrelation 0.1-0.3), with a daily 30-minute "
+    "collection outage that reads as zeros, one with lognormal bursts three times a day, one whose 15-minute "
+    "volatility rises from 3% to 12% half-way through; the *bursty social stream* is Poisson arrivals around a "
+    "wandering base with a weak daily cycle, plus 20 bursts a day whose sizes are Pareto with tail index 0.8 (a few "
+    "dwarf all the others), decaying over ~20 minutes."
 )
 
 
@@ -405,7 +496,8 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
         f"Command: `{COMMAND}` · date: {today} · machine: {machine()} · total wall time {total_seconds / 60:.1f} min "
         f"· {_environment()}.",
         "",
-        f"Rolling origin on the request rate of every trace in `../shared/traces/` longer than one day: a forecast at "
+        f"Rolling origin on the request rate of every trace in `../shared/traces/` longer than one day, and of the "
+        f"synthetic shapes below: a forecast at "
         f"every bin (the CLI's default), scored at step h = ceil(15 min / bin), p{LEVEL} "
         f"upper band; each model (its fallback chain from `models.registry`) refitted daily on at most the last 14 "
         f"days and updated with the new bins in between; the first origin is after 3 days, the same for all "
@@ -426,6 +518,8 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
                 f"{_f(r.pinball)} | {_f(r.bias, '+.3f')} | {_f(r.elapsed_seconds, '.1f')} | {r.n_forecasts} | "
                 f"{r.fallbacks} |"
             )
+    if any(run.trace.name.startswith("synthetic:") for run in runs):
+        lines += ["", SHAPES_TEXT]
     lines += [
         "",
         "Ratios for the default model (WAPE ratio < 1: default is more accurate). Speed-up = Prophet seconds / "
@@ -563,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(registry.MODEL_NAMES))
     parser.add_argument("--write", action="store_true", help="write docs/BENCHMARKS.md even for a partial run")
     parser.add_argument(
+        "--shapes",
+        choices=("all", "none"),
+        default=None,
+        help="the synthetic shapes too (default: all, or none when --traces is given)",
+    )
+    parser.add_argument(
         "--peers",
         default=",".join(PEERS),
         help="statsforecast peers to run when statsforecast is importable (empty: none)",
@@ -588,10 +688,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skip {path.name}: spans {trace.duration_seconds / 3600:.1f}h (needs > 1 day)", file=sys.stderr)
             continue
         runs.append(run_trace(trace, models, peers))
+    shapes = args.shapes == "all" or (args.shapes is None and wanted is None)
+    for trace in synthetic_traces() if shapes else []:
+        runs.append(run_trace(trace, models, peers))
     total = time.perf_counter() - started
     text = render(runs, total)
     print(text)
-    full = wanted is None and models == tuple(registry.MODEL_NAMES)
+    full = wanted is None and shapes and models == tuple(registry.MODEL_NAMES)
     if full or args.write:
         update_section("backtest", text)
         print("\nwrote section 'backtest' of docs/BENCHMARKS.md", file=sys.stderr)

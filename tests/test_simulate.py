@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import (
     PolicyResult,
@@ -239,13 +240,15 @@ def test_reactive_floor_answers_an_unforeseeable_spike() -> None:
     pred = result.policies["predictive"]
     k0 = 300 * 4
     per_bin = STEP // TICK
-    # the controller sees the spike when its first bin has ended (Prometheus cannot answer the bin in progress),
-    # and the planner decides every 30 s (2 ticks): within one decision after that, the reactive floor asks for 9
-    assert pred.requested[k0 + per_bin - 1] < 9
-    assert max(pred.requested[k0 + per_bin : k0 + per_bin + 2]) >= 9
+    seen = CURRENT_DEMAND_WINDOW_SECONDS // TICK  # ticks until the floor's window holds only the spike
+    # the reactive floor reads the demand of the last minute (the controller's instant rate query), never the
+    # tick in progress: nothing moves at the spike's first tick; once the window holds only the spike, within one
+    # decision (every 30 s, 2 ticks), the floor asks for 9
+    assert pred.requested[k0] < 9
+    assert max(pred.requested[k0 : k0 + seen + 2]) >= 9
     # and they are Ready one pod start-up later, still inside the spike
-    assert pred.ready[k0 + per_bin + 2 + POD // TICK] >= 9
-    assert k0 + per_bin + 2 + POD // TICK < k0 + 5 * per_bin
+    assert pred.ready[k0 + seen + 2 + POD // TICK] >= 9
+    assert k0 + seen + 2 + POD // TICK < k0 + 5 * per_bin
 
 
 # -- zeros and missing data ------------------------------------------------------------------------

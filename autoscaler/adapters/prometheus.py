@@ -521,15 +521,18 @@ class PrometheusSource:
         return history
 
     def fleet_instant(
-        self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60
+        self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
+        resolution_seconds: int | None = None,
     ) -> dict[DeploymentKey, float]:
-        """Current per-Deployment values at ``at`` (same policies as :meth:`fleet_history`).
+        """Current per-Deployment values at ``at`` (same policies as :meth:`fleet_history`): the rates over the last
+        ``window_seconds``, a subquery in the template evaluated every ``resolution_seconds`` (default: the window).
 
         Ambiguous Deployments are absent; ``last_warnings`` says why.
         """
         allowed = frozenset(namespaces)
         window = promql.duration(window_seconds)
-        text = self._fleet_query(query, allowed, window=window, resolution=window)
+        resolution = promql.duration(resolution_seconds or window_seconds)
+        text = self._fleet_query(query, allowed, window=window, resolution=resolution)
         samples = self.instant(text, at)
         grouped = self._group([s.labels for s in samples], allowed)
         self.last_warnings = self.last_warnings + tuple(grouped.warnings)

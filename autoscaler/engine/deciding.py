@@ -10,7 +10,10 @@ its trace and simulated cluster) and call ``decide``; what differs between them 
 
 The rules, given the forecast the ``ForecastKeeper`` served and the tick's observation:
 
-* the demand is the newest *ended* bin (None when missing): the reactive floor and the surprise check use it;
+* the demand is the rate over the last minute at ``now`` (``CURRENT_DEMAND_WINDOW_SECONDS``: what an instant query
+  of the arrival rate answers, as fresh as an HPA adapter's metric; over two minutes where scrapes are a minute
+  apart), or the newest *ended* bin when that cannot be read (None when both are missing): the reactive floor and
+  the surprise check use it;
 * free GPUs are not read: a new replica is assumed to wait for a node, so the lead includes a node start-up.
   The controller does not list nodes; the warm headroom it keeps ahead of forecast rises is what makes a
   replica start sooner than that, and the plan does not count on it;
@@ -38,14 +41,22 @@ from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, Worklo
 from models.types import Forecast
 
 Recommendations = tuple[tuple[int, int], ...]
+# The reactive floor's evidence: the demand over the last minute at the decision (an instant rate query in the
+# controller, the trace's last minute in the simulator), not the newest ended bin, which is up to a step older. A rate
+# needs two samples in its window: where a 60 s scrape interval (a managed Prometheus's default) leaves one in a
+# minute, the controller asks again over two minutes for those Deployments (as HPA adapters and KEDA triggers are
+# usually given ``rate(...[2m])``).
+CURRENT_DEMAND_WINDOW_SECONDS = 60
+CURRENT_DEMAND_WIDE_WINDOW_SECONDS = 120
+CURRENT_DEMAND_RESOLUTION_SECONDS = 15  # the subquery step inside the window
 
 
 @dataclass(frozen=True)
 class Observed:
     """What one tick saw of one Deployment: the snapshot ``decide`` plans on.
 
-    ``demand``: the newest ended bin's demand (None: missing or not read). ``waiting_for_node``: the ages, in
-    seconds, of its pods Pending unschedulable (no node to run on yet).
+    ``demand``: the demand over the last minute, else the newest ended bin's (None: missing or not read).
+    ``waiting_for_node``: the ages, in seconds, of its pods Pending unschedulable (no node to run on yet).
     """
 
     replicas: int

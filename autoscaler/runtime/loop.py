@@ -263,6 +263,8 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._read_statuses(views, write, errors)
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
+        if metrics_ok:
+            self._read_current_demand(cfg, valid, now, errors)
         self._report_outage(valid, metrics_ok, now, write, errors)
         self._report_demand_source(valid, now, write, errors)
         if metrics_ok:
@@ -376,8 +378,9 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         if metrics_ok and memory.history is not None and len(memory.history):
             last = float(memory.history.values[-1])
             demand = last if math.isfinite(last) else None
+        current = memory.current_demand if metrics_ok and memory.current_demand is not None else demand
         observed = Observed(
-            replicas=view.replicas, ready=view.ready_replicas, demand=demand, gpus_per_replica=spec.gpus_per_replica,
+            replicas=view.replicas, ready=view.ready_replicas, demand=current, gpus_per_replica=spec.gpus_per_replica,
             waiting_for_node=tuple(p.age_seconds for p in startups.not_ready if not p.scheduled),
         )
         decided = decide(forecast, observed, policy, cold, int(now), memory.recommendations,

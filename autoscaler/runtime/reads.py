@@ -32,6 +32,11 @@ from autoscaler.domain.annotations import (
 from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, estimate_capacity
 from autoscaler.domain.status import DeploymentStatus, first_sight, status_object_name
+from autoscaler.engine.deciding import (
+    CURRENT_DEMAND_RESOLUTION_SECONDS,
+    CURRENT_DEMAND_WIDE_WINDOW_SECONDS,
+    CURRENT_DEMAND_WINDOW_SECONDS,
+)
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import EventType, PodStartups, WorkloadView
 from autoscaler.runtime.state import (
@@ -44,6 +49,7 @@ from autoscaler.runtime.state import (
     REFETCH_BINS,
     STARTUP_RECHECK_SECONDS,
     ControllerBase,
+    CurrentDemandSource,
     Key,
     Memory,
     PodLoadSource,
@@ -179,6 +185,40 @@ class SnapshotReads(ControllerBase):
             return False
         self.metrics.metrics_up.set(1)
         return True
+
+    def _read_current_demand(
+        self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: float,
+        errors: list[str],
+    ) -> None:
+        """The demand over the last minute at ``now`` for the Deployments sized on requests: one fleet instant query
+        of the arrival rate (``engine.deciding``: the reactive floor's evidence, as fresh as an HPA's metric), and
+        one over two minutes for those it leaves unanswered (scrapes a minute apart leave one sample in a minute).
+        A Deployment neither answers, one sized on tokens, or every one when the read fails (counted and reported)
+        is planned on its newest ended bin instead, as before this read existed."""
+        for view, _, _ in valid:
+            self._memory[(view.namespace, view.name)].current_demand = None
+        pending = [view for view, spec, _ in valid if spec.demand_unit is DemandUnit.REQUESTS]
+        if not pending or not isinstance(self.source, CurrentDemandSource):
+            return
+        for window in (CURRENT_DEMAND_WINDOW_SECONDS, CURRENT_DEMAND_WIDE_WINDOW_SECONDS):
+            try:
+                answer = self.source.fleet_instant(
+                    cfg.prometheus.arrival_rate_query, sorted({v.namespace for v in pending}), now,
+                    window_seconds=window, resolution_seconds=CURRENT_DEMAND_RESOLUTION_SECONDS)
+            except PrometheusError as exc:
+                self.metrics.errors.labels("metrics_query").inc()
+                errors.append(f"reading the demand of the last {window}s failed ({exc}); the newest bins stand in")
+                return
+            unanswered = []
+            for view in pending:
+                value = answer.get((view.namespace, view.name))
+                if value is not None and math.isfinite(value) and value >= 0:
+                    self._memory[(view.namespace, view.name)].current_demand = float(value)
+                else:
+                    unanswered.append(view)
+            if not unanswered:
+                return
+            pending = unanswered
 
     def _history_end(self, view: WorkloadView) -> int:
         h = self._memory[(view.namespace, view.name)].history

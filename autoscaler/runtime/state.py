@@ -128,6 +128,17 @@ class PodLoadSource(Protocol):
 POD_LOAD_QUERY = "pod_in_flight"
 
 
+@runtime_checkable
+class CurrentDemandSource(Protocol):
+    """Per-Deployment rates now (``PrometheusSource`` implements it): the reactive floor's evidence, as fresh as the
+    HPA's own metric. A source without it (the fleet benchmark's synthetic one) leaves the newest ended bin to it."""
+
+    def fleet_instant(
+        self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
+        resolution_seconds: int | None = None,
+    ) -> Mapping[tuple[str, str], float]: ...
+
+
 def demand_key(spec: WorkloadSpec, profile: ForecastProfile) -> tuple[str, float, float]:
     """What a Deployment's history is counted in (unit and token weights): a change starts it afresh."""
     if spec.demand_unit is DemandUnit.REQUESTS:
@@ -142,6 +153,9 @@ class Memory:
     # The demand series forecast and planned on: requests/s, or weighted tokens/s (``demand_key`` says which).
     history: TrafficSeries | None = None
     demand_key: tuple[str, float, float] | None = None
+    # The demand over the last minute, read this tick (None: not read, not answered, or sized on tokens: the newest
+    # bin stands in).
+    current_demand: float | None = None
     # The fitted forecaster and its cadence (autoscaler.engine.forecasting): the simulator keeps its forecasts
     # the same way. None: no model yet (or the demand unit changed).
     keeper: ForecastKeeper | None = None

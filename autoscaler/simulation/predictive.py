@@ -11,8 +11,9 @@ standing in for Prometheus:
   in between, and it forecasts the planner's horizon plus one node start-up. A test replays a trace through
   this policy and through the controller's tick and requires the same forecasts at every tick;
 * each decision is the engine's (``autoscaler.engine.deciding.decide``, the function the controller's tick
-  calls) on what the controller would observe: the replicas, the newest *ended* bin's demand as the reactive
-  floor (not the bin in progress, which the trace knows and Prometheus does not), no free-GPU count (the
+  calls) on what the controller would observe: the replicas, the demand over the last minute as the reactive
+  floor (what the controller's instant rate query answers: the ticks before this one, not the bin in progress,
+  which the trace knows and Prometheus does not; the newest ended bin when that is missing), no free-GPU count (the
   controller reads none, so a new replica is planned as waiting for a node) and the pods waiting for a node
   (Pending unschedulable, as the API server shows them until the node joins); its stabilisation history is
   passed back in, as the controller stores it between ticks. A test replays a trace through this policy and
@@ -33,29 +34,45 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy
-from autoscaler.engine.deciding import Decided, Observed, decide
+from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS, Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
 
-if TYPE_CHECKING:
-    from autoscaler.simulation.tuning import Tuning
 
-# Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning) -> the policy
-# to run and the replay's outcome (``autoscaler.simulation.tuning.retuner`` builds one).
-Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, "Tuning | None"],
-                  "tuple[ScalingPolicy, Tuning]"]
+class TuningOutcome(Protocol):
+    """What this policy reads of a self-tuning replay (``autoscaler.simulation.tuning.Tuning`` is one; declared here so
+    the policy does not import the tuner, which imports the policy to replay it)."""
+
+    @property
+    def chosen(self) -> int | None: ...
+    @property
+    def chosen_utilisation(self) -> float: ...
+    @property
+    def met(self) -> bool: ...
+    @property
+    def cpu_seconds(self) -> float: ...
+    @property
+    def slo_attainment(self) -> float: ...
+    @property
+    def slo_wait_seconds(self) -> float: ...
+
+
+# Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning it returned) ->
+# the policy to run and the replay's outcome (``autoscaler.simulation.tuning.retuner`` builds one).
+Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, Any], tuple[ScalingPolicy, TuningOutcome]]
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
 FORECAST_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError)
@@ -83,7 +100,7 @@ class PredictivePolicy:
         self.name = name
         self.base_policy = policy
         self.retune = retune
-        self.tunings: list[Tuning] = []  # every self-tuning replay, in order
+        self.tunings: list[TuningOutcome] = []  # every self-tuning replay, in order
         self.tuned_bin: int | None = None
         self.series = series
         self.make_model = make_model
@@ -106,6 +123,8 @@ class PredictivePolicy:
         self.recommendations: tuple[tuple[int, int], ...] = ()
         self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
         self.decision: ScalingDecision | None = None  # the last decision, every step explained
+        # the per-tick demand of the last minute before the current tick (the controller's instant rate query)
+        self._recent: deque[float] = deque(maxlen=max(1, math.ceil(CURRENT_DEMAND_WINDOW_SECONDS / self.tick)))
         self.decided: Decided | None = None  # the last decision with what it implies ahead (``Decided.ahead``)
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
@@ -213,18 +232,24 @@ class PredictivePolicy:
             self.timings["forecast"] += time.perf_counter() - t0
 
     def observed(self, k: int, cluster: Cluster) -> Observed:
-        """What the controller's tick would see at tick ``k``: the replicas, the newest *ended* bin's demand (the
-        bin in progress is what no Prometheus query can answer yet) and the pods waiting for a node."""
-        b = k // self.per_bin
-        last = float(self.series.values[b - 1]) if b > 0 else math.nan
+        """What the controller's tick would see at tick ``k``: the replicas, the demand over the last minute (the
+        ticks before ``k``: what its instant rate query answers), else the newest *ended* bin's (the bin in
+        progress is what no Prometheus query can answer yet), and the pods waiting for a node."""
+        recent = [d for d in self._recent if math.isfinite(d)]
+        if recent:
+            demand = sum(recent) / len(recent)
+        else:
+            b = k // self.per_bin
+            demand = float(self.series.values[b - 1]) if b > 0 else math.nan
         return Observed(replicas=cluster.requested, ready=cluster.ready,
-                        demand=last if math.isfinite(last) else None, gpus_per_replica=self.gpus_per_replica,
+                        demand=demand if math.isfinite(demand) else None, gpus_per_replica=self.gpus_per_replica,
                         waiting_for_node=cluster.waiting_for_node(k))
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         """The count at tick ``k``: the engine's decision on what the controller would observe (``observed``; the
         trace's ``demand`` of the bin in progress is not shown to it), held between decisions."""
         if k % self.decide_every:
+            self._recent.append(demand)
             return cluster.requested
         t0 = time.perf_counter()
         self._refresh(k)
@@ -238,6 +263,7 @@ class PredictivePolicy:
         self.recommendations = decision.recommendations
         self.warm_pool_replicas = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
         self.timings["plan"] += time.perf_counter() - t0
+        self._recent.append(demand)
         return decision.desired_replicas
 
 

@@ -3,7 +3,8 @@
 Why: every number ``simulate`` publishes is read as a statement about the controller, so the two must not
 drift. One side is ``PredictivePolicy`` (what ``simulate`` runs) over the trace; the other is the controller's
 own ``Controller.tick`` against in-process ports backed by the same trace: a metrics source that answers the
-trace's bins up to the tick's time (missing before the trace began, as Prometheus answers), and a cluster backed by
+trace's bins up to the tick's time (missing before the trace began, as Prometheus answers) and the rate over the
+last two minutes (its instant query), and a cluster backed by
 a simulated cluster of its own, whose replicas follow what was applied, turn Ready after the pod (and node)
 start-up, and show as Pending unschedulable while their node is provisioning. At every decision (the loop
 interval) both must hold the same forecast (start, model, mean and every band) and the same decision (replicas,
@@ -59,11 +60,22 @@ prometheus:
 
 
 class TraceSource:
-    """``MetricsSource`` over one trace: the bins that ended by the tick's time, missing before the trace began."""
+    """``MetricsSource`` over one trace: the bins that ended by the tick's time, missing before the trace began; and
+    the rate over the last minute (an instant query), from the per-tick demand the simulator replays."""
 
-    def __init__(self, series: TrafficSeries) -> None:
+    def __init__(self, series: TrafficSeries, per_tick: np.ndarray, tick: int) -> None:
         self.series = series
+        self.per_tick = per_tick
+        self.tick = tick
         self.now = 0
+
+    def fleet_instant(self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
+                      resolution_seconds: int | None = None) -> Mapping[tuple[str, str], float]:
+        k = (int(at) - self.series.start) // self.tick
+        # a rate over the window's samples: the missing ones are not there (summed as the simulator sums them, so
+        # the two agree to the last bit)
+        last = [float(v) for v in self.per_tick[max(0, k - window_seconds // self.tick):k] if np.isfinite(v)]
+        return {(NS, NAME): sum(last) / len(last)} if NS in namespaces and last else {}
 
     def fleet_history(
         self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
@@ -168,10 +180,10 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
         horizon_seconds=profile.horizon_seconds,
     )
     sim = SimCluster(cluster_cfg, 1)
-    source, kube = TraceSource(series), TraceCluster(SimCluster(cluster_cfg, 1))
+    demand = np.repeat(series.values, STEP // tick)
+    source, kube = TraceSource(series, demand, tick), TraceCluster(SimCluster(cluster_cfg, 1))
     controller = Controller(kube, source, lambda: cfg)
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
-    demand = np.repeat(series.values, STEP // tick)
     decisions = forecasts = 0
     models: set[str] = set()
     deciding: set[str] = set()

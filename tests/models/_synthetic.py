@@ -95,3 +95,67 @@ def lag_day_autocorrelation(series: TrafficSeries) -> float:
     a, b = x[:-p], x[p:]
     ok = np.isfinite(a) & np.isfinite(b)
     return float(np.corrcoef(a[ok], b[ok])[0, 1])
+
+
+def bursty_stream(
+    days: float = 10,
+    step: int = 60,
+    *,
+    base: float = 2.0,
+    bursts_per_day: float = 20.0,
+    tail: float = 0.8,
+    decay_minutes: float = 20.0,
+    seed: int = 0,
+) -> TrafficSeries:
+    """A social-stream-like series: Poisson arrivals around a slowly wandering base rate (requests/s) with a weak
+    daily cycle, plus bursts at Poisson times that multiply the rate by ``1 + size``, ``size`` Pareto with tail
+    index ``tail`` (below 1: a few bursts dwarf all the others; capped at 200), each decaying exponentially over
+    about ``decay_minutes``."""
+    rng = np.random.default_rng(seed)
+    n = int(days * SECONDS_PER_DAY // step)
+    t = DAY0 + step * np.arange(n)
+    keep = np.exp(-step / (0.5 * SECONDS_PER_DAY))
+    walk = np.empty(n)
+    walk[0] = 0.0
+    shocks = rng.normal(0.0, 0.03 * np.sqrt(step / 60), n)
+    for i in range(1, n):
+        walk[i] = keep * walk[i - 1] + shocks[i]
+    rate = base * np.exp(walk) * (1.0 + 0.3 * np.sin(2 * np.pi * ((t % SECONDS_PER_DAY) / SECONDS_PER_DAY - 0.3)))
+    k = rng.poisson(bursts_per_day * days)
+    onsets = rng.integers(0, n, k)
+    sizes = np.minimum(rng.pareto(tail, k) + 1.0, 200.0)
+    decays = np.maximum(rng.exponential(decay_minutes, k), 1.0) * 60 / step
+    factor = np.ones(n)
+    for onset, size, decay in zip(onsets.tolist(), sizes.tolist(), decays.tolist(), strict=True):
+        end = min(n, onset + int(10 * decay) + 1)
+        factor[onset:end] += size * np.exp(-np.arange(end - onset) / decay)
+    counts = rng.poisson(rate * factor * step).astype(np.float64)
+    return TrafficSeries(counts / step, step, DAY0)
+
+
+def calm_then_volatile(
+    days: float = 14,
+    step: int = 600,
+    *,
+    per_minute: float = 400.0,
+    drift_15min: tuple[float, float] = (0.03, 0.12),
+    gap_at: int = 3 * 3600 + 10 * 60,
+    seed: int = 0,
+) -> TrafficSeries:
+    """LLM serving without a daily cycle at coarse bins: Poisson counts around a level that wanders (a log random walk
+    reverting over a day) with a 15-minute volatility of ``drift_15min[0]`` for the first half of the span and
+    ``drift_15min[1]`` after, and a daily 30-minute collection outage that the metric reports as zeros."""
+    rng = np.random.default_rng(seed)
+    n = int(days * SECONDS_PER_DAY // step)
+    start = DAY0 + 13 * 3600 + 37 * 60
+    keep = np.exp(-step / SECONDS_PER_DAY)
+    sd = np.where(np.arange(n) < n // 2, drift_15min[0], drift_15min[1]) * np.sqrt(step / 900.0)
+    shocks = rng.normal(0.0, 1.0, n) * sd
+    level = np.empty(n)
+    level[0] = 0.0
+    for i in range(1, n):
+        level[i] = keep * level[i - 1] + shocks[i]
+    counts = rng.poisson(per_minute * step / 60.0 * np.exp(level)).astype(np.float64)
+    sec = (start + step * np.arange(n)) % SECONDS_PER_DAY
+    counts[(sec >= gap_at) & (sec < gap_at + 1800)] = 0.0
+    return TrafficSeries(counts / step, step, start)

@@ -18,6 +18,11 @@ import pytest
 
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
+from autoscaler.engine.deciding import (
+    CURRENT_DEMAND_RESOLUTION_SECONDS,
+    CURRENT_DEMAND_WIDE_WINDOW_SECONDS,
+    CURRENT_DEMAND_WINDOW_SECONDS,
+)
 from autoscaler.runtime.loop import TickReport
 from autoscaler.runtime.state import WorkloadOutcome
 from tests.kube.conftest import pod, stored_status
@@ -526,3 +531,37 @@ def test_fits_past_the_tick_budget_wait_for_a_later_tick_and_nothing_scales_down
     report = rig.controller.tick(now0 + STEP)
     assert rig.metric("predictive_autoscaler_deferred_fits") == 0
     assert all(w.forecast is not None for w in report.workloads if w.decision is not None)
+
+
+def test_the_reactive_floor_reads_the_demand_of_the_last_minute_not_the_newest_bin(
+    rig: Rig, prometheus_server: PrometheusServer, now0: int
+) -> None:
+    """Between two bin ends the newest ended bin is up to a step old; the floor's evidence is one instant query of the
+    arrival rate over the last minute at ``now`` (as fresh as an HPA adapter's metric), for the whole fleet, and one
+    over two minutes for what it leaves unanswered: this Prometheus holds a sample a minute, one in a minute's
+    window, so here the wide one answers."""
+    source = make_source(prometheus_server.url)
+
+    def instant(at: int, window: int) -> float | None:
+        return source.fleet_instant("arrival_rate", ["serving"], at, window_seconds=window,
+                                    resolution_seconds=CURRENT_DEMAND_RESOLUTION_SECONDS).get(("serving", "llama-chat"))
+
+    # half-way into a minute (the window straddles the newest ended bins and the one in progress), at the first
+    # minute of the last three hours where the two readings differ by more than the detail's rounding can hide
+    now = next(t for t in range(now0 - 3 * 3600 + 30, now0, STEP)
+               if abs((instant(t, CURRENT_DEMAND_WIDE_WINDOW_SECONDS) or 0.0)
+                      - truth(prometheus_server, "serving", "llama-chat", t - 30 - STEP)) > 0.15)
+    assert instant(now, CURRENT_DEMAND_WINDOW_SECONDS) is None  # one sample in the last minute: no rate
+    expected = instant(now, CURRENT_DEMAND_WIDE_WINDOW_SECONDS)
+    assert expected is not None
+    source.close()
+    report = rig.controller.tick(now)
+    assert report.ok, report.errors
+    instants = [f for f in rig.transport.forms
+                if f["path"] == "/api/v1/query" and "vllm:request_success_total" in f["query"]]
+    assert [("[60s]" in f["query"], "[120s]" in f["query"], float(f["time"])) for f in instants] == [
+        (True, False, now), (False, True, now)]
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    floor = {s.name: s for s in decision.steps}["reactive_floor"]
+    assert f"observed {expected:.1f} req/s" in floor.detail

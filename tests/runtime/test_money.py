@@ -193,7 +193,8 @@ def test_team_ceiling_cuts_the_lower_priority_deployment_first_never_below_min(
     money_rig: MoneyRig, prometheus_server: PrometheusServer
 ) -> None:
     rig = money_rig
-    now = prometheus_server.now - 1800
+    # a second into a minute: the ticks at now and now + 1 read the same samples (the demand of the last two minutes)
+    now = prometheus_server.now - 1800 + 1
     rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.4",
                                                priority="production", team="ml"))
     rig.fake.add("deployments", gpu_deployment("serving", "mistral-code", replicas=2, capacity="0.05",
