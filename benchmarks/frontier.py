@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds += took
             for startup, curves in runs.items():
                 by_startup.setdefault(startup, []).extend(curves)
-        by_startup = {s: c for s, c in by_startup.items() if s in startups}
+        by_startup = {s: sorted(c, key=lambda x: x.trace) for s, c in by_startup.items() if s in startups}
     else:
         require_traces(TRACES, "python -m benchmarks.frontier")
         wanted = None if args.traces is None else [t.strip() for t in args.traces.split(",") if t.strip()]

@@ -172,6 +172,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument(
+        "--fleet", type=Path, default=None, metavar="FLEET.yaml",
+        help="replay a fleet: many Deployments (each with its trace or a synth shape, objective, team, priority and "
+        "NodePool) on shared NodePools under cluster and team ceilings as billed, under our policy with "
+        "forecast-sized node headroom, without it, and HPA + Karpenter at each --reactive-targets "
+        "(docs/commands.md; examples/fleet.yaml)",
+    )
+    parser.add_argument(
         "--scenario", type=Path, default=None, metavar="FILE.yaml",
         help="YAML file holding any of these options (ceiling, gangs, ...); flags override it",
     )
@@ -903,6 +910,10 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.simulation.engine import simulate
     from autoscaler.simulation.predictive import factory
 
+    if getattr(args, "fleet", None) is not None:
+        from autoscaler.commands import simulate_fleet
+
+        return simulate_fleet.run(args)
     check_source_flags(args, args.trace)
     args = apply_scenario(args)
     from_prometheus = wants_prometheus(args)

@@ -27,11 +27,24 @@ from dataclasses import dataclass
 History = tuple[tuple[int, int], ...]
 
 
+class CheckedHistory(tuple[tuple[int, int], ...]):
+    """A history ``update_history`` built: ``(int time, int replicas >= 0)`` pairs. ``WorkloadState`` trusts it
+    instead of checking every entry again at each of the planner's decisions (a self-tuning replay makes tens of
+    thousands of them)."""
+
+    __slots__ = ()
+
+
 def update_history(history: History, now: int, raw: int, window_seconds: int) -> History:
     """History with ``(now, raw)`` added (replacing an entry at the same ``now``) and stale entries dropped."""
+    if type(raw) is not int or raw < 0 or type(now) is not int:
+        raise ValueError(f"a recommendation is (int time, int replicas >= 0), got ({now!r}, {raw!r})")
     cutoff = now - window_seconds
-    kept = tuple((t, r) for t, r in history if cutoff < t < now)
-    return (*kept, (now, raw))
+    if type(history) is not CheckedHistory:
+        history = tuple((int(t), int(r)) for t, r in history)
+    kept = [e for e in history if cutoff < e[0] < now]
+    kept.append((now, raw))
+    return CheckedHistory(kept)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from autoscaler.domain.stabilize import CheckedHistory
+
 __all__ = ["ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState"]
 
 WarmPoolAs = Literal["replicas", "nodes"]
@@ -154,7 +156,9 @@ class WorkloadState:
             )
             object.__setattr__(self, "current_demand", value)
         recs = self.recommendations
-        # The planner hands back what it was given plus one entry: already a tuple of int pairs, checked cheaply.
+        if type(recs) is CheckedHistory:  # what the planner handed back: checked when it was built
+            return
+        # Anything else (a test's, a restored one): a tuple of int pairs, checked cheaply, without negative counts.
         if not (type(recs) is tuple and all(type(e) is tuple and len(e) == 2 and type(e[0]) is int
                                             and type(e[1]) is int for e in recs)):
             recs = tuple((int(t), int(r)) for t, r in recs)

@@ -15,6 +15,8 @@ separately testable pieces that the engine runs under one set of rules and one b
   controller's domain functions (``enforce_ceilings``, ``place_gang``) between each policy's decision
   and the cluster;
 - ``engine``: ``simulate(series, SimulationConfig, ...) -> SimulationResult`` and the scores.
+- ``fleet``: many Deployments, each on its own policy, sharing NodePools (``cluster.NodePool``) under cluster and
+  team ceilings as billed, with forecast-sized node headroom (``autoscaler.engine.headroom``).
 
 How it relates to the controller: docs/ARCHITECTURE.md, "The simulator".
 """

@@ -1,4 +1,4 @@
-"""A discrete-time model of one GPU Deployment on an autoscaled node pool.
+"""A discrete-time model of GPU Deployments on autoscaled node pools.
 
 Why it exists: a scaling policy is only as good as the capacity it has *Ready* when requests land,
 and readiness lags a decision by the pod start-up (image pull + model load) and, when no node has a
@@ -24,11 +24,22 @@ The model (the ``simulate`` command documents the same rules to users):
   Deployment are *not* charged to it: the node pool is shared, and what this Deployment costs is
   the GPUs it holds. Because asks and releases happen on ticks, GPU-seconds are
   ``sum(requested replicas per tick) * tick * gpus_per_replica``.
+
+Shared nodes (the fleet, ``autoscaler.simulation.fleet``): a ``NodePool`` holds the nodes of one Karpenter
+NodePool, and every Deployment on it is a ``Cluster`` built on that pool, so their pods share nodes (placed
+by GPUs: a node holds any mix of replicas whose GPUs fit). A ``Cluster`` built without a pool gets a private
+one, which is the single-Deployment model above, unchanged. A pool may refuse a new node (its GPU limit, or
+the fleet's cost ceiling as billed, ``NodePool.may_add_node``): the pod then stays Pending, holds no GPU,
+and is placed, first in first out, when room frees or a node may be added. A pool may also keep
+``reserve`` empty nodes from consolidation (the fleet's forecast-sized headroom) and provision empty nodes
+ahead of pods (``NodePool.provision``); a reserved node's ``consolidateAfter`` starts when it stops being
+reserved, as when Karpenter sees its placeholder pods go.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -74,46 +85,212 @@ class _Node:
 
     def __init__(self, ready_seconds: float) -> None:
         self.ready_seconds = ready_seconds  # since the simulation's start, exact (not rounded to ticks)
-        self.used = 0  # replicas placed on it
+        self.used = 0  # GPUs held by the replicas placed on it
         self.empty_since: int | None = None
 
 
 class _Replica:
-    __slots__ = ("ask_tick", "node", "ready_tick")
+    __slots__ = ("ask_tick", "gpus", "node", "ready_tick")
 
-    def __init__(self, ask_tick: int, ready_tick: int, node: _Node) -> None:
+    def __init__(self, ask_tick: int, ready_tick: int | None, node: _Node | None, gpus: int) -> None:
         self.ask_tick = ask_tick
-        self.ready_tick = ready_tick
+        self.ready_tick = ready_tick  # None while Pending (no node yet)
         self.node = node
+        self.gpus = gpus
+
+
+_NEVER = 1 << 62
+
+
+class NodePool:
+    """The nodes of one NodePool, shared by the ``Cluster`` of every Deployment placed on it.
+
+    ``max_nodes`` is the pool's limit in whole nodes (None: unlimited); ``may_add_node`` (called with no
+    argument each time a node would be created) may refuse one more node, e.g. above a cost ceiling as billed.
+    """
+
+    def __init__(self, gpus_per_node: int, node_startup_seconds: int, consolidate_after_seconds: int,
+                 tick_seconds: int, max_nodes: int | None = None,
+                 may_add_node: Callable[[], bool] | None = None) -> None:
+        if gpus_per_node < 1:
+            raise ValueError(f"gpus per node must be an integer >= 1, got {gpus_per_node!r}")
+        self.gpus_per_node = gpus_per_node
+        self.node_startup_seconds = node_startup_seconds
+        self.tick_seconds = tick_seconds
+        self.consolidate_ticks = math.ceil(consolidate_after_seconds / tick_seconds - 1e-9)
+        self.max_nodes = max_nodes
+        self.may_add_node = may_add_node
+        self.nodes: list[_Node] = []
+        self.pending: list[tuple[_Replica, int]] = []  # (replica, pod start-up seconds), oldest first
+        self.nodes_created = 0
+        self.reserve = 0  # empty nodes kept from consolidation (headroom)
+        self._advanced = -1
+
+    @classmethod
+    def for_config(cls, config: ClusterConfig) -> NodePool:
+        """A private pool for one Deployment, as ``config`` describes it."""
+        return cls(config.gpus_per_node, config.node_startup_seconds, config.consolidate_after_seconds,
+                   config.tick_seconds)
+
+    # -- counters -------------------------------------------------------------------------------
+    @property
+    def node_count(self) -> int:
+        """Nodes that exist or are being provisioned (what Karpenter bills)."""
+        return len(self.nodes)
+
+    def empty_nodes(self) -> int:
+        return sum(1 for n in self.nodes if n.used == 0)
+
+    def used_gpus(self) -> int:
+        return sum(n.used for n in self.nodes)
+
+    def free_gpus_for(self, gpus_per_replica: int) -> int:
+        """GPUs on existing or provisioning nodes usable by replicas of ``gpus_per_replica`` GPUs."""
+        g = self.gpus_per_node
+        return sum((g - n.used) // gpus_per_replica for n in self.nodes) * gpus_per_replica
+
+    def can_add_node(self) -> bool:
+        if self.max_nodes is not None and len(self.nodes) >= self.max_nodes:
+            return False
+        return self.may_add_node is None or self.may_add_node()
+
+    # -- time -----------------------------------------------------------------------------------
+    def advance(self, k: int) -> None:
+        """Move to tick ``k`` (once per tick, whichever Deployment asks first): reserved empty nodes stay, other
+        empty nodes past ``consolidateAfter`` go, and Pending pods are placed where they now fit."""
+        if k <= self._advanced:
+            return
+        self._advanced = k
+        if self.nodes:
+            kept: set[int] = set()
+            if self.reserve > 0:
+                # the Ready (earliest) empty nodes are the reserve: they serve a scale-up soonest; their
+                # consolidateAfter starts afresh when they leave it
+                empty = sorted((n for n in self.nodes if n.used == 0), key=lambda n: n.ready_seconds)
+                for n in empty[: self.reserve]:
+                    n.empty_since = k
+                    kept.add(id(n))
+            self.nodes = [
+                n for n in self.nodes
+                if n.empty_since is None or k - n.empty_since < self.consolidate_ticks or id(n) in kept
+            ]
+        if self.pending:
+            self.place_pending(k)
+
+    def place_pending(self, k: int) -> None:
+        """Place Pending pods, oldest first, where they fit (or on a new node when one may be added)."""
+        still: list[tuple[_Replica, int]] = []
+        blocked = False
+        for replica, pod_startup in self.pending:
+            if blocked or not self._place(k, replica, pod_startup):
+                blocked = True  # first in, first out: a later pod does not jump a blocked one
+                still.append((replica, pod_startup))
+        self.pending = still
+
+    def provision(self, k: int, count: int) -> int:
+        """Create up to ``count`` empty nodes at tick ``k`` (headroom ahead of pods); returns how many were."""
+        made = 0
+        now = k * self.tick_seconds
+        for _ in range(count):
+            if not self.can_add_node():
+                break
+            node = self.new_node(now + self.node_startup_seconds)
+            node.empty_since = k
+            made += 1
+        return made
+
+    # -- placement ------------------------------------------------------------------------------
+    def new_node(self, ready_seconds: float) -> _Node:
+        node = _Node(ready_seconds)
+        self.nodes.append(node)
+        self.nodes_created += 1
+        return node
+
+    def node_with_room(self, k: int, gpus: int) -> _Node | None:
+        """A Ready node before a provisioning one (the replica serves sooner), then the fullest (bin-packing)."""
+        best: _Node | None = None
+        best_key = (False, -1)
+        now = k * self.tick_seconds
+        room = self.gpus_per_node - gpus
+        for node in self.nodes:
+            if node.used <= room:
+                key = (node.ready_seconds <= now, node.used)
+                if best is None or key > best_key:
+                    best, best_key = node, key
+        return best
+
+    def _place(self, k: int, replica: _Replica, pod_startup_seconds: int) -> bool:
+        now = k * self.tick_seconds
+        node = self.node_with_room(k, replica.gpus)
+        if node is None:
+            if not self.can_add_node():
+                return False
+            node = self.new_node(ready_seconds=now + self.node_startup_seconds)
+        # Ready one pod start-up after both the placement and the node, observed at the next tick
+        replica.ready_tick = k + math.ceil(
+            (max(0.0, node.ready_seconds - now) + pod_startup_seconds) / self.tick_seconds - 1e-9)
+        replica.node = node
+        node.used += replica.gpus
+        node.empty_since = None
+        return True
+
+    def add(self, k: int, replica: _Replica, pod_startup_seconds: int) -> None:
+        """A new pod at tick ``k``: placed now, or Pending behind the pods already waiting."""
+        if self.pending or not self._place(k, replica, pod_startup_seconds):
+            self.pending.append((replica, pod_startup_seconds))
+
+    def release(self, k: int, replica: _Replica) -> None:
+        """A pod removed at tick ``k``: its GPUs are freed (or it leaves the Pending queue)."""
+        node = replica.node
+        if node is None:
+            self.pending = [(r, s) for r, s in self.pending if r is not replica]
+            return
+        node.used -= replica.gpus
+        replica.node = None
+        if node.used == 0:
+            node.empty_since = k
 
 
 class Cluster:
     """The replicas of one Deployment and the nodes they sit on, advanced tick by tick.
 
     Time is an integer tick index; ``advance(k)`` must be called with non-decreasing ``k`` before
-    ``scale_to(k, n)``. Counters: ``requested`` (asked for, Ready or starting), ``ready``.
+    ``scale_to(k, n)``. Counters: ``requested`` (asked for, Ready or starting), ``ready``. With ``pool`` the
+    nodes are shared with the other Deployments built on it; without, the Deployment has a pool of its own.
     """
 
-    def __init__(self, config: ClusterConfig, initial_ready: int) -> None:
+    def __init__(self, config: ClusterConfig, initial_ready: int, pool: NodePool | None = None) -> None:
         if initial_ready < 0:
             raise ValueError(f"initial replicas must be >= 0, got {initial_ready}")
+        if pool is not None and pool.gpus_per_node < config.gpus_per_replica:
+            raise ValueError(f"a replica needs {config.gpus_per_replica} GPUs but a node holds only "
+                             f"{pool.gpus_per_node}: it could never be scheduled")
         self.config = config
-        self._consolidate_ticks = config.ticks(config.consolidate_after_seconds)
-        self._per_node = config.replicas_per_node
-        self.nodes: list[_Node] = []
+        self.pool = pool if pool is not None else NodePool.for_config(config)
+        self._gpr = config.gpus_per_replica
         self.ready_replicas: list[_Replica] = []  # in ask order: newest last
-        self.starting: list[_Replica] = []
-        self.nodes_created = 0
+        self.starting: list[_Replica] = []  # starting or Pending
         self.pod_startups: list[int] = []  # ticks from ask to Ready, one per replica that became Ready
+        created = self.pool.nodes_created
         for _ in range(initial_ready):
-            node = self._node_with_room(0)
+            node = self.pool.node_with_room(0, self._gpr)
             if node is None:
-                node = self._new_node(ready_seconds=0.0)
-            node.used += 1
-            self.ready_replicas.append(_Replica(0, 0, node))
-        self.nodes_created = 0  # the initial nodes were there before the simulation
+                node = self.pool.new_node(ready_seconds=0.0)
+            node.used += self._gpr
+            node.empty_since = None
+            self.ready_replicas.append(_Replica(0, 0, node, self._gpr))
+        self.pool.nodes_created = created  # the initial nodes were there before the simulation
 
     # -- counters -------------------------------------------------------------------------------
+    @property
+    def nodes(self) -> list[_Node]:
+        """The nodes of the pool (shared with the other Deployments on it, if any)."""
+        return self.pool.nodes
+
+    @property
+    def nodes_created(self) -> int:
+        return self.pool.nodes_created
+
     @property
     def ready(self) -> int:
         return len(self.ready_replicas)
@@ -122,20 +299,27 @@ class Cluster:
     def requested(self) -> int:
         return len(self.ready_replicas) + len(self.starting)
 
+    @property
+    def placed(self) -> int:
+        """Replicas that hold GPUs (Ready or starting on a node; not Pending)."""
+        return len(self.ready_replicas) + sum(1 for r in self.starting if r.node is not None)
+
     def free_gpus(self) -> int:
         """GPUs free on nodes that exist or are being provisioned (where a new replica needs no new node)."""
-        return sum(self._per_node - n.used for n in self.nodes) * self.config.gpus_per_replica
+        return self.pool.free_gpus_for(self._gpr)
 
     def waiting_for_node(self, k: int) -> tuple[float, ...]:
-        """The ages at tick ``k`` (seconds since asked) of the replicas whose node is still provisioning: what the
-        API server shows as pods Pending unschedulable until Karpenter's node joins."""
+        """The ages at tick ``k`` (seconds since asked) of the replicas without a Ready node: their node is still
+        provisioning, or none could be had (a NodePool limit, a ceiling): what the API server shows as pods Pending
+        unschedulable until a node joins."""
         now = k * self.config.tick_seconds
         return tuple(float(now - r.ask_tick * self.config.tick_seconds)
-                     for r in self.starting if r.node.ready_seconds > now)
+                     for r in self.starting if r.node is None or r.node.ready_seconds > now)
 
     def slots(self, include_empty: bool = True) -> int:
         """Replicas the current nodes can hold; ``include_empty=False`` leaves out nodes due for removal."""
-        return sum(self._per_node for n in self.nodes if include_empty or n.used > 0)
+        per_node = self.pool.gpus_per_node // self._gpr
+        return sum(per_node for n in self.nodes if include_empty or n.used > 0)
 
     # -- time -----------------------------------------------------------------------------------
     def advance(self, k: int) -> None:
@@ -143,7 +327,7 @@ class Cluster:
         if self.starting:
             still = []
             for r in self.starting:
-                if r.ready_tick <= k:
+                if r.ready_tick is not None and r.ready_tick <= k:
                     self.ready_replicas.append(r)
                     self.pod_startups.append(r.ready_tick - r.ask_tick)
                 else:
@@ -152,10 +336,7 @@ class Cluster:
                 # keep ready_replicas in ask order so "newest first" stays true on scale-down
                 self.ready_replicas.sort(key=lambda r: r.ask_tick)
                 self.starting = still
-        if self.nodes:
-            self.nodes = [
-                n for n in self.nodes if n.empty_since is None or k - n.empty_since < self._consolidate_ticks
-            ]
+        self.pool.advance(k)
 
     def scale_to(self, k: int, desired: int) -> None:
         """Set the Deployment's replica count at tick ``k``."""
@@ -163,50 +344,22 @@ class Cluster:
         n = self.requested
         if desired > n:
             for _ in range(desired - n):
-                self._add(k)
+                replica = _Replica(k, None, None, self._gpr)
+                self.starting.append(replica)
+                self.pool.add(k, replica, self.config.pod_startup_seconds)
         elif desired < n:
             for _ in range(n - desired):
                 self._remove(k)
 
     # -- internals ------------------------------------------------------------------------------
-    def _new_node(self, ready_seconds: float) -> _Node:
-        node = _Node(ready_seconds)
-        self.nodes.append(node)
-        self.nodes_created += 1
-        return node
-
-    def _node_with_room(self, k: int) -> _Node | None:
-        """A Ready node before a provisioning one (the replica serves sooner), then the fullest (bin-packing)."""
-        best: _Node | None = None
-        best_key = (False, -1)
-        now = k * self.config.tick_seconds
-        for node in self.nodes:
-            if node.used < self._per_node:
-                key = (node.ready_seconds <= now, node.used)
-                if best is None or key > best_key:
-                    best, best_key = node, key
-        return best
-
-    def _add(self, k: int) -> None:
-        cfg = self.config
-        now = k * cfg.tick_seconds
-        node = self._node_with_room(k)
-        if node is None:
-            node = self._new_node(ready_seconds=now + cfg.node_startup_seconds)
-        # Ready one pod start-up after both the ask and the node, observed at the next tick
-        ready_at = k + cfg.ticks(max(0.0, node.ready_seconds - now) + cfg.pod_startup_seconds)
-        node.used += 1
-        node.empty_since = None
-        self.starting.append(_Replica(k, ready_at, node))
-
     def _remove(self, k: int) -> None:
         if self.starting:
-            # the replica furthest from Ready goes first
-            idx = max(range(len(self.starting)), key=lambda i: (self.starting[i].ready_tick, self.starting[i].ask_tick))
-            victim = self.starting.pop(idx)
+            # the replica furthest from Ready goes first (a Pending one before any placed one)
+            def key(i: int) -> tuple[int, int]:
+                r = self.starting[i]
+                return (_NEVER if r.ready_tick is None else r.ready_tick, r.ask_tick)
+
+            victim = self.starting.pop(max(range(len(self.starting)), key=key))
         else:
             victim = self.ready_replicas.pop()
-        node = victim.node
-        node.used -= 1
-        if node.used == 0:
-            node.empty_since = k
+        self.pool.release(k, victim)

@@ -1,0 +1,277 @@
+"""The fleet in the simulator: shared nodes, headroom nodes, consolidation, ceilings as billed, the fleet file's
+errors, the command end to end, and the sameness of a one-Deployment fleet with ``simulate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from autoscaler.cli import main
+from autoscaler.config.schema import ForecastProfile
+from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
+from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
+from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
+from autoscaler.simulation.predictive import factory
+from autoscaler.simulation.reactive import ReactiveHPA
+from autoscaler.synth import synth_trace
+from models import registry
+from models.types import TrafficSeries
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fleet.yaml"
+
+
+def _pool(consolidate: int = 60, **kw: int) -> NodePool:
+    return NodePool(gpus_per_node=8, node_startup_seconds=180, consolidate_after_seconds=consolidate,
+                    tick_seconds=15, **kw)
+
+
+def _cfg(gpr: int = 1, pod: int = 120) -> ClusterConfig:
+    return ClusterConfig(pod_startup_seconds=pod, node_startup_seconds=180, gpus_per_replica=gpr, gpus_per_node=8)
+
+
+# -- shared nodes ---------------------------------------------------------------------------------------------
+
+
+def test_two_deployments_pods_share_a_node() -> None:
+    pool = _pool()
+    a = Cluster(_cfg(gpr=2), 2, pool)  # 4 GPUs on one node
+    b = Cluster(_cfg(gpr=1), 0, pool)
+    for c in (a, b):
+        c.advance(0)
+    b.scale_to(0, 3)  # fits on the free 4 GPUs: no node, Ready after the pod start-up alone (8 ticks)
+    assert pool.node_count == 1
+    assert b.free_gpus() == 1
+    assert a.free_gpus() == 0  # one GPU left: no room for a 2-GPU replica
+    b.advance(8)
+    assert b.ready == 3
+    a.advance(8)
+    a.scale_to(8, 3)  # a's third replica does not fit: a node is provisioned, node + pod start-up
+    assert pool.node_count == 2
+    for k in (27, 28):
+        a.advance(k)
+    assert a.ready == 3
+    assert a.pod_startups[-1] == 20
+
+
+def test_a_buffer_node_makes_a_scale_up_pay_only_the_pod_startup() -> None:
+    pool = _pool(consolidate=0)
+    c = Cluster(_cfg(), 8, pool)  # one full node
+    c.advance(0)
+    pool.reserve = 1
+    assert pool.provision(0, 1) == 1  # an idle node, Ready at 180 s (tick 12)
+    for k in range(1, 40):
+        c.advance(k)
+    assert pool.node_count == 2  # reserved: not consolidated although consolidateAfter is 0s
+    c.scale_to(40, 12)
+    for k in range(41, 49):
+        c.advance(k)
+    assert c.ready == 12
+    assert c.pod_startups[-4:] == [8, 8, 8, 8]  # 120 s: no node start-up
+
+
+def test_empty_nodes_go_after_consolidate_after_unless_reserved() -> None:
+    pool = _pool(consolidate=120)  # 8 ticks
+    c = Cluster(_cfg(), 12, pool)  # two nodes
+    c.advance(0)
+    c.scale_to(0, 8)  # the second node empties at tick 0
+    for k in range(1, 8):
+        c.advance(k)
+        assert pool.node_count == 2
+    c.advance(8)
+    assert pool.node_count == 1
+    c.scale_to(8, 0)
+    pool.reserve = 1
+    for k in range(9, 40):
+        c.advance(k)
+    assert pool.node_count == 1  # reserved
+    pool.reserve = 0
+    c.advance(40)
+    assert pool.node_count == 1  # consolidateAfter starts when the reservation ends
+    c.advance(48)
+    assert pool.node_count == 0
+
+
+def test_a_pod_that_finds_no_node_under_the_limit_waits_pending_and_holds_no_gpu() -> None:
+    pool = _pool(max_nodes=1)
+    a = Cluster(_cfg(), 8, pool)
+    a.advance(0)
+    a.scale_to(0, 9)
+    assert (a.requested, a.placed, pool.node_count) == (9, 8, 1)
+    a.scale_to(0, 7)  # the Pending one goes first, then a Ready one: a GPU frees
+    a.scale_to(0, 8)
+    assert a.placed == 8
+    assert a.pod_startups == []
+    for k in range(1, 9):
+        a.advance(k)
+    assert a.ready == 8
+
+
+# -- the fleet ------------------------------------------------------------------------------------------------
+
+
+def _series(seed: int, hours: float, shape: str = "bursty") -> TrafficSeries:
+    return synth_trace(days=hours / 24, seed=seed, shape=shape).requests
+
+
+def _hpa(target: float) -> object:
+    def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
+        return ReactiveHPA(target, d.capacity_per_replica, cluster.tick_seconds, d.min_replicas, d.max_replicas)
+
+    return build
+
+
+def test_a_ceiling_as_billed_is_never_exceeded() -> None:
+    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 6), "p", capacity_per_replica=0.4, team=f"t{i % 2}",
+                                max_replicas=60, min_replicas=0, priority=100 - i) for i in range(3))
+    price = 10.0
+    ceiling = 55.0  # five nodes and a half: the HPAs ask for more at peaks
+    config = FleetConfig(deps, (PoolSpec("p", 8, price, consolidate_after_seconds=60),), cluster_ceiling=ceiling,
+                         team_ceilings={"t1": 30.0})
+    run = run_fleet(config, _hpa(0.5), "reactive@0.5")  # type: ignore[arg-type]
+    nodes = run.nodes["p"]
+    assert nodes.max() * price <= ceiling
+    assert nodes.max() == 5  # the ceiling binds
+    assert run.ceiling_breaches == 0
+    assert float(run.team_usd["t1"].max()) <= 30.0 + 1e-9
+    assert run.cost_usd == pytest.approx(float(nodes.sum()) * 15 / 3600 * price)
+
+
+def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
+    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8), "p", capacity_per_replica=0.5, max_replicas=60)
+                 for i in range(2))
+    config = FleetConfig(deps, (PoolSpec("p", 4, 10.0),), headroom_min_residuals=10)
+    profile = ForecastProfile()
+
+    def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
+        return factory(lambda: registry.make_chain("persistence"), profile=profile)(d.series, sim, cluster)
+
+    off = run_fleet(config, build, "off")  # type: ignore[arg-type]
+    on = run_fleet(config, build, "on", headroom=True)  # type: ignore[arg-type]
+    assert on.headroom_nodes["p"].max() >= 1
+    assert on.node_hours > off.node_hours  # idle nodes are billed
+    assert on.slo_misses < off.slo_misses
+
+
+def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
+    series = _series(3, 10)
+    cap = float(np.nanmax(series.values)) / 20
+    cluster = ClusterConfig()  # simulate's defaults: 120 s pod, 180 s node, 8 GPUs a node, consolidateAfter 60 s
+    single = SimulationConfig(capacity_per_replica=cap, cluster=cluster, policies=("predictive",), bin_shape="flat")
+    profile = ForecastProfile()
+    make = factory(lambda: registry.make_chain("default"), profile=profile)
+    alone = simulate(series, single, predictive=make).policies["predictive"]
+    fleet = FleetConfig(
+        (DeploymentSpec("only", series, "p", cap, min_replicas=single.min_replicas, max_replicas=single.max_replicas,
+                        pod_startup_seconds=cluster.pod_startup_seconds),),
+        (PoolSpec("p", cluster.gpus_per_node, 24.0, cluster.node_startup_seconds,
+                  cluster.consolidate_after_seconds),),
+        bin_shape="flat")
+
+    def build(i: int, d: DeploymentSpec, sim: SimulationConfig, c: ClusterConfig) -> TickPolicy:
+        return make(d.series, sim, c)
+
+    run = run_fleet(fleet, build, "predictive")  # type: ignore[arg-type]
+    only = run.deployments[0]
+    assert np.array_equal(only.decisions, alone.requested)
+    assert np.array_equal(only.result.ready, alone.ready)
+    assert only.result.slo_attainment == alone.slo_attainment
+    assert only.result.gpu_hours == pytest.approx(alone.gpu_hours)
+
+
+# -- the command ----------------------------------------------------------------------------------------------
+
+
+def _small_example(tmp_path: Path) -> Path:
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["days"] = 0.125
+    raw["reactive_targets"] = [0.6, 0.8]
+    out = tmp_path / "fleet.yaml"
+    out.write_text(yaml.safe_dump(raw))
+    return out
+
+
+def test_the_example_fleet_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _small_example(tmp_path)
+    assert main(["simulate", "--fleet", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["runs"]) == {"predictive", "predictive-no-headroom", "reactive@0.6", "reactive@0.8"}
+    for run in out["runs"].values():
+        assert set(run["deployments"]) == {"chat", "code", "embed"}
+        assert run["fleet"]["ceiling_breaches"] == 0
+        assert run["fleet"]["cost_usd"] <= 1300 * 3 + 1e-6  # three hours under a $1300/h ceiling
+        fleet_gpu = sum(d["gpu_hours"] for d in run["deployments"].values())
+        assert fleet_gpu == pytest.approx(run["fleet"]["gpu_hours"], abs=0.01)
+        assert run["fleet"]["billed_gpu_hours"] >= run["fleet"]["gpu_hours"]
+    plot = tmp_path / "fleet.png"
+    assert main(["simulate", "--fleet", str(path), "--policies", "predictive,reactive", "--reactive-targets",
+                 "0.7", "--plot", str(plot)]) == 0
+    text = capsys.readouterr().out
+    assert "HPA + Karpenter" in text or "HPA curve" in text
+    assert plot.stat().st_size > 0
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err.strip()
+
+
+GOOD = {
+    "days": 0.05,
+    "nodepools": [{"name": "a", "gpus_per_node": 8, "usd_per_node_hour": 20}],
+    "deployments": [{"name": "x", "synth": {"seed": 1}}],
+}
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"nodepools": []}, "nodepools: expected a list of at least one NodePool"),
+    ({"nodepools": [{"name": "a", "gpus_per_node": 8}]}, "needs usd_per_node_hour"),
+    ({"nodepools": [{"name": "a", "usd_per_node_hour": 5, "gpus": 8}]}, "unknown key 'gpus'"),
+    ({"nodepools": [{"name": "a", "usd_per_node_hour": 5, "node_startup": 180}]}, "with its unit"),
+    ({"nodepools": [{"name": "a", "usd_per_node_hour": 5, "gpu_limit": 4}]}, "gpu_limit: must be an integer >= 8"),
+    ({"deployments": [{"name": "x"}]}, "exactly one of trace"),
+    ({"deployments": [{"name": "x", "trace": "nope.csv"}]}, "no such file"),
+    ({"deployments": [{"name": "x", "synth": {"shape": "spiky"}}]}, "unknown shape 'spiky'"),
+    ({"deployments": [{"name": "x", "synth": {}, "nodepool": "b"}]}, "'b' is not one of the nodepools"),
+    ({"deployments": [{"name": "x", "synth": {}, "gpus_per_replica": 16}]}, "do not fit a node"),
+    ({"deployments": [{"name": "x", "synth": {}, "slo": {"wait": "90s"}}]}, "not shorter than the timeout"),
+    ({"deployments": [{"name": "x", "synth": {}, "slo": {"attainment": 99}}]}, "a share in (0, 1)"),
+    ({"deployments": [{"name": "x", "synth": {}, "priority": "urgent"}]}, "priority: expected 0..1000"),
+    ({"deployments": [{"name": "x", "synth": {}}, {"name": "x", "synth": {}}]}, "listed twice"),
+    ({"deployments": [{"name": "x", "synth": {}, "min_replicas": 5, "max_replicas": 2}]}, "max_replicas"),
+    ({"ceilings": {"cluster": -1}}, "ceilings.cluster: must be dollars per hour > 0"),
+    ({"ceilings": {"teams": {"ghost": 10}}}, "no Deployment has team 'ghost'"),
+    ({"policies": ["oracle"]}, "policies: expected a list from"),
+    ({"headroom": {"quantile": 1.5}}, "headroom.quantile"),
+    ({"colour": "red"}, "unknown key 'colour'"),
+])
+def test_bad_fleet_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             change: dict[str, object], needle: str) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, **change}))
+    err = _one_line_error(capsys, ["simulate", "--fleet", str(path)])
+    assert err.startswith(f"predictive-autoscaler simulate: error: --fleet {path}")
+    assert needle in err
+
+
+def test_single_deployment_flags_are_refused_with_a_fleet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(GOOD))
+    err = _one_line_error(capsys, ["simulate", "--fleet", str(path), "--peak-replicas", "5"])
+    assert "--peak-replicas and --fleet are mutually exclusive" in err
+    err = _one_line_error(capsys, ["simulate", "--fleet", str(path), "--policies", "oracle"])
+    assert "--policies: with --fleet choose from" in err
+
+
+def test_not_yaml_and_missing_files_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodepools: [\n")
+    assert "not valid YAML" in _one_line_error(capsys, ["simulate", "--fleet", str(bad)])
+    assert "cannot read" in _one_line_error(capsys, ["simulate", "--fleet", str(tmp_path / "none.yaml")])
