@@ -44,7 +44,7 @@ def test_json_has_exactly_the_documented_keys(trace: Path, capsys: pytest.Captur
     assert out["trace"] == "hump.csv"
     assert out["queue"] == {"slo_wait_seconds": 2.0, "timeout_seconds": 60.0, "bin_shape": "flat"}
     assert set(out["policies"]) == {"predictive", "predictive-persistence", "oracle", "reactive@0.6", "reactive@0.8",
-                                    "hpa-queue@10"}
+                                    "hpa-queue@10", "prodstack-queue@1", "keda-queue@5"}
     for name, scores in out["policies"].items():
         assert list(scores) == KEYS, name
         assert 0.0 <= scores["slo_attainment"] <= 1.0, name
@@ -265,7 +265,8 @@ def test_sweep_runs_one_scored_predictive_row_per_value(
     assert main(args) == 0
     policies = json.loads(capsys.readouterr().out)["policies"]
     assert set(policies) == {"predictive", "predictive-persistence", "oracle", "reactive@0.7", "hpa-queue@10",
-                             "predictive@warm_pool_quantile=90", "predictive@warm_pool_quantile=99"}
+                             "prodstack-queue@1", "keda-queue@5", "predictive@warm_pool_quantile=90",
+                             "predictive@warm_pool_quantile=99"}
     for name, scores in policies.items():
         assert list(scores) == KEYS, name
     # the default profile's warm pool covers p95: a row at that value is the same run as the base policy

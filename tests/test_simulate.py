@@ -277,12 +277,11 @@ def test_missing_bins_are_not_scored_and_the_hpa_holds() -> None:
 
 
 def test_hpa_tolerance_and_scale_up_limit() -> None:
-    hpa = ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK)
     cfg = ClusterConfig(pod_startup_seconds=POD, node_startup_seconds=NODE, gpus_per_node=64)
     # 10 Ready at 5.4 req/s: utilisation 0.54 vs target 0.5 -> ratio 1.08, inside the 10% tolerance
-    assert hpa.decide(0, Cluster(cfg, initial_ready=10), 5.4) == 10
-    # 2 Ready at 20 req/s: wants ceil(20 / 0.5) = 40, limited to max(2 * 2, 2 + 4) = 6 per 15 s
-    assert hpa.decide(0, Cluster(cfg, initial_ready=2), 20.0) == 6
+    assert ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK).decide(0, Cluster(cfg, 10), 5.4) == 10
+    # 2 Ready at 20 req/s: wants ceil(20 / 0.5) = 40; without behavior limited to max(2 * 2, 4) = 4 per sync
+    assert ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK).decide(0, Cluster(cfg, 2), 20.0) == 4
 
 
 def test_hpa_scale_down_waits_for_the_stabilisation_window() -> None:

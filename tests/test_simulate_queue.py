@@ -261,10 +261,10 @@ def test_queue_hpa_worked_examples() -> None:
     assert _decide(31.5, 3) == 3
     # 27.5 waiting: ratio 0.917, inside the tolerance too
     assert _decide(27.5, 3) == 3
-    # 2 pods, 200 waiting: wants ceil(200 / 10) = 20, limited to max(2 * 2, 2 + 4) = 6 per 15 s
-    assert _decide(200, 2) == 6
-    # a target of 5: 3 pods, 45 waiting -> ceil(3 * 15 / 5) = 9, limited to max(6, 7) = 7
-    assert _decide(45, 3, target=5) == 7
+    # 2 pods, 200 waiting: wants ceil(200 / 10) = 20, limited to max(2 * 2, 4) = 4 per sync (no behavior)
+    assert _decide(200, 2) == 4
+    # a target of 5: 3 pods, 45 waiting -> ceil(3 * 15 / 5) = 9, limited to max(2 * 3, 4) = 6
+    assert _decide(45, 3, target=5) == 6
     assert QueueHPA(10, TICK).name == "hpa-queue@10"
 
 

@@ -53,10 +53,12 @@ dropped after ``--timeout`` (default 60 s); every policy reports ``slo_attainmen
 default the profile's ``slo_wait``, 2 s), ``wait_p99_seconds`` and ``dropped_fraction`` next to
 ``unserved_fraction`` (the capacity shortfall, unchanged). The anchors run under the same queue: the HPA on
 utilisation (``reactive@T``), the HPA as the vLLM reference deploys it (``hpa-queue@N``:
-``vllm:num_requests_waiting`` averaged over pods, ``--queue-targets``, default 10), our planner with a last-value
-forecast (``predictive-persistence``) and the oracle. ``--bin-shape`` says how a bin's rate is spread over its 15 s
-ticks (``autoscaler/simulation/traffic.py``: ``auto`` spreads bins longer than a minute linearly, keeping each bin's
-count, and replays shorter ones flat).
+``vllm:num_requests_waiting`` averaged over pods, ``--queue-targets``, default 10), vLLM production-stack's HPA
+(``prodstack-queue@1``: the Object metric ``sum(vllm:num_requests_waiting)``, target value 1) and its KEDA
+ScaledObject (``keda-queue@5``: threshold 5 on the same sum; ``autoscaler/simulation/reactive.py``), our planner
+with a last-value forecast (``predictive-persistence``) and the oracle. ``--bin-shape`` says how a bin's rate is
+spread over its 15 s ticks (``autoscaler/simulation/traffic.py``: ``auto`` spreads bins longer than a minute
+linearly, keeping each bin's count, and replays shorter ones flat).
 
 Why the predictive policy decides every ``--decision-interval`` (default 30 s, the controller's
 default loop interval) and not every 15 s tick, while the HPA keeps its 15 s sync: it is what the
@@ -155,7 +157,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Replay a traffic trace through a simulated GPU cluster under our predictive policy, a Kubernetes HPA "
             "at several utilisation targets, the HPA on vLLM's waiting-requests gauge as the vLLM reference deploys "
-            "it (hpa-queue), our planner with a last-value forecast (predictive-persistence), and an oracle with "
+            "it (hpa-queue), vLLM production-stack's HPA and KEDA ScaledObject on the summed queue (prodstack-queue, "
+            "keda-queue), our planner with a last-value forecast (predictive-persistence), and an oracle with "
             "perfect foresight. A replica asked for at t is "
             "Ready at t + pod start-up (+ node start-up when no node has a free GPU); a replica's GPUs are billed "
             "from ask to release; empty nodes are removed 60 s after they empty. Requests above Ready capacity "
@@ -1043,4 +1046,6 @@ def _run_count(config: SimulationConfig) -> int:
     """How many policy runs one ``simulate`` call makes (for the progress lines)."""
     count = sum(name in config.policies for name in ("predictive", "predictive-persistence", "oracle"))
     count += len(config.reactive_targets) if "reactive" in config.policies else 0
+    count += len(config.prodstack_targets) if "prodstack-queue" in config.policies else 0
+    count += len(config.keda_thresholds) if "keda-queue" in config.policies else 0
     return count + (len(config.queue_targets) if "hpa-queue" in config.policies else 0)

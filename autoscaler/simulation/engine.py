@@ -55,7 +55,7 @@ from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.money import MoneyConfig, MoneyLedger, MoneyOutcome
 from autoscaler.simulation.oracle import oracle_schedule
 from autoscaler.simulation.queue import P99, FluidQueue, QueueConfig, Segments, replay
-from autoscaler.simulation.reactive import QueueHPA, ReactiveHPA
+from autoscaler.simulation.reactive import ExternalAverageHPA, ObjectValueHPA, QueueHPA, ReactiveHPA
 from autoscaler.simulation.traffic import resolve, spread
 from models.types import FloatArray, TrafficSeries
 
@@ -67,8 +67,11 @@ METRIC_KEYS = (
     "gangs_preempted",
 )
 DEFAULT_REACTIVE_TARGETS = (0.5, 0.6, 0.7, 0.8, 0.9)
-DEFAULT_QUEUE_TARGETS = (10.0,)  # vllm:num_requests_waiting averageValue, as the reference deploys it
-POLICY_NAMES = ("predictive", "reactive", "oracle", "hpa-queue", "predictive-persistence")
+DEFAULT_QUEUE_TARGETS = (10.0,)  # vllm:num_requests_waiting averageValue, as the GKE vLLM tutorial deploys it
+DEFAULT_PRODSTACK_TARGETS = (1.0,)  # Object metric sum(vllm:num_requests_waiting), target Value (production-stack)
+DEFAULT_KEDA_THRESHOLDS = (5.0,)  # KEDA prometheus scaler threshold on the same sum (production-stack's ScaledObject)
+POLICY_NAMES = ("predictive", "reactive", "oracle", "hpa-queue", "predictive-persistence", "prodstack-queue",
+                "keda-queue")
 _CEIL_TOLERANCE = 1e-9
 
 
@@ -307,6 +310,8 @@ class SimulationConfig:
     money: MoneyConfig = field(default_factory=MoneyConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     queue_targets: tuple[float, ...] = DEFAULT_QUEUE_TARGETS  # hpa-queue: waiting requests per pod
+    prodstack_targets: tuple[float, ...] = DEFAULT_PRODSTACK_TARGETS  # prodstack-queue: waiting requests in all
+    keda_thresholds: tuple[float, ...] = DEFAULT_KEDA_THRESHOLDS  # keda-queue: waiting requests per pod
     bin_shape: str = "flat"  # how a bin's rate is spread over its ticks (``autoscaler.simulation.traffic``)
 
     def __post_init__(self) -> None:
@@ -323,6 +328,9 @@ class SimulationConfig:
         for t in self.queue_targets:
             if not (math.isfinite(t) and t > 0):
                 raise ValueError(f"hpa-queue target (waiting requests per pod) must be > 0, got {t!r}")
+        for t in (*self.prodstack_targets, *self.keda_thresholds):
+            if not (math.isfinite(t) and t > 0):
+                raise ValueError(f"prodstack-queue / keda-queue target (waiting requests) must be > 0, got {t!r}")
         resolve(self.bin_shape, 60)  # a ValueError naming the choices
         unknown = [p for p in self.policies if p not in POLICY_NAMES]
         if unknown:
@@ -473,6 +481,12 @@ def simulate(
         for waiting in config.queue_targets:
             qhpa = QueueHPA(waiting, tick, config.min_replicas, config.max_replicas)
             results[qhpa.name] = closed(qhpa)
+    for policy_name, targets, cls in (("prodstack-queue", config.prodstack_targets, ObjectValueHPA),
+                                      ("keda-queue", config.keda_thresholds, ExternalAverageHPA)):
+        if policy_name in config.policies:
+            for waiting in targets:
+                other = cls(waiting, tick, config.min_replicas, config.max_replicas)
+                results[other.name] = closed(other)
     return SimulationResult(
         trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes), timings,
         config.queue, shape,

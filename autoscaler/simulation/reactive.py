@@ -1,36 +1,60 @@
-"""The baseline every predictive autoscaler must beat: a faithful Kubernetes HPA (autoscaling/v2).
+"""The baselines every predictive autoscaler must beat: the Kubernetes HPA (autoscaling/v2) as users configure it.
 
-Why it exists: "better than reactive" only means something against the HPA operators actually run,
-with its real defaults, not a strawman. This re-implements the parts of kube-controller-manager's
-``horizontal.go`` / ``replica_calculator.go`` that decide the replica count:
+Why it exists: "better than reactive" only means something against the autoscalers operators actually run,
+with their real defaults, not a strawman. This re-implements the parts of kube-controller-manager's
+``horizontal.go`` / ``replica_calculator.go`` that decide the replica count, for the HPA with no ``behavior``
+field, which is how the GKE vLLM tutorial, vLLM production-stack and KEDA (unless
+``advanced.horizontalPodAutoscalerConfig.behavior`` is set) create it:
 
 * sync every 15 s (``--horizontal-pod-autoscaler-sync-period``);
-* the metric is per-pod utilisation ``demand / (Ready replicas * capacity_per_replica)`` against a
-  target (``--reactive-targets``); only Ready pods report it;
 * tolerance 10 %: no change while ``|usage_ratio - 1| <= 0.1``;
-* without starting pods: ``ceil(usage_ratio * ready)``. With starting (not Ready) pods and a
-  scale-up, they count as 0 % utilisation and the ratio is recomputed over all pods; if that flips
-  the direction or falls inside the tolerance, the count is held (so the HPA does not pile up
-  replicas while earlier ones are still loading the model);
-* no Ready pod (no metric) or a missing sample: the HPA reports an error and does not scale; we do
-  the same (hold the current count, record no recommendation). This only happens before the first
-  replica is Ready, because scale-down removes starting replicas first;
-* behaviour defaults: scale-up stabilisation 0 s, policies max(+100 %, +4 pods) per 15 s;
-  scale-down stabilisation 300 s (the max recommendation over the window), policy 100 % per 15 s;
-  clamp to [min, max] replicas.
+* no Ready pod (no metric) or a missing sample: the HPA reports an error and does not scale; we do the same
+  (hold the current count, record no recommendation). This only happens before the first replica is Ready,
+  because scale-down removes starting replicas first;
+* normalisation without ``behavior`` (``normalizeDesiredReplicas``; the API server fills the behaviour
+  defaults only into an HPA that has a ``behavior`` field): the recommendation is the **largest** of the
+  recommendations of the last 300 s (``--horizontal-pod-autoscaler-downscale-stabilization``), this sync's
+  included, and the first sync records the replica count it found; then it is clamped to
+  ``[min, min(max, max(2 * current, 4))]`` (``calculateScaleUpLimit``: ``scaleUpLimitFactor`` 2,
+  ``scaleUpLimitMinimum`` 4). So a scale-up goes on towards a recent larger recommendation even while the
+  metric holds, and a scale-down has no rate limit once the window has passed. (With a ``behavior`` field the
+  defaults differ: scale-up max(+100 %, +4 pods) per 15 s towards the current recommendation only.)
 
-Where it is generous to the HPA: it reads the current bin's demand with no scrape or ``rate()``
-window lag. A real HPA sees demand tens of seconds late, so real reactive results are worse.
+The metrics, one class each:
 
-``QueueHPA`` is the HPA as the reference deployments of vLLM configure it: a ``Pods`` metric,
-``vllm:num_requests_waiting``, with ``target.averageValue`` (10 in the reference). It runs the same
-algorithm (``calcPlainMetricReplicas``): the usage ratio is the waiting requests averaged over the
-Ready pods (the simulated queue, ``autoscaler.simulation.queue``, as it stands at the sync; Ready
-pods share it evenly behind the Service) over the target, so ``desired = ceil(ready * avg / target)``
-= ``ceil(waiting / target)`` outside the 10% tolerance, with the same treatment of starting pods
-(pending: left out, and counted as 0 on a scale-up), the same stabilisation windows and rate
-limits. With no queue the metric is 0 and the recommendation is 0 (then min replicas once the
-300 s scale-down window has passed): the reference HPA scales on backlog, never ahead of it.
+* ``ReactiveHPA`` (``reactive@T``): per-pod utilisation ``demand / (Ready replicas * capacity_per_replica)``
+  against a target; only Ready pods report it. Without starting pods ``desired = ceil(usage_ratio * ready)``;
+  with starting (not Ready) pods and a scale-up, they count as 0 % and the ratio is recomputed over all pods;
+  if that flips the direction or falls inside the tolerance, the count is held (the HPA does not pile up
+  replicas while earlier ones still load the model).
+* ``QueueHPA`` (``hpa-queue@N``): the HPA as the GKE vLLM tutorial configures it, a ``Pods`` metric
+  ``vllm:num_requests_waiting`` with ``target.averageValue`` N (10 there). The same algorithm
+  (``calcPlainMetricReplicas``): the waiting requests averaged over the Ready pods (the simulated queue,
+  ``autoscaler.simulation.queue``, as it stands at the sync; Ready pods share it evenly behind the Service)
+  over the target, so ``desired = ceil(waiting / N)`` outside the tolerance, with the same treatment of
+  starting pods.
+* ``ObjectValueHPA`` (``prodstack-queue@V``): vLLM production-stack's HPA, an ``Object`` metric on the
+  Namespace, ``sum(vllm:num_requests_waiting)`` (its prometheus-adapter rule), with ``target.type: Value``,
+  ``value: V`` (1 there). ``GetObjectMetricReplicas`` / ``getUsageRatioReplicaCount``: usage ratio =
+  metric / V; inside the tolerance the count holds, else ``desired = ceil(ratio * ready)`` with ``ready`` the
+  Running and Ready pods; starting pods get no special treatment. So with about one request waiting (0.9 to 1.1)
+  nothing changes, with 3 waiting the Deployment asks for three times its Ready pods (the scale-up limit then caps it),
+  and with none it asks for 0, i.e. min replicas once the 300 s window has passed.
+* ``ExternalAverageHPA`` (``keda-queue@T``): KEDA's ``prometheus`` scaler with ``threshold: T`` (5 in
+  production-stack's ScaledObject) on the same sum (its tutorial queries the bare gauge, which the scaler refuses
+  once it returns one series per pod: "returned multiple elements"; the sum is what works). KEDA's default
+  ``metricType`` is ``AverageValue`` and it hands the HPA an ``External`` metric;
+  ``GetExternalPerPodMetricReplicas``: usage ratio = metric / (T * the pods that exist, starting ones included);
+  inside the tolerance the count holds, else ``desired = ceil(metric / T)``. KEDA's ``activationThreshold`` (default
+  0) and ``cooldownPeriod`` (default 300 s) only decide 0 <-> 1 replicas; with ``minReplicaCount: 1`` (as
+  production-stack deploys it) the HPA does all the scaling, and KEDA's metrics server runs the query when the HPA
+  asks (every sync).
+
+With no queue the three queue metrics are 0, and their recommendation is the minimum: they scale on backlog,
+never ahead of it.
+
+Where this is generous to the HPA: it reads the current bin's demand (or the queue at the sync) with no scrape,
+``rate()`` or adapter lag. A real HPA sees it tens of seconds late, so real reactive results are worse.
 """
 
 from __future__ import annotations
@@ -41,12 +65,23 @@ from collections import deque
 from autoscaler.simulation.cluster import Cluster
 
 _CEIL_TOLERANCE = 1e-9
+SCALE_UP_LIMIT_FACTOR = 2.0  # horizontal.go scaleUpLimitFactor
+SCALE_UP_LIMIT_MINIMUM = 4  # horizontal.go scaleUpLimitMinimum
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(x - _CEIL_TOLERANCE)
+
+
+def scale_up_limit(current: int) -> int:
+    """``calculateScaleUpLimit``: the most replicas one sync may ask for without ``behavior``."""
+    return int(max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM))
 
 
 class _HPA:
-    """The replica calculation, stabilisation and rate limits of kube-controller-manager's HPA, for one metric.
+    """The sync, stabilisation and limits of kube-controller-manager's HPA without ``behavior``, for one metric.
 
-    Subclasses give the usage ratio (metric over target, averaged over Ready pods) and a name.
+    Subclasses give the recommendation of one sync (``_recommendation``) and a name.
     """
 
     name: str
@@ -67,21 +102,24 @@ class _HPA:
         self._window_ticks = math.ceil(scale_down_stabilization_seconds / tick_seconds)
         self._recs: deque[tuple[int, int]] = deque()
 
-    def _ratio(self, ready: int, demand: float) -> float:  # pragma: no cover - abstract
+    def _recommendation(self, current: int, ready: int, demand: float) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _recommend(self, current: int, ready: int, ratio: float) -> int:
-        """``ratio`` is the usage ratio over the Ready pods (metric / target)."""
+    def _within(self, ratio: float) -> bool:
+        return abs(1.0 - ratio) <= self.tolerance
+
+    def _plain(self, current: int, ready: int, ratio: float) -> int:
+        """``calcPlainMetricReplicas``: ``ratio`` is the usage ratio over the Ready pods (metric / target); on a
+        scale-up the starting pods count as 0 and the ratio is taken over all pods."""
         starting = current - ready
         if starting > 0 and ratio > 1.0:
-            # scale-up with unready pods: they count as 0 and the ratio is taken over all pods
             new_ratio = ratio * ready / current
-            if abs(1.0 - new_ratio) <= self.tolerance or new_ratio < 1.0:
+            if self._within(new_ratio) or new_ratio < 1.0:
                 return current
-            return max(current, math.ceil(new_ratio * current - _CEIL_TOLERANCE))
-        if abs(1.0 - ratio) <= self.tolerance:
+            return max(current, _ceil(new_ratio * current))
+        if self._within(ratio):
             return current
-        return math.ceil(ratio * ready - _CEIL_TOLERANCE)
+        return _ceil(ratio * ready)
 
     def decides(self, k: int) -> bool:
         """Whether tick ``k`` is a sync (every 15 s); other ticks hold the count."""
@@ -94,20 +132,19 @@ class _HPA:
         ready = cluster.ready
         if ready == 0 or not math.isfinite(demand):
             return current
-        rec = self._recommend(current, ready, self._ratio(ready, demand))
         recs = self._recs
-        recs.append((k, rec))
+        if not recs:
+            recs.append((k, current))  # recordInitialRecommendation: the count found at the first sync
         cutoff = k - self._window_ticks
         while recs and recs[0][0] <= cutoff:
             recs.popleft()
-        # stabilisation: up at once (window 0), down only to the max recommendation of the window
-        stabilized = max(current, rec)
-        down = max(r for _, r in recs)
-        stabilized = min(stabilized, down)
-        # rate limits: up max(+100 %, +4) per 15 s; down 100 % per 15 s
-        if stabilized > current:
-            stabilized = min(stabilized, max(2 * current, current + 4))
-        return min(max(stabilized, self.min_replicas), self.max_replicas)
+        rec = self._recommendation(current, ready, demand)
+        recs.append((k, rec))
+        # stabilizeRecommendation: the largest recommendation of the window, this one included (up or down)
+        stabilized = max(r for _, r in recs)
+        # convertDesiredReplicasWithRules: [min, min(max, max(2 * current, 4))]
+        upper = min(self.max_replicas, scale_up_limit(current))
+        return max(self.min_replicas, min(stabilized, upper))
 
 
 class ReactiveHPA(_HPA):
@@ -132,15 +169,15 @@ class ReactiveHPA(_HPA):
         self.target = float(target)
         self.capacity = float(capacity_per_replica)
 
-    def _ratio(self, ready: int, demand: float) -> float:
-        return demand / (ready * self.capacity) / self.target  # utilisation over Ready pods / target
+    def _recommendation(self, current: int, ready: int, demand: float) -> int:
+        return self._plain(current, ready, demand / (ready * self.capacity) / self.target)
 
 
-class QueueHPA(_HPA):
-    """The HPA on the ``Pods`` metric ``vllm:num_requests_waiting`` with ``averageValue: target``.
+class _QueueMetric(_HPA):
+    """An HPA on vLLM's ``vllm:num_requests_waiting``; the engine shows it the queue before each decision
+    (``observe_queue``). ``prefix`` names its runs (``prefix@target``)."""
 
-    The engine shows it the queue before each decision (``observe_queue``).
-    """
+    prefix: str
 
     def __init__(
         self,
@@ -156,7 +193,7 @@ class QueueHPA(_HPA):
             raise ValueError(f"waiting-requests target must be a number > 0, got {target!r}")
         super().__init__(tick_seconds, min_replicas, max_replicas, tolerance, sync_seconds,
                          scale_down_stabilization_seconds)
-        self.name = f"hpa-queue@{target:g}"
+        self.name = f"{self.prefix}@{target:g}"
         self.target = float(target)
         self.waiting = 0.0
 
@@ -164,5 +201,34 @@ class QueueHPA(_HPA):
         """Requests waiting in the Deployment's queue now (vLLM's gauge, summed over its pods)."""
         self.waiting = max(0.0, float(waiting))
 
-    def _ratio(self, ready: int, demand: float) -> float:
-        return self.waiting / ready / self.target  # average over the Ready pods / averageValue
+
+class QueueHPA(_QueueMetric):
+    """The HPA on the ``Pods`` metric ``vllm:num_requests_waiting`` with ``averageValue: target``."""
+
+    prefix = "hpa-queue"
+
+    def _recommendation(self, current: int, ready: int, demand: float) -> int:
+        return self._plain(current, ready, self.waiting / ready / self.target)  # average over Ready / averageValue
+
+
+class ObjectValueHPA(_QueueMetric):
+    """vLLM production-stack's HPA: the ``Object`` metric ``sum(vllm:num_requests_waiting)`` with ``value: target``."""
+
+    prefix = "prodstack-queue"
+
+    def _recommendation(self, current: int, ready: int, demand: float) -> int:
+        ratio = self.waiting / self.target  # getUsageRatioReplicaCount
+        return current if self._within(ratio) else _ceil(ratio * ready)
+
+
+class ExternalAverageHPA(_QueueMetric):
+    """KEDA's prometheus scaler with ``threshold: target`` on ``sum(vllm:num_requests_waiting)``: an ``External``
+    metric with ``averageValue: target``."""
+
+    prefix = "keda-queue"
+
+    def _recommendation(self, current: int, ready: int, demand: float) -> int:
+        # GetExternalPerPodMetricReplicas: the ratio over every pod that exists (status.replicas)
+        if self._within(self.waiting / (self.target * current)):
+            return current
+        return _ceil(self.waiting / self.target)
