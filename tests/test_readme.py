@@ -236,8 +236,10 @@ def quoted_simulate_output() -> list[str]:
 
 
 def shape(line: str) -> str:
-    """A verdict line without its numbers and its judgement words, up to its first colon."""
+    """A verdict line without its numbers, its judgement words and the bracket saying where on the HPA's curve it was
+    read (interpolated between two targets, or the nearest one outside them), up to its first colon."""
     masked = re.sub(r"\d[\d.,]*", "#", line)
+    masked = re.sub(r"\((interpolated between|outside the targets' range)[^)]*\)", "(~)", masked)
     masked = re.sub(r"\b(MORE|more|fewer|FEWER|met|MISSED)\b", "~", masked)
     return masked.split(":")[0].strip()
 
