@@ -49,23 +49,21 @@ SAVING_TARGET, MISS_CUT_TARGET = 0.30, 0.90
 PERF_DEPLOYMENTS = 20
 
 # Measured 2026-11-25 with the runs above; kept next to the code that prints it.
-READING = """Reading the fleet frontier. **Neither target is met.** Without the node buffer our fleet sits \
-below the HPA + Karpenter curve: 17% fewer billed GPU-hours at its attainment and 38% fewer SLO misses at its \
-GPU-hours, about what the per-Deployment frontier shows, because every Deployment runs the same self-tuned planner as \
-there. **The forecast-sized headroom does not pay on this fleet**: it holds half an idle node on average (12 at the \
-most; the rise the pool's summed median may need within the 300 s node lead, at the p95 of its own residual, times \
-the pods' margin) and turns most scale-ups that waited for a node into pod-only start-ups (on the first two days: 31 \
-node waits instead of 109), but attainment does not move (99.550% with, 99.549% without), so the idle nodes are +9% \
-billed GPU-hours for nothing (9% saved and 20% fewer misses against the HPA curve, instead of 17% and 38%). Why: the \
-planner's warm pools already cover the node lead. It plans a rise from the pool's free GPUs (`needs_node` is \
-`free_gpus < gpus_per_replica`), and in a shared pool some GPU is nearly always free, so it plans with the pod lead \
-alone with or without the buffer; its warm replicas, not the nodes, absorb the minutes a new node takes. The buffer \
-can only pay where it *replaces* per-Deployment warm replicas (the sum of individual buffers that pooling beats) with \
-whole nodes sized for the pool, which needs the planner to count a rise's GPUs against the free GPUs (not one \
-replica's) and to keep its warm pool as nodes when the pool's headroom covers it (`warm_pool_as: nodes`); that is \
-planner work, left to its owner. Per Deployment: the HPA over-serves the ServeGen traces (100% at 0.3-0.6) where our \
-policy holds 99% for less; LoRA (scale-to-zero bursts against 120 s cold starts) misses its 99% under every policy, \
-ours closest."""
+READING = """Reading the fleet frontier (measured 2026-11-25 on the one engine: every Deployment decides through the \
+controller's `decide` on what the controller observes). **The GPU-hour target is met, the SLO-miss target is not.** \
+Against the HPA + Karpenter curve our fleet without the node buffer needs 41% fewer billed GPU-hours at its attainment \
+(16,672 at 99.712%, which the HPA reaches between its targets 0.3 and 0.4) and has 51% fewer SLO misses \
+at its GPU-hours; with the buffer, 36% and 42%. Per Deployment the HPA over-serves ServeGen (100% at 0.3-0.6) where \
+each of ours holds 99.7-99.8% for fewer GPU-hours than any of those targets; LoRA (scale-to-zero bursts against 120 s cold \
+starts) misses its 99% under every policy, ours closest (98.9%). **The forecast-sized headroom does not pay on this \
+fleet**: it holds half an idle node on average (11 at the most) and the pods' GPU-hours and attainment are the same \
+with and without it (12,597 GPU-h; 99.713% and 99.712%), so it is +9% billed for nothing. Why: the controller reads \
+no free-GPU count, so its planner assumes every new replica waits for a node and already asks a node start-up ahead; \
+the buffer then only turns waits the plan had covered into earlier starts. Tried and measured on 4 days: letting the \
+policies of a pool with headroom plan on the pool's free GPUs (the pod lead alone) took 2% off the pods' GPU-hours \
+and cost attainment (99.40% against 99.50%), still dearer than no buffer. Where pooling should pay is in replacing \
+each Deployment's warm replicas with whole nodes sized for the pool (`warm_pool_as: nodes` where the pool's headroom \
+covers it); that is planner work not done yet."""
 
 # Measured 2026-11-25 with --perf on the project's shared 2-core machine (other jobs were running: load about 4.5).
 PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
