@@ -72,49 +72,51 @@ HPA's curve rather than below it (`predictive@80/u0.75` 1.37x at 99.92% against 
 1.46x at 99.90% against 1.47x at 99.92% on m_mid). On NASA the bands are the better knob (p95 1.57x at 99.89% \
 against u0.65's 1.71x at 99.87%) and the curve beats every HPA target (13% fewer GPU-hours at the HPA at 0.6's \
 attainment, 93% fewer misses at equal GPU-hours). **The self-tuned default is dominated by no HPA target and no \
-anchor on any trace**, and meets 99% / 2 s on NASA (99.83% at 1.55x the oracle: p95 ten days, p90 two), ServeGen \
-m_mid (99.58% at 1.35x: the HPA at 0.9 or 0.8 started early on seven days, p80 with the floor at 0.85 on four, p95 \
-on one) and m_small (99.74% at 1.28x: the HPA at 0.9 started early three days, p80 with the floor at 0.85 or 0.75 \
-nine). Beside it on m_small the HPA at 0.8 is cheaper (1.21x) but attains 99.43%, at 0.7 it attains more (99.95%) \
-at 1.38x, the last-value planner 1.24x at 98.86%; on m_mid the HPA at 0.8 1.29x at 99.44%, at 0.7 1.47x at 99.92%, \
-the last-value planner 1.42x at 99.80%. What changed in the tuner: it runs the cheapest point that met the \
-objective on every pooled day when there is one (one bad day among six calm ones is a small spread, so the next \
-day's lower quartile alone passed points that had missed on it), else the cheapest that meets it at that quartile, \
-and a week whose error budget is already lost holds the next day to the objective instead of to the safest point. \
-Before (measured on this page's previous run), m_small's tuner passed p90 although it had missed on an earlier day, \
-p90 ran into the burst of day 9, and the lost budget forced the HPA-at-0.6-started-early point for five days: 1.39x \
-at 99.43%, dominated by the HPA at 0.7. What the floor sees matters more than the tuner on 10-minute bins: with the \
-floor reading only the newest ended bin (an intermediate state of the engine, measured the same day) every ServeGen \
-point lost 0.7-7 points of attainment, the whole ServeGen curve and the self-tuned default were dominated by the \
-HPA (which reads the current tick), and no choice rule could have escaped it. On the Alibaba LoRA trace (70% empty \
-minutes, bursts 20x the typical minute from near zero, 120 s pod start-up) only the dearest point reaches 99% \
-within 2 s (p99, 99.20% at 3.42x); the tuner runs p99 every day, finds it meeting the objective on three of the \
-twelve and says so otherwise (`SLOUnreachable`), ending at 98.79% at 3.31x; no HPA target passes 95.5%. **Not \
-met**: >= 90% fewer SLO misses at equal GPU-hours on LoRA (43%) and m_small (27%); >= 30% fewer GPU-hours at equal \
-attainment on any trace (NASA 13%; ServeGen -6% to 3%); the self-tuned default within 1.3x the oracle on NASA \
-(1.55x: knowing the future to within 5 minutes already costs 1.17x, see simulate). The utilisation HPA now follows \
-Kubernetes for an HPA without `behavior`, as all of these are deployed (the largest recommendation of the 300 s \
-window, scale-up capped at max(2x, 4) pods per sync); its rows moved by at most 0.05x and 0.13 points (LoRA; NASA \
-by 0.01x, ServeGen not at all), `hpa-queue@10`'s by up to 7 points. Self-tuning costs 1.4-1.9 s of CPU per replay \
-(one day of bins, twelve points), once a day per Deployment."""
+anchor on any trace**, and meets 99% / 2 s on NASA (99.83% at 1.55x the oracle: p95 on ten of thirteen tunings, p90 \
+on three), ServeGen m_mid (99.58% at 1.34x: the HPA at 0.9 or 0.8 started early on eight, p80 with the floor at \
+0.85 on four, p95 on one) and m_small (99.68% at 1.27x: the HPA at 0.9 started early on two, p80 with the floor at \
+0.85 or 0.75 on nine, the bands on two). Beside it on m_small the HPA at 0.8 is cheaper (1.21x) but attains 99.43%, \
+at 0.7 it attains more (99.95%) at 1.38x, the last-value planner 1.24x at 98.86%; on m_mid the HPA at 0.8 1.29x at \
+99.44%, at 0.7 1.47x at 99.92%, the last-value planner 1.42x at 99.80%. What changed in the tuner: it runs the \
+cheapest point that met the objective on every pooled day when there is one (one bad day among six calm ones is a \
+small spread, so the next day's lower quartile alone passed points that had missed on it), else the cheapest that \
+meets it at that quartile, and a week whose error budget is already lost holds the next day to the objective \
+instead of to the safest point. Before (measured on this page's previous run), m_small's tuner passed p90 although \
+it had missed on an earlier day, p90 ran into the burst of day 9, and the lost budget forced the \
+HPA-at-0.6-started-early point for five days: 1.39x at 99.43%, dominated by the HPA at 0.7. What the floor sees \
+matters more than the tuner on 10-minute bins: with the floor reading only the newest ended bin (an intermediate \
+state of the engine, measured the same day) every ServeGen point lost 0.7-7 points of attainment, the whole \
+ServeGen curve and the self-tuned default were dominated by the HPA (which reads the current tick), and no choice \
+rule could have escaped it. On the Alibaba LoRA trace (70% empty minutes, bursts 20x the typical minute from near \
+zero, 120 s pod start-up) only the dearest point reaches 99% within 2 s (p99, 99.20% at 3.42x); the tuner runs p99 \
+on twelve of thirteen tunings, finds it meeting the objective on three and says so otherwise (`SLOUnreachable`), \
+ending at 98.82% at 3.32x; no HPA target passes 95.5%. **Not met**: >= 90% fewer SLO misses at equal GPU-hours on \
+LoRA (43%) and m_small (22%); >= 30% fewer GPU-hours at equal attainment on any trace (NASA 13%; ServeGen -6% to \
+3%); the self-tuned default within 1.3x the oracle on NASA (1.55x: knowing the future to within 5 minutes already \
+costs 1.17x, see simulate). The utilisation HPA now follows Kubernetes for an HPA without `behavior`, as all of \
+these are deployed (the largest recommendation of the 300 s window, scale-up capped at max(2x, 4) pods per sync); \
+its rows moved by at most 0.05x and 0.13 points (LoRA; NASA by 0.01x, ServeGen not at all), `hpa-queue@10`'s by up \
+to 7 points. Self-tuning costs 1.2-1.6 s of CPU per replay (one day of bins, twelve points), once a day per \
+Deployment."""
 
-READING_STARTUP = """Reading the start-up sensitivity (measured 2026-11-25 on all four traces, on the same engine \
-as the frontier section; the 120 s rows are that section's run, the others ran with `--tuned-only`, which runs the \
-same self-tuned, HPA and oracle simulations; each ratio is against the oracle at the same start-up, which itself \
-pays more at a slower start). **The forecast pays on the diurnal web trace, and more the slower the start**: on \
-NASA the GPU-hours saved at equal attainment grow from 12% (30 s) through 24% (60 s) and 40% (120 s) to 49% (300 \
-s), the misses cut at equal GPU-hours from 46% to 86%; the self-tuned default costs 1,865 GPU-h at 30 s and 2,095 \
-at 300 s (+12%), while the cheapest HPA target meeting 99% drops from 0.7 (1,830 GPU-h) to 0.5 (2,556, +40%): a \
-daily cycle is forecastable a start-up ahead, and the longer the start-up the more headroom a reactive target must \
-carry to cover it. **On ServeGen (LLM serving without a daily cycle) the forecast does not pay at any start-up**: \
-the self-tuned default is within 3% of the HPA's curve at its own attainment (-3% to +2%), not dominated at 120 s \
-and 300 s, and at 30-60 s the HPA at 0.8 dominates it in three of the four runs by small margins (m_mid at 30 s: \
-1.30x at 99.88% against 1.31x at 99.79%; m_small at 60 s: 1.22x at 99.77% against 1.24x at 99.68%): with a fast \
-start a reactive margin catches the bursts in time, and the 20-minute changes of these series are not predictable \
-from their past. There only faster starts pay: 30 s instead of 300 s saves 12% of the HPA's GPU-hours and 16-19% of \
-the self-tuned default's, more than the forecast saves at any start-up. On the Alibaba LoRA trace (bursts from near \
-zero) no HPA target reaches 99% at any start-up (the HPA at 0.3: 98.0% at 30 s, 91.9% at 300 s); the self-tuned \
-default (p99 every day) meets it at 30 s and 60 s (99.18%, 99.05%) and attains more than every HPA target at every \
+READING_STARTUP = """Reading the start-up sensitivity (measured 2026-11-25 on all four traces, the 120 s rows are \
+the frontier section's run; the others ran with `--tuned-only` (the same self-tuned, HPA and oracle simulations) on \
+the engine just before its self-tuning schedule moved to `engine.retuning`, a move that shifted the 120 s rows by \
+at most 0.01x and 0.06 points; each ratio is against the oracle at the same start-up, which itself pays more at a \
+slower start). **The forecast pays on the diurnal web trace, and more the slower the start**: on NASA the GPU-hours \
+saved at equal attainment grow from 12% (30 s) through 24% (60 s) and 39% (120 s) to 49% (300 s), the misses cut at \
+equal GPU-hours from 46% to 86%; the self-tuned default costs 1,865 GPU-h at 30 s and 2,095 at 300 s (+12%), while \
+the cheapest HPA target meeting 99% drops from 0.7 (1,830 GPU-h) to 0.5 (2,556, +40%): a daily cycle is \
+forecastable a start-up ahead, and the longer the start-up the more headroom a reactive target must carry to cover \
+it. **On ServeGen (LLM serving without a daily cycle) the forecast does not pay at any start-up**: the self-tuned \
+default is within 3% of the HPA's curve at its own attainment (-3% to +2%), not dominated at 120 s and 300 s, and \
+at 30-60 s the HPA at 0.8 dominates it in three of the four runs by small margins (m_mid at 30 s: 1.30x at 99.88% \
+against 1.31x at 99.79%; m_small at 60 s: 1.22x at 99.77% against 1.24x at 99.68%): with a fast start a reactive \
+margin catches the bursts in time, and the 20-minute changes of these series are not predictable from their past. \
+There only faster starts pay: 30 s instead of 300 s saves 12% of the HPA's GPU-hours and 16-19% of the self-tuned \
+default's, more than the forecast saves at any start-up. On the Alibaba LoRA trace (bursts from near zero) no HPA \
+target reaches 99% at any start-up (the HPA at 0.3: 98.0% at 30 s, 91.9% at 300 s); the self-tuned default (p99 on \
+nearly every day) meets it at 30 s and 60 s (99.18%, 99.05%) and attains more than every HPA target at every \
 start-up, for 12-17% more GPU-hours than the HPA at 0.3: there the forecast buys attainment no reactive target \
 reaches, and only a fast start makes it enough."""
 

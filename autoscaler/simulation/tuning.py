@@ -44,7 +44,7 @@ How, and why it is cheap enough to run daily per Deployment:
   m_small's tuner passed p90 again although it had missed on an earlier day, p90 ran into the burst, and (with the
   lost window chased) the fortnight was 1.39x the oracle at 99.43%, dominated by the HPA at 0.7; preferring points
   that held every day (and holding a lost window to the objective) moved it to the HPA-like points that held through
-  the burst, 1.25x at 99.67% on the same engine, and 1.28x at 99.74% (dominated by no HPA target) on the engine whose
+  the burst, 1.25x at 99.67% on the same engine, and 1.27x at 99.68% (dominated by no HPA target) on the engine whose
   reactive floor reads the last minute's arrival rate. Why
   not every day alone: where days swing without a regime change no point may hold on all seven days, and requiring
   it would run the safest point; the quartile still finds the cheapest that meets the objective then. When none
