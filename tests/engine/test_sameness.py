@@ -8,7 +8,8 @@ last two minutes (its instant query), and a cluster backed by
 a simulated cluster of its own, whose replicas follow what was applied, turn Ready after the pod (and node)
 start-up, and show as Pending unschedulable while their node is provisioning. At every decision (the loop
 interval) both must hold the same forecast (start, model, mean and every band) and the same decision (replicas,
-every step and its explanation, the stabilisation history), and at every tick both clusters the same replicas. A
+every step and its explanation, the stabilisation history) and the same replicas one node start-up ahead (what node
+headroom is kept for), and at every tick both clusters the same replicas. A
 side that changes when it refits, what it has absorbed, how far it forecasts, what it observes or how it decides
 on its own fails this test.
 """
@@ -187,6 +188,7 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
     decisions = forecasts = 0
     models: set[str] = set()
     deciding: set[str] = set()
+    aheads: set[bool] = set()
     keeper = None
     for k, d in enumerate(demand.tolist()):
         sim.advance(k)
@@ -207,6 +209,11 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
             [outcome] = report.workloads
             assert outcome.decision == policy.decision, f"decision at t+{k * tick}s"
             assert outcome.decision is not None
+            # the replicas one node start-up ahead, what the money stage keeps node headroom for (before any ceiling)
+            assert report.money is not None
+            assert policy.decided is not None
+            assert report.money.ahead[f"{NS}/{NAME}"][0] == policy.decided.ahead, f"ahead at t+{k * tick}s"
+            aheads.add(policy.decided.ahead > outcome.decision.desired_replicas)
             steps = outcome.decision.steps  # the rule that set the count: the first step after which it held
             last_other = max((i for i, st in enumerate(steps) if st.replicas != outcome.decision.desired_replicas),
                              default=-1)
@@ -218,6 +225,7 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
         assert (kube.sim.requested, kube.sim.ready) == (sim.requested, sim.ready), f"tick t+{k * tick}s"
     assert keeper is not None
     assert keeper.fits == policy.fits
+    assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
     return decisions, forecasts, models, deciding
 
 
