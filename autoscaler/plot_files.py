@@ -1,4 +1,4 @@
-"""Which image formats ``--plot`` writes: the one its file suffix names.
+"""Which image formats ``--plot`` writes (the one its file suffix names), and writing one after a run.
 
 Kept apart from the plotting modules (which import matplotlib, slow) so that the commands can check
 ``--plot`` before a long run, not after it.
@@ -7,6 +7,8 @@ Kept apart from the plotting modules (which import matplotlib, slow) so that the
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # Formats matplotlib's Agg canvas writes here (jpg and webp through Pillow, a matplotlib dependency).
@@ -42,3 +44,18 @@ def check_plot_path(path: str | Path) -> str:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"cannot write {p}: no permission to write in {parent}")
     return fmt
+
+
+def write_plot(draw: Callable[[], None], path: str | Path, command: str, *, quiet: bool) -> int:
+    """Draw a plot once the results are out: a plot that cannot be written (checked before the run, but a disk can
+    fill or a directory go away since) costs the picture, not the run's table. The exit status: 1 (and one line)
+    when it could not be written, else 0 (and a line saying where, unless ``quiet``)."""
+    try:
+        draw()
+    except OSError as exc:
+        print(f"predictive-autoscaler {command}: error: --plot: cannot write {path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    if not quiet:
+        print(f"Plot written to {path}")
+    return 0

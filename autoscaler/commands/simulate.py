@@ -87,6 +87,7 @@ from autoscaler.config.schema import Config, ConfigError, ForecastProfile, forma
 from autoscaler.domain.demand import DemandUnit, unit_label
 from autoscaler.errors import UserError
 from autoscaler.history import add_arguments, check_source_flags, trace_from_args, wants_prometheus
+from autoscaler.plot_files import write_plot
 from autoscaler.progress import Heartbeat
 from autoscaler.runtime.clock import SystemClock
 from autoscaler.simulation.cluster import ClusterConfig
@@ -1027,18 +1028,11 @@ def run(args: argparse.Namespace) -> int:
             sizing += f" (the trace's busiest bin needs {n} replicas; set --peak-replicas or --capacity-per-replica)"
         print(format_table(result, trace, config, sizing, unit_label(unit), objective), flush=True)
     if args.plot is not None:
-        # Written after the results are out: a plot that cannot be written (checked before the run, but a disk can
-        # fill or a directory go away since) costs the picture, not the run's table.
         from autoscaler.sim_plot import plot_simulation
 
-        try:
-            plot_simulation(result, args.plot, unit="tokens/s" if unit is DemandUnit.TOKENS else "requests/s")
-        except OSError as exc:
-            print(f"predictive-autoscaler simulate: error: --plot: cannot write {args.plot}: {exc.strerror or exc}",
-                  file=sys.stderr)
-            return 1
-        if not args.json:
-            print(f"Plot written to {args.plot}")
+        return write_plot(
+            lambda: plot_simulation(result, args.plot, unit="tokens/s" if unit is DemandUnit.TOKENS else "requests/s"),
+            args.plot, "simulate", quiet=args.json)
     return 0
 
 

@@ -41,6 +41,7 @@ from autoscaler.cli import duration_flag, plot_flag
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.annotations import parse_duration_seconds
 from autoscaler.errors import UserError
+from autoscaler.plot_files import write_plot
 from autoscaler.progress import Heartbeat
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import (
@@ -125,13 +126,17 @@ def _seconds(w: _Where, where: str, value: Any, positive: bool = False) -> float
     return seconds
 
 
-def _pool(w: _Where, i: int, raw: Any) -> PoolSpec:
-    where = f"nodepools[{i}]"
-    m = _mapping(w, where, raw, POOL_KEYS)
+def _named(w: _Where, where: str, raw: Any, keys: tuple[str, ...]) -> tuple[Mapping[str, Any], str, str]:
+    """A list entry that must be a mapping with a name: the mapping, its name and where it is ("list[i] (name)")."""
+    m = _mapping(w, where, raw, keys)
     name = m.get("name")
     if not isinstance(name, str) or not name.strip():
         raise w.error(where, "needs a name")
-    where = f"nodepools[{i}] ({name})"
+    return m, name, f"{where} ({name})"
+
+
+def _pool(w: _Where, i: int, raw: Any) -> PoolSpec:
+    m, name, where = _named(w, f"nodepools[{i}]", raw, POOL_KEYS)
     if "usd_per_node_hour" not in m:
         raise w.error(where, "needs usd_per_node_hour (what one node costs an hour, as Karpenter bills it)")
     gpn = _int(w, f"{where}.gpus_per_node", m.get("gpus_per_node", 8), 1)
@@ -195,12 +200,7 @@ def _series(w: _Where, where: str, m: Mapping[str, Any], base: Path, days: float
 
 def _deployment(w: _Where, i: int, raw: Any, base: Path, days: float | None, pools: Mapping[str, PoolSpec],
                 timeout: float) -> DeploymentSpec:
-    where = f"deployments[{i}]"
-    m = _mapping(w, where, raw, DEPLOYMENT_KEYS)
-    name = m.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise w.error(where, "needs a name")
-    where = f"deployments[{i}] ({name})"
+    m, name, where = _named(w, f"deployments[{i}]", raw, DEPLOYMENT_KEYS)
     pool = m.get("nodepool")
     if pool is None and len(pools) == 1:
         pool = next(iter(pools))
@@ -526,12 +526,5 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from autoscaler.fleet_plot import plot_fleet
 
-        try:
-            plot_fleet(runs, config, args.plot)
-        except OSError as exc:
-            print(f"predictive-autoscaler simulate: error: --plot: cannot write {args.plot}: {exc.strerror or exc}",
-                  file=sys.stderr)
-            return 1
-        if not args.json:
-            print(f"Plot written to {args.plot}")
+        return write_plot(lambda: plot_fleet(runs, config, args.plot), args.plot, "simulate", quiet=args.json)
     return 0

@@ -146,39 +146,14 @@ def _newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 # ---------------------------------------------------------------------------------------------- the status itself
 
 
-def _opt_map(data: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    """``data[key]`` when it is of ``kind`` (never a bool for a number), None when absent or null; ``ValueError``
+    naming the key otherwise."""
     value = data.get(key)
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{key} is a JSON {type(value).__name__}, not an object")
-    return value
-
-
-def _opt_int(data: Mapping[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key} is {value!r}, not a whole number")
-    return value
-
-
-def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} is {value!r}, not a number")
-    return float(value)
-
-
-def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"{key} is {value!r}, not a string")
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise ValueError(f"{key} is {value!r}, not {what}")
     return value
 
 
@@ -270,33 +245,31 @@ class DeploymentStatus:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DeploymentStatus:
-        warm = _opt_map(data, "warmPool") or {}
+        warm = _opt(data, "warmPool", Mapping, "an object") or {}
         steps = []
         for raw in _list_of_maps(data, "steps"):
             name, detail, replicas = raw.get("name"), raw.get("detail"), raw.get("replicas")
             steps.append(StatusStep(name if isinstance(name, str) else None,
                                     replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None,
                                     detail if isinstance(detail, str) else ""))
-        degraded = data.get("demandDegraded", False)
-        if not isinstance(degraded, bool):
-            raise ValueError(f"demandDegraded is {degraded!r}, not true or false")
+        lead = _opt(data, "leadSeconds", (int, float), "a number")
         return cls(
-            mode=_opt_str(data, "mode"),
-            desired_replicas=_opt_int(data, "desiredReplicas"),
-            current_replicas=_opt_int(data, "currentReplicas"),
-            ready_replicas=_opt_int(data, "readyReplicas"),
-            lead_seconds=_opt_float(data, "leadSeconds"),
-            warm_pool_replicas=_opt_int(warm, "replicas"),
-            warm_pool_as=_opt_str(warm, "as"),
+            mode=_opt(data, "mode", str, "a string"),
+            desired_replicas=_opt(data, "desiredReplicas", int, "a whole number"),
+            current_replicas=_opt(data, "currentReplicas", int, "a whole number"),
+            ready_replicas=_opt(data, "readyReplicas", int, "a whole number"),
+            lead_seconds=None if lead is None else float(lead),
+            warm_pool_replicas=_opt(warm, "replicas", int, "a whole number"),
+            warm_pool_as=_opt(warm, "as", str, "a string"),
             steps=tuple(steps),
-            forecast=_opt_map(data, "forecast"),
-            demand_source=_opt_str(data, "demandSource"),
-            demand_degraded=degraded,
-            demand_unit=_opt_str(data, "demandUnit") or "requests",
-            token_weights=_opt_map(data, "tokenWeights"),
+            forecast=_opt(data, "forecast", Mapping, "an object"),
+            demand_source=_opt(data, "demandSource", str, "a string"),
+            demand_degraded=bool(_opt(data, "demandDegraded", bool, "true or false")),
+            demand_unit=_opt(data, "demandUnit", str, "a string") or "requests",
+            token_weights=_opt(data, "tokenWeights", Mapping, "an object"),
             track=_list_of_maps(data, "track"),
-            capacity=_opt_map(data, "capacity"),
-            tuning=_opt_map(data, "tuning"),
-            scale_down=_opt_map(data, "scaleDown"),
-            time=_opt_str(data, "time"),
+            capacity=_opt(data, "capacity", Mapping, "an object"),
+            tuning=_opt(data, "tuning", Mapping, "an object"),
+            scale_down=_opt(data, "scaleDown", Mapping, "an object"),
+            time=_opt(data, "time", str, "a string"),
         )
