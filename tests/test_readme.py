@@ -183,7 +183,8 @@ def runnable(argv: list[str]) -> bool:
 def readme_runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[list[str], int, str, str]]:
     """Every runnable README command, run in order in one scratch directory: ``(argv, exit, stdout, stderr)``.
 
-    The main job (``simulate`` without ``--trace``) replays two synthetic days instead of fourteen."""
+    The main job (``simulate`` without ``--trace``) replays two synthetic days instead of fourteen; the example fleet
+    (``simulate --fleet``) half a day instead of three."""
     work = tmp_path_factory.mktemp("readme")
     write_access_log(work / "access.log")
     short = work / "short.csv"
@@ -192,11 +193,16 @@ def readme_runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[list[str
     try:
         capture.chdir(work)
         assert main(["trace", "synth", "--days", "2", "-o", str(short)]) == 0
+        example = (REPO / "examples" / "fleet.yaml").read_text()
+        assert example.count("\ndays: 3 ") == 1, "the example fleet's days changed: update this test's shortening"
+        (work / "examples").mkdir()
+        (work / "examples" / "fleet.yaml").write_text(example.replace("\ndays: 3 ", "\ndays: 0.5 "))
         for _, argv in documented_commands(README):
             if not runnable(argv):
                 continue
             run = list(argv)
-            if run[0] in {"simulate", "backtest"} and "--trace" not in run and "--plot" not in run:
+            if (run[0] in {"simulate", "backtest"} and "--trace" not in run and "--plot" not in run
+                    and "--fleet" not in run):
                 run += ["--trace", str(short)]
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
