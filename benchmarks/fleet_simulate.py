@@ -49,8 +49,8 @@ SAVING_TARGET, MISS_CUT_TARGET = 0.30, 0.90
 PERF_DEPLOYMENTS = 20
 
 # Measured 2026-11-25 with the runs above; kept next to the code that prints it.
-READING = """Reading the fleet frontier (measured 2026-11-25 on the one engine: every Deployment decides through the \
-controller's `decide` on what the controller observes). **The GPU-hour target is met, the SLO-miss target is \
+READING = """Reading the fleet frontier (measured 2026-11-25 on the one engine: every Deployment decides through \
+the controller's `decide` on what the controller observes). **The GPU-hour target is met, the SLO-miss target is \
 not.** Against the HPA + Karpenter curve our fleet without the node buffer needs 41% fewer billed GPU-hours at its \
 attainment (16,672 at 99.712%, which the HPA reaches between its targets 0.3 and 0.4) and has 51% fewer SLO misses \
 at its GPU-hours; with the buffer, 36% and 42%. Per Deployment the HPA over-serves ServeGen (100% at 0.3-0.6) \
@@ -65,18 +65,18 @@ took 2% off the pods' GPU-hours and cost attainment (99.40% against 99.50%), sti
 pooling should pay is in replacing each Deployment's warm replicas with whole nodes sized for the pool \
 (`warm_pool_as: nodes` where the pool's headroom covers it); that is planner work not done yet."""
 
-# Measured 2026-11-25 with --perf on the project's shared 2-core machine (other jobs were running: load about 4.5).
-PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
-and \
-flat shapes on two NodePools, 14 days, our policy self-tuned with headroom): 1023 s wall on the shared machine, about \
-560 s of CPU in one process. **The target (under 3 minutes on 2 cores) is not met, by 3x.** Where the time goes \
-(cProfile, 4 Deployments x 3 days, 111 s): the self-tuning replays 66 s (52 replays of about 1.3 s; the tuner is \
-retried at every young-history refit of the first day while it still has too little history to choose, about 10 per \
-Deployment), the forecast and `plan_replicas` at each 30 s decision about 37 s (about 1 ms a decision; validating \
-`WorkloadState` alone is 11 s), the fleet's own loop, bill and headroom about 6 s. All but the last is \
-`PredictivePolicy`, the code `simulate` runs for one Deployment, so a fleet costs about the sum of its Deployments' \
-single replays. The Deployments share nodes at every tick, so the replay is one process; deciding the policies in two \
-worker processes per tick would at best halve it."""
+# Measured 2026-11-25 with --perf on the project's shared 2-core machine.
+PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, \
+bursty and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-25 on the \
+one engine: 559 s wall on the shared machine, 488 s of CPU in one process (before the engine's self-tuning \
+schedule: 1023 s wall under a heavier load, about 560 s of CPU). **The target (under 3 minutes on 2 cores) is not \
+met, by 2.7x.** Where the time goes (cProfile, 4 Deployments x 3 days, before that schedule): the self-tuning \
+replays about 60% (the schedule now retries an unchoosable replay hourly, and a replay with less than two days of \
+history returns at once), the forecast and the engine's decision at each 30 s decision about a third (about 1 ms a \
+decision, most of it building the decision's explained steps), the fleet's own loop, bill and headroom about 5%. \
+All but the last is `PredictivePolicy`, the code `simulate` runs for one Deployment, so a fleet costs about the \
+sum of its Deployments' single replays. The Deployments share nodes at every tick, so the replay is one process; \
+deciding the policies in two worker processes per tick would at best halve it."""
 
 
 def fleet(days: float) -> FleetConfig:
