@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -320,6 +321,18 @@ def test_operating_points_are_each_quantile_and_the_lowest_with_each_margin() ->
     assert operating_points((90,)) == ((90, 1.0),)
     base = ForecastProfile().scaling_policy(2.0, 1, 10)
     assert candidate_policy(base, 80, 0.85).reactive_utilisation == 0.85
+
+
+def test_the_hpas_own_point_scales_in_as_the_hpa_does() -> None:
+    # the profile holds replicas 10 minutes after a drop; the HPA's own point (the forecast adding only the lead)
+    # scales in after the HPA's 5 minutes, or it holds more than the HPA it stands for; other points keep the profile's
+    base = ForecastProfile().scaling_policy(2.0, 1, 10)
+    assert base.scale_down_stabilization_seconds == 600
+    hpa = candidate_policy(base, LEAD_ONLY_QUANTILE, 0.5)
+    assert (hpa.lead_only, hpa.scale_down_stabilization_seconds) == (True, 300)
+    assert candidate_policy(base, 80, 0.85).scale_down_stabilization_seconds == 600
+    short = replace(base, scale_down_stabilization_seconds=120)
+    assert candidate_policy(short, LEAD_ONLY_QUANTILE, 0.5).scale_down_stabilization_seconds == 120
 
 
 def test_on_bursts_no_forecast_sees_a_margin_over_observed_demand_is_what_meets_the_objective() -> None:
