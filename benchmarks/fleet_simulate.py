@@ -51,13 +51,13 @@ PERF_DEPLOYMENTS = 20
 # Measured 2026-11-25 with the runs above; kept next to the code that prints it.
 READING = """Reading the fleet frontier (measured 2026-11-25 on the one engine: every Deployment decides through \
 the controller's `decide` on what the controller observes). **The GPU-hour target is met, the SLO-miss target is \
-not.** Against the HPA + Karpenter curve our fleet without the node buffer needs 41% fewer billed GPU-hours at its \
-attainment (16,672 at 99.712%, which the HPA reaches between its targets 0.3 and 0.4) and has 51% fewer SLO misses \
-at its GPU-hours; with the buffer, 36% and 42%. Per Deployment the HPA over-serves ServeGen (100% at 0.3-0.6) \
+not.** Against the HPA + Karpenter curve our fleet without the node buffer needs 39% fewer billed GPU-hours at its \
+attainment (16,911 at 99.704%, which the HPA reaches between its targets 0.3 and 0.4) and has 48% fewer SLO misses \
+at its GPU-hours; with the buffer, 34% and 39%. Per Deployment the HPA over-serves ServeGen (100% at 0.3-0.6) \
 where each of ours holds 99.7-99.8% for fewer GPU-hours than any of those targets; LoRA (scale-to-zero bursts \
 against 120 s cold starts) misses its 99% under every policy, ours closest (98.9%). **The forecast-sized headroom \
 does not pay on this fleet**: it holds half an idle node on average (11 at the most) and the pods' GPU-hours and \
-attainment are the same with and without it (12,597 GPU-h; 99.713% and 99.712%), so it is +9% billed for nothing. \
+attainment are the same with and without it (12,594 GPU-h; 99.705% and 99.704%), so it is +9% billed for nothing. \
 Why: the controller reads no free-GPU count, so its planner assumes every new replica waits for a node and already \
 asks a node start-up ahead; the buffer then only turns waits the plan had covered into earlier starts. Tried and \
 measured on 4 days: letting the policies of a pool with headroom plan on the pool's free GPUs (the pod lead alone) \
