@@ -11,7 +11,8 @@ interval) both must hold the same forecast (start, model, mean and every band) a
 every step and its explanation, the stabilisation history) and the same replicas one node start-up ahead (what node
 headroom is kept for), and at every tick both clusters the same replicas. A
 side that changes when it refits, what it has absorbed, how far it forecasts, what it observes or how it decides
-on its own fails this test.
+on its own fails this test. Under a cluster cost ceiling (the controller's money stage on one side, the simulator's
+ledger on the other) the cut counts must be equal too.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from autoscaler.runtime.loop import Controller
 from autoscaler.simulation.cluster import Cluster as SimCluster
 from autoscaler.simulation.cluster import ClusterConfig
 from autoscaler.simulation.engine import SimulationConfig, tick_seconds_for
+from autoscaler.simulation.money import MoneyConfig, MoneyLedger
 from autoscaler.simulation.predictive import PredictivePolicy, scaling_policy_for
 from autoscaler.synth import synth_trace
 from models.registry import make_chain
@@ -162,11 +164,16 @@ def _same(a: Forecast | None, b: Forecast | None) -> str | None:
     return None
 
 
-def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
+def _replay(days: float, ceiling: float | None = None) -> tuple[int, int, set[str], set[str], int]:
     """Replay ``days`` of the synthetic trace through both sides; returns (decisions compared, forecasts compared,
-    models seen, deciding steps seen). Fails at the first decision whose forecasts or decisions differ, or the
-    first tick at which the two simulated clusters hold different replicas."""
-    cfg = parse_config_text(CONFIG, "sameness.yaml")
+    models seen, deciding steps seen, decisions the ceiling cut). Fails at the first decision whose forecasts or
+    decisions differ, or the first tick at which the two simulated clusters hold different replicas.
+
+    ``ceiling``: a cluster ceiling in $/h, held by the controller's money stage on one side and by the simulator's
+    (``simulation.money.MoneyLedger``) on the other, both pricing GPUs at the default $4/GPU-hour (the controller
+    reads no NodePool here, so neither bills whole nodes)."""
+    text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
+    cfg = parse_config_text(text, "sameness.yaml")
     profile = cfg.profile("default")
     series = synth_trace(days=days, seed=7, step_seconds=STEP).requests
     tick = tick_seconds_for(STEP)
@@ -181,6 +188,11 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
         horizon_seconds=profile.horizon_seconds,
     )
     sim = SimCluster(cluster_cfg, 1)
+    ledger = None if ceiling is None else MoneyLedger(
+        MoneyConfig(ceiling_usd_per_hour=ceiling), policy_name="predictive",
+        gpu_hour_price=cfg.pricing.default_gpu_hour, gpus_per_replica=1, gpus_per_node=cluster_cfg.gpus_per_node,
+        min_replicas=1, tick_seconds=tick, node_startup_ticks=cluster_cfg.ticks(NODE_STARTUP), start=series.start)
+    cuts = 0
     demand = np.repeat(series.values, STEP // tick)
     source, kube = TraceSource(series, demand, tick), TraceCluster(SimCluster(cluster_cfg, 1))
     controller = Controller(kube, source, lambda: cfg)
@@ -195,8 +207,12 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
         kube.sim.advance(k)
         kube.k = k
         desired = policy.decide(k, sim, d)
+        if ledger is not None:
+            desired = ledger.step(k, sim.requested, desired, policy.decides(k), policy.warm_pool_replicas)
         if desired != sim.requested:
             sim.scale_to(k, desired)
+        if ledger is not None:
+            ledger.record(k, sim.requested)
         if policy.decides(k):
             now = series.start + k * tick
             source.now = now
@@ -207,8 +223,16 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
             diff = _same(policy.forecast, theirs)
             assert diff is None, f"decision at t+{k * tick}s: {diff}"
             [outcome] = report.workloads
-            assert outcome.decision == policy.decision, f"decision at t+{k * tick}s"
             assert outcome.decision is not None
+            assert policy.decision is not None
+            if ledger is None:
+                assert outcome.decision == policy.decision, f"decision at t+{k * tick}s"
+            else:  # the controller's money stage adds its step; the count after it is the ledger's
+                *planned, held = outcome.decision.steps
+                assert held.name == "cost_ceiling"
+                assert tuple(planned) == policy.decision.steps, f"decision at t+{k * tick}s"
+                assert outcome.decision.desired_replicas == desired, f"ceiling at t+{k * tick}s"
+                cuts += desired < policy.decision.desired_replicas
             # the replicas one node start-up ahead, what the money stage keeps node headroom for (before any ceiling)
             assert report.money is not None
             assert policy.decided is not None
@@ -225,16 +249,25 @@ def _replay(days: float) -> tuple[int, int, set[str], set[str]]:
         assert (kube.sim.requested, kube.sim.ready) == (sim.requested, sim.ready), f"tick t+{k * tick}s"
     assert keeper is not None
     assert keeper.fits == policy.fits
-    assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
-    return decisions, forecasts, models, deciding
+    if ceiling is None:
+        assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
+    return decisions, forecasts, models, deciding, cuts
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models, deciding = _replay(days=2.0)
+    decisions, forecasts, models, deciding, _ = _replay(days=2.0)
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
     assert forecasts >= decisions - 2 * STEP // DECISION
     assert len(models) > 1, models
     assert {"forecast", "reactive_floor"} <= deciding, deciding
+
+
+@pytest.mark.timeout(600)
+def test_under_a_cost_ceiling_the_two_cut_the_same_decisions_to_the_same_count() -> None:
+    # $28/h at $4 a GPU-hour: 7 replicas, which the day's peaks exceed (they want up to about 12)
+    decisions, _, _, _, cuts = _replay(days=1.0, ceiling=28.0)
+    assert decisions == 86_400 // DECISION
+    assert cuts > 0
