@@ -67,6 +67,8 @@ from autoscaler.simulation.cluster import Cluster
 _CEIL_TOLERANCE = 1e-9
 SCALE_UP_LIMIT_FACTOR = 2.0  # horizontal.go scaleUpLimitFactor
 SCALE_UP_LIMIT_MINIMUM = 4  # horizontal.go scaleUpLimitMinimum
+# --horizontal-pod-autoscaler-downscale-stabilization: the window whose largest recommendation a scale-down goes to
+SCALE_DOWN_STABILIZATION_SECONDS = 300
 
 
 def _ceil(x: float) -> int:
@@ -93,7 +95,7 @@ class _HPA:
         max_replicas: int = 100,
         tolerance: float = 0.1,
         sync_seconds: int = 15,
-        scale_down_stabilization_seconds: int = 300,
+        scale_down_stabilization_seconds: int = SCALE_DOWN_STABILIZATION_SECONDS,
     ) -> None:
         self.min_replicas = min_replicas
         self.max_replicas = max_replicas
@@ -159,7 +161,7 @@ class ReactiveHPA(_HPA):
         max_replicas: int = 100,
         tolerance: float = 0.1,
         sync_seconds: int = 15,
-        scale_down_stabilization_seconds: int = 300,
+        scale_down_stabilization_seconds: int = SCALE_DOWN_STABILIZATION_SECONDS,
     ) -> None:
         if not (math.isfinite(target) and 0 < target <= 1):
             raise ValueError(f"reactive target utilisation must be in (0, 1], got {target!r}")
@@ -187,7 +189,7 @@ class _QueueMetric(_HPA):
         max_replicas: int = 100,
         tolerance: float = 0.1,
         sync_seconds: int = 15,
-        scale_down_stabilization_seconds: int = 300,
+        scale_down_stabilization_seconds: int = SCALE_DOWN_STABILIZATION_SECONDS,
     ) -> None:
         if not (math.isfinite(target) and target > 0):
             raise ValueError(f"waiting-requests target must be a number > 0, got {target!r}")

@@ -74,6 +74,7 @@ from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for
 from autoscaler.simulation.predictive import FORECAST_ERRORS, PredictivePolicy, Retune
 from autoscaler.simulation.queue import QueueConfig, Segments
+from autoscaler.simulation.reactive import SCALE_DOWN_STABILIZATION_SECONDS
 from autoscaler.simulation.traffic import resolve, spread
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
@@ -96,9 +97,6 @@ NEXT_DAY_Z = 0.6745
 # observed demand at u; no band, no warm pool). Why: a replay then always holds what the HPA would have done, so
 # the choice is never dominated by it (the same targets as simulate's reactive@ rows).
 LEAD_ONLY_QUANTILE = 50
-# The HPA scales in to the largest recommendation of 5 minutes (kube-controller-manager's default window): the HPA's
-# own point scales in as it does, not after the profile's longer window (which would hold it dearer than the HPA).
-HPA_SCALE_DOWN_STABILIZATION_SECONDS = 300
 DEFAULT_HPA_TARGETS: tuple[float, ...] = DEFAULT_REACTIVE_TARGETS
 
 
@@ -354,10 +352,12 @@ def candidate_policy(base: ScalingPolicy, warm_pool_quantile: int, reactive_util
     observed demand at ``reactive_utilisation``. ``LEAD_ONLY_QUANTILE`` is the HPA at ``reactive_utilisation``
     started early: the forecast adds only the lead (``ScalingPolicy.lead_only``)."""
     if warm_pool_quantile == LEAD_ONLY_QUANTILE:
+        # the HPA's own point scales in as the HPA does (its 5-minute window), not after the profile's longer one,
+        # which would hold it dearer than the HPA it stands for
         return replace(base, warm_pool=None, warm_pool_level=LEAD_ONLY_QUANTILE, level=LEAD_ONLY_QUANTILE,
                        reactive_utilisation=reactive_utilisation, lead_only=True,
                        scale_down_stabilization_seconds=min(base.scale_down_stabilization_seconds,
-                                                            HPA_SCALE_DOWN_STABILIZATION_SECONDS))
+                                                            SCALE_DOWN_STABILIZATION_SECONDS))
     return replace(base, warm_pool=None, warm_pool_level=warm_pool_quantile,
                    level=min(base.level, warm_pool_quantile), reactive_utilisation=reactive_utilisation,
                    lead_only=False)
