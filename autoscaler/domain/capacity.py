@@ -29,14 +29,14 @@ can shrink the stand-in pool; that is a narrower forecast, not more of it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
-from models.types import Forecast
+from models.types import FloatArray, Forecast
 
 # Rates divided by capacity land a hair above an integer through float noise (10.000000000002 / 5);
 # without this tolerance that noise would buy a whole GPU replica.
@@ -67,14 +67,24 @@ def required_horizon_steps(policy: ScalingPolicy, cold_start: ColdStartProfile, 
     return math.ceil(required_horizon_seconds(policy, cold_start) / step_seconds) + 1
 
 
-@dataclass(frozen=True)
-class WindowSelection:
-    """Which forecast steps the look-ahead window selected, and whether the forecast fell short."""
+class WindowSelection(NamedTuple):
+    """Which forecast steps the look-ahead window selected (always a run of consecutive steps, ``first`` up to but
+    not including ``stop``), and whether the forecast fell short."""
 
-    indices: NDArray[np.int64]
+    first: int
+    stop: int
     lo: float  # window start, absolute seconds
     hi: float  # window end, absolute seconds
     note: str  # empty when the forecast covers the window; otherwise what was used instead
+
+    @property
+    def indices(self) -> NDArray[np.int64]:
+        """The selected steps' indices."""
+        return np.arange(self.first, self.stop, dtype=np.int64)
+
+    def max_of(self, values: FloatArray) -> float:
+        """The largest of ``values`` over the selected steps."""
+        return float(values[self.first:self.stop].max())
 
 
 def _rel(t: float, now: int) -> str:
@@ -97,64 +107,79 @@ def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seco
     # ends after lo (arithmetic on the regular grid; the planner asks this on every decision)
     first = max(0, math.floor((lo - forecast.start) / step))
     last = min(horizon - 1, math.floor((hi - forecast.start) / step))
-    overlap = np.arange(first, last + 1, dtype=np.int64) if first <= last else np.empty(0, dtype=np.int64)
     span = min(horizon, int(window_seconds // step) + 1)
     forecast_end = float(forecast.start + horizon * step)
-    if overlap.size == 0 and forecast_end <= lo:
-        idx = np.arange(forecast.horizon - span, forecast.horizon, dtype=np.int64)
+    if first > last and forecast_end <= lo:
         note = (
             f"forecast ends at {_rel(forecast_end, now)}, before the window [{_rel(lo, now)}, {_rel(hi, now)}]: "
             f"used its last {span} step(s); ask for a longer horizon"
         )
-        return WindowSelection(idx, lo, hi, note)
-    if overlap.size == 0:
-        idx = np.arange(0, span, dtype=np.int64)
+        return WindowSelection(horizon - span, horizon, lo, hi, note)
+    if first > last:
         note = (
             f"forecast starts at {_rel(float(forecast.start), now)}, after the window "
             f"[{_rel(lo, now)}, {_rel(hi, now)}]: used its first {span} step(s)"
         )
-        return WindowSelection(idx, lo, hi, note)
+        return WindowSelection(0, span, lo, hi, note)
     notes = []
     if forecast_end <= hi:
         notes.append(f"forecast ends at {_rel(forecast_end, now)}, short of the window end {_rel(hi, now)}")
     if forecast.start > lo:
         notes.append(f"forecast starts at {_rel(float(forecast.start), now)}, after the window start {_rel(lo, now)}")
     note = "; ".join(notes) + ": used the covered part" if notes else ""
-    return WindowSelection(overlap, lo, hi, note)
+    return WindowSelection(first, last + 1, lo, hi, note)
 
 
-@dataclass(frozen=True)
-class ForecastNeed:
+# The ``detail`` texts below are written when read (``Step.lazy``: a replay's decisions are never read), from the
+# numbers the result keeps; ``policy`` is a frozen value.
+
+
+class ForecastNeed(NamedTuple):
     """Band demand over the window and the replicas it needs."""
 
     demand: float  # max of band(level) over the selected steps, req/s
     replicas: int
     window: WindowSelection
-    detail: str
+    policy: ScalingPolicy
+    now: int
+
+    @property
+    def detail(self) -> str:
+        window, now = self.window, self.now
+        detail = (
+            f"p{self.policy.level} demand {self.demand:.1f} req/s over [{_rel(window.lo, now)}, "
+            f"{_rel(window.hi, now)}] / {self.policy.capacity_per_replica:g} req/s per replica -> {self.replicas}"
+        )
+        if window.note:
+            detail += f" ({window.note})"
+        return detail
 
 
 def forecast_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seconds: float) -> ForecastNeed:
     """``ceil(max band(level) over the look-ahead window / capacity)``. Raises ``KeyError`` without the band."""
     band = forecast.band(policy.level)
     window = select_window(forecast, now, lead_seconds, policy.lookahead_window_seconds)
-    demand = max(0.0, float(np.max(band[window.indices])))
+    demand = max(0.0, window.max_of(band))
     replicas = replicas_for(demand, policy.capacity_per_replica)
-    detail = (
-        f"p{policy.level} demand {demand:.1f} req/s over [{_rel(window.lo, now)}, {_rel(window.hi, now)}] "
-        f"/ {policy.capacity_per_replica:g} req/s per replica -> {replicas}"
-    )
-    if window.note:
-        detail += f" ({window.note})"
-    return ForecastNeed(demand, replicas, window, detail)
+    return ForecastNeed(demand, replicas, window, policy, now)
 
 
-@dataclass(frozen=True)
-class LeadGap:
+class LeadGap(NamedTuple):
     """Replicas the forecast needs *before* ``now + lead``: the ones a scale-down must not remove."""
 
     demand: float
     replicas: int
-    detail: str
+    window: WindowSelection
+    level: int
+    now: int
+
+    @property
+    def detail(self) -> str:
+        detail = (f"p{self.level} demand {self.demand:.1f} req/s over [t+0s, {_rel(self.window.hi, self.now)}] "
+                  f"-> {self.replicas}")
+        if self.window.note:
+            detail += f" ({self.window.note})"
+        return detail
 
 
 def lead_gap_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seconds: float) -> LeadGap:
@@ -167,18 +192,35 @@ def lead_gap_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seco
     """
     band = forecast.band(policy.level)
     window = select_window(forecast, now, 0.0, lead_seconds)
-    demand = max(0.0, float(np.max(band[window.indices])))
+    demand = max(0.0, window.max_of(band))
     replicas = replicas_for(demand, policy.capacity_per_replica)
-    detail = f"p{policy.level} demand {demand:.1f} req/s over [t+0s, {_rel(window.hi, now)}] -> {replicas}"
-    if window.note:
-        detail += f" ({window.note})"
-    return LeadGap(demand, replicas, detail)
+    return LeadGap(demand, replicas, window, policy.level, now)
 
 
-@dataclass(frozen=True)
-class WarmPool:
+class WarmPool(NamedTuple):
+    """Spare replicas for the forecast's tail, and what they were sized on (for ``detail``)."""
+
     replicas: int
-    detail: str
+    level: int
+    warm_pool_level: int
+    tail_level: int | None = None  # the band the tail was read from; None: the p(level) - mean spread stood in
+    tail_demand: float = 0.0
+    tail_replicas: int = 0
+    need_replicas: int = 0
+
+    @property
+    def detail(self) -> str:
+        level = self.level
+        if self.warm_pool_level <= level:
+            return f"auto: covers up to p{self.warm_pool_level}, no tail above the p{level} need -> 0"
+        if self.tail_level is not None:
+            source = f"p{self.tail_level} demand"
+        else:
+            source = f"no band above p{level}; p{level} + (p{level} - mean) spread"
+        return (
+            f"auto: {source} {self.tail_demand:.1f} req/s over the window -> {self.tail_replicas} replicas, "
+            f"minus the p{level} need {self.need_replicas} -> {self.replicas} spare"
+        )
 
 
 def tail_band_level(forecast: Forecast, policy: ScalingPolicy) -> int | None:
@@ -190,24 +232,18 @@ def tail_band_level(forecast: Forecast, policy: ScalingPolicy) -> int | None:
 def auto_warm_pool(forecast: Forecast, policy: ScalingPolicy, need: ForecastNeed) -> WarmPool:
     """Spare replicas for the forecast's tail above ``band(level)`` over the same window (see module doc)."""
     if policy.warm_pool_level <= policy.level:
-        return WarmPool(0, f"auto: covers up to p{policy.warm_pool_level}, no tail above the p{policy.level} need -> 0")
-    idx = need.window.indices
-    band = forecast.band(policy.level)[idx]
+        return WarmPool(0, policy.level, policy.warm_pool_level)
+    first, stop = need.window.first, need.window.stop
+    band = forecast.band(policy.level)[first:stop]
     tail_level = tail_band_level(forecast, policy)
     if tail_level is not None:
-        tail = np.maximum(forecast.band(tail_level)[idx], band)
-        source = f"p{tail_level} demand"
+        tail = np.maximum(forecast.band(tail_level)[first:stop], band)
     else:
-        tail = band + np.maximum(band - forecast.mean[idx], 0.0)
-        source = f"no band above p{policy.level}; p{policy.level} + (p{policy.level} - mean) spread"
-    tail_demand = max(0.0, float(np.max(tail)))
+        tail = band + np.maximum(band - forecast.mean[first:stop], 0.0)
+    tail_demand = max(0.0, float(tail.max()))
     tail_replicas = replicas_for(tail_demand, policy.capacity_per_replica)
     warm = max(0, tail_replicas - need.replicas)
-    detail = (
-        f"auto: {source} {tail_demand:.1f} req/s over the window -> {tail_replicas} replicas, "
-        f"minus the p{policy.level} need {need.replicas} -> {warm} spare"
-    )
-    return WarmPool(warm, detail)
+    return WarmPool(warm, policy.level, policy.warm_pool_level, tail_level, tail_demand, tail_replicas, need.replicas)
 
 
 def reactive_floor(current_demand: float, capacity_per_replica: float) -> int:
@@ -215,12 +251,21 @@ def reactive_floor(current_demand: float, capacity_per_replica: float) -> int:
     return replicas_for(current_demand, capacity_per_replica)
 
 
-@dataclass(frozen=True)
-class Surprise:
+class Surprise(NamedTuple):
     """The reactive floor carried forward with the forecast's spread (see ``surprise_floor``)."""
 
     replicas: int
-    detail: str
+    current_demand: float
+    top_level: int
+    spread: float
+    demand: float
+
+    @property
+    def detail(self) -> str:
+        return (
+            f"observed {self.current_demand:.1f} req/s + the forecast's p{self.top_level} spread at the lead "
+            f"({self.spread:.1f}) -> {self.demand:.1f} req/s -> {self.replicas}"
+        )
 
 
 def surprise_floor(
@@ -242,14 +287,10 @@ def surprise_floor(
         return None
     step = forecast.step_seconds
     top_level = tail_band_level(forecast, policy) or policy.level
-    i_lead = int(np.clip((now + lead_seconds - forecast.start) // step, 0, forecast.horizon - 1))
+    i_lead = int(min(max((now + lead_seconds - forecast.start) // step, 0), forecast.horizon - 1))
     spread = float(forecast.band(top_level)[i_lead]) - float(forecast.mean[i_lead])
     if not math.isfinite(spread) or spread <= 0:
         return None
     demand = current_demand + spread
     replicas = replicas_for(demand, policy.capacity_per_replica)
-    detail = (
-        f"observed {current_demand:.1f} req/s + the forecast's p{top_level} spread at the lead ({spread:.1f}) "
-        f"-> {demand:.1f} req/s -> {replicas}"
-    )
-    return Surprise(replicas, detail)
+    return Surprise(replicas, current_demand, top_level, spread, demand)

@@ -40,6 +40,9 @@ from functools import lru_cache
 
 from autoscaler.domain.capacity import (
     ForecastNeed,
+    LeadGap,
+    Surprise,
+    WarmPool,
     auto_warm_pool,
     forecast_need,
     lead_gap_need,
@@ -47,7 +50,7 @@ from autoscaler.domain.capacity import (
     surprise_floor,
 )
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.stabilize import limit_step, stabilize, update_history
+from autoscaler.domain.stabilize import Limited, Stabilized, limit_step, stabilize, update_history
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from models.types import Forecast
 
@@ -90,19 +93,8 @@ def plan_replicas(
     # 1. lead time
     needs_node = state.free_gpus < state.gpus_per_replica
     lead = cold_start.lead_seconds(needs_node)
-    gpu_note = (
-        f"{state.free_gpus} free GPU(s) < {state.gpus_per_replica} per replica: a new replica waits for a node"
-        if needs_node
-        else f"{state.free_gpus} free GPU(s) >= {state.gpus_per_replica} per replica: no node needed"
-    )
-    steps.append(
-        Step(
-            "lead_time",
-            current,
-            f"lead {lead:.0f}s ({cold_start.source(needs_node)}); {gpu_note}; "
-            f"{state.ready_replicas}/{current} replicas ready",
-        )
-    )
+    steps.append(Step.lazy("lead_time", current, _lead_text, lead, cold_start, needs_node, state.free_gpus,
+                           state.gpus_per_replica, state.ready_replicas, current))
 
     # 2. forecast need
     need: ForecastNeed | None = None
@@ -111,7 +103,7 @@ def plan_replicas(
     problem = _usable_forecast(forecast, sizing)
     if problem is None and forecast is not None:
         need = forecast_need(forecast, sizing, now, lead)
-        steps.append(Step("forecast", need.replicas, need.detail))
+        steps.append(Step.lazy("forecast", need.replicas, _detail_of, need))
     else:
         missing.append(problem or "no forecast")
         steps.append(Step("forecast", current, f"unavailable: {problem}; no forecast evidence"))
@@ -120,24 +112,17 @@ def plan_replicas(
     warm = 0
     forecast_total: int | None = None
     if need is not None and forecast is not None:
+        pool: WarmPool | None = None
         if policy.lead_only:
-            warm, warm_detail = 0, "lead only: no warm pool"
+            warm = 0
         elif policy.warm_pool is None:
             pool = auto_warm_pool(forecast, policy, need)
-            warm, warm_detail = pool.replicas, pool.detail
+            warm = pool.replicas
         else:
-            warm, warm_detail = policy.warm_pool, f"fixed: {policy.warm_pool} spare"
-        if policy.warm_pool_as == "replicas":
-            forecast_total = need.replicas + warm
-            detail = f"{warm_detail}; kept as ready replicas: {need.replicas} + {warm} -> {forecast_total}"
-        else:
-            forecast_total = need.replicas
-            gpus = warm * state.gpus_per_replica
-            detail = (
-                f"{warm_detail}; kept as ready nodes ({warm} x {state.gpus_per_replica} GPU = {gpus} GPU(s)), "
-                f"not as replicas -> {forecast_total}"
-            )
-        steps.append(Step("warm_pool", forecast_total, detail))
+            warm = policy.warm_pool
+        forecast_total = need.replicas + warm if policy.warm_pool_as == "replicas" else need.replicas
+        steps.append(Step.lazy("warm_pool", forecast_total, _warm_text, policy, pool, warm, need.replicas,
+                               state.gpus_per_replica, forecast_total))
     elif policy.warm_pool is not None:
         # A fixed pool does not depend on the forecast: keep honouring it.
         warm = policy.warm_pool
@@ -152,16 +137,8 @@ def plan_replicas(
         reactive = reactive_floor(state.current_demand, policy.capacity_per_replica * util)
         base = forecast_total if forecast_total is not None else 0
         raw = max(base, reactive)
-        who = "forecast" if base >= reactive else "observed demand"
-        at = "" if util == 1 else f" at {util:g} utilisation"
-        steps.append(
-            Step(
-                "reactive_floor",
-                raw,
-                f"observed {state.current_demand:.1f} req/s / {policy.capacity_per_replica:g} req/s per replica{at} "
-                f"-> {reactive}; max({base}, {reactive}) = {raw} ({who} decides)",
-            )
-        )
+        steps.append(Step.lazy("reactive_floor", raw, _reactive_text, state.current_demand,
+                               policy.capacity_per_replica, util, reactive, base, raw))
         surprise = (
             surprise_floor(forecast, policy, now, lead, state.current_demand)
             if forecast is not None and need is not None and not policy.lead_only
@@ -170,7 +147,7 @@ def plan_replicas(
         if surprise is not None and surprise.replicas > raw:
             raw = surprise.replicas
             reactive = max(reactive, surprise.replicas)
-            steps.append(Step("surprise", raw, surprise.detail))
+            steps.append(Step.lazy("surprise", raw, _detail_of, surprise))
     else:
         missing.append("no current demand metric")
         raw = forecast_total if forecast_total is not None else current
@@ -180,15 +157,7 @@ def plan_replicas(
     if need is not None and forecast is not None and raw < current and not missing:
         gap = lead_gap_need(forecast, sizing, now, lead)
         kept = max(raw, min(current, gap.replicas))
-        verdict = f"keep {kept}" if kept > raw else "nothing to keep"
-        steps.append(
-            Step(
-                "lead_gap",
-                kept,
-                f"{gap.detail}; a replica removed now is back at t+{lead:.0f}s at the earliest: "
-                f"max({raw}, min(current {current}, {gap.replicas})) -> {verdict}",
-            )
-        )
+        steps.append(Step.lazy("lead_gap", kept, _lead_gap_text, gap, lead, raw, current, kept))
         raw = kept
 
     # 5. stabilisation, or hold on missing metrics
@@ -214,27 +183,19 @@ def plan_replicas(
             # second earlier so that re-planning at the same ``now`` does not replace it.
             history = ((now - 1, current), *history)
         stab = stabilize(raw, current, history, window)
-        detail = stab.detail + ("; no history passed in: the current count counts as recommended now" if seeded else "")
-        steps.append(Step("stabilization", stab.replicas, detail))
+        steps.append(Step.lazy("stabilization", stab.replicas, _stabilized_text, stab, seeded))
         target = stab.replicas
 
     # 6. step limits
     limited = limit_step(target, current, policy.max_scale_up_step, policy.max_scale_down_fraction)
-    steps.append(Step("step_limit", limited.replicas, limited.detail))
+    steps.append(Step.lazy("step_limit", limited.replicas, _detail_of, limited))
 
     # 7. min/max clamp
     desired = min(max(limited.replicas, policy.min_replicas), policy.max_replicas)
     # Replicas a scale-up wanted but did not get (step limit or max_replicas): reported loudly.
     blocked = max(0, target - max(desired, current))
-    if desired > limited.replicas:
-        clamp_detail = f"raised {limited.replicas} -> min_replicas {policy.min_replicas}"
-    elif desired < limited.replicas:
-        clamp_detail = f"CAPPED {limited.replicas} -> max_replicas {policy.max_replicas}"
-        if blocked:
-            clamp_detail += f"; {blocked} replicas of the scale-up withheld in total"
-    else:
-        clamp_detail = f"{desired} within [{policy.min_replicas}, {policy.max_replicas}]"
-    steps.append(Step("min_max_clamp", desired, clamp_detail))
+    steps.append(Step.lazy("min_max_clamp", desired, _clamp_text, desired, limited.replicas, policy.min_replicas,
+                           policy.max_replicas, blocked))
 
     return ScalingDecision(
         desired_replicas=desired,
@@ -252,6 +213,72 @@ def plan_replicas(
         missing_metrics=tuple(missing),
         scale_up_blocked=blocked,
     )
+
+
+# The steps' texts, written when read (``Step.lazy``): every argument is an immutable value.
+
+
+def _detail_of(result: ForecastNeed | Surprise | Limited) -> str:
+    return result.detail
+
+
+def _lead_text(lead: float, cold_start: ColdStartProfile, needs_node: bool, free_gpus: int, gpus_per_replica: int,
+               ready: int, current: int) -> str:
+    gpu_note = (
+        f"{free_gpus} free GPU(s) < {gpus_per_replica} per replica: a new replica waits for a node"
+        if needs_node
+        else f"{free_gpus} free GPU(s) >= {gpus_per_replica} per replica: no node needed"
+    )
+    return f"lead {lead:.0f}s ({cold_start.source(needs_node)}); {gpu_note}; {ready}/{current} replicas ready"
+
+
+def _warm_text(policy: ScalingPolicy, pool: WarmPool | None, warm: int, need: int, gpus_per_replica: int,
+               forecast_total: int) -> str:
+    if policy.lead_only:
+        warm_detail = "lead only: no warm pool"
+    elif pool is not None:
+        warm_detail = pool.detail
+    else:
+        warm_detail = f"fixed: {policy.warm_pool} spare"
+    if policy.warm_pool_as == "replicas":
+        return f"{warm_detail}; kept as ready replicas: {need} + {warm} -> {forecast_total}"
+    gpus = warm * gpus_per_replica
+    return (
+        f"{warm_detail}; kept as ready nodes ({warm} x {gpus_per_replica} GPU = {gpus} GPU(s)), "
+        f"not as replicas -> {forecast_total}"
+    )
+
+
+def _reactive_text(demand: float, capacity: float, util: float, reactive: int, base: int, raw: int) -> str:
+    who = "forecast" if base >= reactive else "observed demand"
+    at = "" if util == 1 else f" at {util:g} utilisation"
+    return (
+        f"observed {demand:.1f} req/s / {capacity:g} req/s per replica{at} "
+        f"-> {reactive}; max({base}, {reactive}) = {raw} ({who} decides)"
+    )
+
+
+def _lead_gap_text(gap: LeadGap, lead: float, raw: int, current: int, kept: int) -> str:
+    verdict = f"keep {kept}" if kept > raw else "nothing to keep"
+    return (
+        f"{gap.detail}; a replica removed now is back at t+{lead:.0f}s at the earliest: "
+        f"max({raw}, min(current {current}, {gap.replicas})) -> {verdict}"
+    )
+
+
+def _stabilized_text(stab: Stabilized, seeded: bool) -> str:
+    return stab.detail + ("; no history passed in: the current count counts as recommended now" if seeded else "")
+
+
+def _clamp_text(desired: int, limited: int, min_replicas: int, max_replicas: int, blocked: int) -> str:
+    if desired > limited:
+        return f"raised {limited} -> min_replicas {min_replicas}"
+    if desired < limited:
+        text = f"CAPPED {limited} -> max_replicas {max_replicas}"
+        if blocked:
+            text += f"; {blocked} replicas of the scale-up withheld in total"
+        return text
+    return f"{desired} within [{min_replicas}, {max_replicas}]"
 
 
 def explain_lines(decision: ScalingDecision) -> list[str]:

@@ -22,7 +22,7 @@ cold start, while an early one costs minutes of one idle replica.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 History = tuple[tuple[int, int], ...]
 
@@ -47,10 +47,29 @@ def update_history(history: History, now: int, raw: int, window_seconds: int) ->
     return CheckedHistory(kept)
 
 
-@dataclass(frozen=True)
-class Stabilized:
+# ``detail`` below is written when read, from the numbers each result keeps (a self-tuning replay never reads it).
+
+
+class Stabilized(NamedTuple):
     replicas: int
-    detail: str
+    raw: int
+    current: int
+    window_max: int
+    window_seconds: int
+
+    @property
+    def detail(self) -> str:
+        raw, current, target, window_seconds = self.raw, self.current, self.replicas, self.window_seconds
+        if raw >= current:
+            verb = "scale up" if raw > current else "no change"
+            return f"{verb}: raw {raw} >= current {current}, applied at once"
+        if target == raw:
+            return f"scale down {current} -> {raw}: no higher recommendation in the last {window_seconds}s"
+        if target == current:
+            return (f"hold {current}: raw {raw} is lower, but the last {window_seconds}s recommended up to "
+                    f"{self.window_max}")
+        return (f"scale down {current} -> {target} only: max recommendation of the last {window_seconds}s "
+                f"(raw now {raw})")
 
 
 def stabilize(raw: int, current: int, history: History, window_seconds: int) -> Stabilized:
@@ -59,50 +78,47 @@ def stabilize(raw: int, current: int, history: History, window_seconds: int) -> 
     ``history`` must already contain the current raw recommendation (see :func:`update_history`).
     """
     if raw >= current:
-        verb = "scale up" if raw > current else "no change"
-        return Stabilized(raw, f"{verb}: raw {raw} >= current {current}, applied at once")
+        return Stabilized(raw, raw, current, raw, window_seconds)
     window_max = max((r for _, r in history), default=raw)
     target = min(current, max(raw, window_max))
-    if target == raw:
-        detail = f"scale down {current} -> {raw}: no higher recommendation in the last {window_seconds}s"
-    elif target == current:
-        detail = f"hold {current}: raw {raw} is lower, but the last {window_seconds}s recommended up to {window_max}"
-    else:
-        detail = (
-            f"scale down {current} -> {target} only: max recommendation of the last {window_seconds}s (raw now {raw})"
-        )
-    return Stabilized(target, detail)
+    return Stabilized(target, raw, current, window_max, window_seconds)
 
 
-@dataclass(frozen=True)
-class Limited:
+class Limited(NamedTuple):
     replicas: int
-    detail: str
+    target: int
+    current: int
+    max_scale_up_step: int | None
+    max_scale_down_fraction: float
     blocked: int  # replicas of a scale-up withheld by the limit
+
+    @property
+    def detail(self) -> str:
+        target, current, limited = self.target, self.current, self.replicas
+        up, fraction = self.max_scale_up_step, self.max_scale_down_fraction
+        if target > current:
+            if limited != target:
+                return (f"SCALE-UP LIMITED: +{target - current} wanted, max_scale_up_step {up} "
+                        f"allows {current} -> {limited}; {target - limited} replicas withheld")
+            limit = "unlimited" if up is None else str(up)
+            return f"+{target - current} within max_scale_up_step ({limit})"
+        if target < current:
+            if limited != target:
+                return (f"-{current - target} wanted, max_scale_down_fraction {fraction:g} of {current} "
+                        f"allows -{current - limited}: {current} -> {limited}")
+            return f"-{current - target} within max_scale_down_fraction {fraction:g}"
+        return "no change"
 
 
 def limit_step(target: int, current: int, max_scale_up_step: int | None, max_scale_down_fraction: float) -> Limited:
     """Cap the change per decision: at most ``max_scale_up_step`` added, at most the fraction removed."""
+    limited, blocked = target, 0
     if target > current:
         if max_scale_up_step is not None and target - current > max_scale_up_step:
             limited = current + max_scale_up_step
-            return Limited(
-                limited,
-                f"SCALE-UP LIMITED: +{target - current} wanted, max_scale_up_step {max_scale_up_step} "
-                f"allows {current} -> {limited}; {target - limited} replicas withheld",
-                target - limited,
-            )
-        limit = "unlimited" if max_scale_up_step is None else str(max_scale_up_step)
-        return Limited(target, f"+{target - current} within max_scale_up_step ({limit})", 0)
-    if target < current:
+            blocked = target - limited
+    elif target < current:
         max_removal = max(1, math.floor(current * max_scale_down_fraction + 1e-9))
         if current - target > max_removal:
             limited = current - max_removal
-            return Limited(
-                limited,
-                f"-{current - target} wanted, max_scale_down_fraction {max_scale_down_fraction:g} of {current} "
-                f"allows -{max_removal}: {current} -> {limited}",
-                0,
-            )
-        return Limited(target, f"-{current - target} within max_scale_down_fraction {max_scale_down_fraction:g}", 0)
-    return Limited(target, "no change", 0)
+    return Limited(limited, target, current, max_scale_up_step, max_scale_down_fraction, blocked)

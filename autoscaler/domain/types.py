@@ -18,6 +18,7 @@ passes back in the next ``WorkloadState`` (the planner keeps no state of its own
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -137,23 +138,28 @@ class WorkloadState:
     recommendations: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("current_replicas", "ready_replicas", "free_gpus"):
-            value = getattr(self, name)
-            _require(_is_int(value) and value >= 0, f"WorkloadState.{name} must be an integer >= 0, got {value!r}")
-        _require(
-            _is_int(self.gpus_per_replica) and self.gpus_per_replica >= 0,
-            f"WorkloadState.gpus_per_replica must be an integer >= 0, got {self.gpus_per_replica!r}",
-        )
+        # Built at every decision: plain ints and a float pass at once, and the messages are formatted only when a
+        # check fails.
+        c, r, f, g = self.current_replicas, self.ready_replicas, self.free_gpus, self.gpus_per_replica
+        if not (type(c) is int and type(r) is int and type(f) is int and type(g) is int
+                and c >= 0 and r >= 0 and f >= 0 and g >= 0):
+            for name in ("current_replicas", "ready_replicas", "free_gpus", "gpus_per_replica"):
+                value = getattr(self, name)
+                if not (_is_int(value) and value >= 0):
+                    raise ValueError(f"WorkloadState.{name} must be an integer >= 0, got {value!r}")
         demand = self.current_demand
-        if demand is not None:
+        if type(demand) is float:
+            if demand < 0 and math.isfinite(demand):
+                raise ValueError(f"WorkloadState.current_demand must be None, NaN (missing) or a rate >= 0, "
+                                 f"got {demand!r}")
+        elif demand is not None:
             try:
                 value = float(demand)
             except (TypeError, ValueError):
                 value = -1.0
-            _require(
-                not (math.isfinite(value) and value < 0) and not isinstance(demand, bool | str),
-                f"WorkloadState.current_demand must be None, NaN (missing) or a rate >= 0, got {demand!r}",
-            )
+            if (math.isfinite(value) and value < 0) or isinstance(demand, bool | str):
+                raise ValueError(f"WorkloadState.current_demand must be None, NaN (missing) or a rate >= 0, "
+                                 f"got {demand!r}")
             object.__setattr__(self, "current_demand", value)
         recs = self.recommendations
         if type(recs) is CheckedHistory:  # what the planner handed back: checked when it was built
@@ -172,13 +178,62 @@ class WorkloadState:
         return self.current_demand is not None and math.isfinite(self.current_demand)
 
 
-@dataclass(frozen=True)
 class Step:
-    """One rule applied to the replica count: its name, the count after it, and why, with the numbers."""
+    """One rule applied to the replica count: its name, the count after it, and why, with the numbers.
 
-    name: str
-    replicas: int
-    detail: str
+    ``detail`` is the text. ``Step.lazy(name, replicas, render, *args)`` keeps ``render`` and its arguments and
+    writes the text only when it is first read. Why: the planner explains every rule of every decision, and a
+    self-tuning replay makes tens of thousands of decisions whose text nobody reads (only ``explain``, the status,
+    Events and logs do); formatting it was most of a decision's cost. ``render`` must be a pure function of its
+    arguments, and they must be immutable values, so the text read later is the text that would have been written
+    at once. Equality, hashing, ``repr`` and pickling go through the text, so a lazy step equals the same step
+    given as text. A value: nothing assigns to a step after it is made (a plain slotted class rather than a frozen
+    dataclass, whose guarded assignments cost more than the text they would save).
+    """
+
+    __slots__ = ("_args", "_detail", "_render", "name", "replicas")
+
+    def __init__(self, name: str, replicas: int, detail: str) -> None:
+        self.name = name
+        self.replicas = replicas
+        self._detail: str | None = detail
+        self._render: Callable[..., str] | None = None
+        self._args: tuple[Any, ...] = ()
+
+    @classmethod
+    def lazy(cls, name: str, replicas: int, render: Callable[..., str], *args: Any) -> Step:
+        """A step whose text is ``render(*args)``, written when first read."""
+        step = cls.__new__(cls)
+        step.name = name
+        step.replicas = replicas
+        step._detail = None
+        step._render = render
+        step._args = args
+        return step
+
+    @property
+    def detail(self) -> str:
+        text = self._detail
+        if text is None:
+            assert self._render is not None
+            text = self._detail = self._render(*self._args)
+            self._render, self._args = None, ()
+        return text
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Step)
+        return (self.name, self.replicas, self.detail) == (other.name, other.replicas, other.detail)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.replicas, self.detail))
+
+    def __repr__(self) -> str:
+        return f"Step(name={self.name!r}, replicas={self.replicas!r}, detail={self.detail!r})"
+
+    def __reduce__(self) -> tuple[type[Step], tuple[str, int, str]]:
+        return Step, (self.name, self.replicas, self.detail)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "replicas": self.replicas, "detail": self.detail}
