@@ -99,7 +99,7 @@ class Forecast:
                 raise ValueError(f"band p{k} has shape {v.shape}, mean has {mean.shape}")
         object.__setattr__(self, "quantiles", qs)
 
-    @property
+    @cached_property
     def horizon(self) -> int:
         return int(self.mean.shape[0])
 
@@ -112,6 +112,20 @@ class Forecast:
 
     def timestamps(self) -> NDArray[np.int64]:
         return self.start + self.step_seconds * np.arange(self.horizon, dtype=np.int64)
+
+    def band_list(self, level: int | None = None) -> list[float]:
+        """The ``level`` band (None: the mean) as a list of floats, made once per band: the planner reads a few
+        values of a band at every decision, and on arrays this short numpy's cost per call is most of the work.
+        Raises ``KeyError`` like ``band``."""
+        lists = self._lists
+        out = lists.get(level)
+        if out is None:
+            out = lists[level] = (self.mean if level is None else self.band(level)).tolist()
+        return out
+
+    @cached_property
+    def _lists(self) -> dict[int | None, list[float]]:
+        return {}
 
     @cached_property
     def is_finite(self) -> bool:

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
-from models.types import FloatArray, Forecast
+from models.types import Forecast
 
 # Rates divided by capacity land a hair above an integer through float noise (10.000000000002 / 5);
 # without this tolerance that noise would buy a whole GPU replica.
@@ -82,9 +82,9 @@ class WindowSelection(NamedTuple):
         """The selected steps' indices."""
         return np.arange(self.first, self.stop, dtype=np.int64)
 
-    def max_of(self, values: FloatArray) -> float:
-        """The largest of ``values`` over the selected steps."""
-        return float(values[self.first:self.stop].max())
+    def max_of(self, values: list[float]) -> float:
+        """The largest of ``values`` (a band as ``Forecast.band_list`` gives it) over the selected steps."""
+        return max(values[self.first:self.stop])
 
 
 def _rel(t: float, now: int) -> str:
@@ -107,8 +107,10 @@ def select_window(forecast: Forecast, now: int, lead_seconds: float, window_seco
     # ends after lo (arithmetic on the regular grid; the planner asks this on every decision)
     first = max(0, math.floor((lo - forecast.start) / step))
     last = min(horizon - 1, math.floor((hi - forecast.start) / step))
-    span = min(horizon, int(window_seconds // step) + 1)
     forecast_end = float(forecast.start + horizon * step)
+    if first <= last and forecast_end > hi and forecast.start <= lo:  # covered: the usual case, nothing to say
+        return WindowSelection(first, last + 1, lo, hi, "")
+    span = min(horizon, int(window_seconds // step) + 1)
     if first > last and forecast_end <= lo:
         note = (
             f"forecast ends at {_rel(forecast_end, now)}, before the window [{_rel(lo, now)}, {_rel(hi, now)}]: "
@@ -157,7 +159,7 @@ class ForecastNeed(NamedTuple):
 
 def forecast_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seconds: float) -> ForecastNeed:
     """``ceil(max band(level) over the look-ahead window / capacity)``. Raises ``KeyError`` without the band."""
-    band = forecast.band(policy.level)
+    band = forecast.band_list(policy.level)
     window = select_window(forecast, now, lead_seconds, policy.lookahead_window_seconds)
     demand = max(0.0, window.max_of(band))
     replicas = replicas_for(demand, policy.capacity_per_replica)
@@ -190,7 +192,7 @@ def lead_gap_need(forecast: Forecast, policy: ScalingPolicy, now: int, lead_seco
     closes a gap of the plain look-ahead window when the lead is longer than the stabilisation
     window: the recommendations that once covered ``[now, now + lead]`` have already expired.
     """
-    band = forecast.band(policy.level)
+    band = forecast.band_list(policy.level)
     window = select_window(forecast, now, 0.0, lead_seconds)
     demand = max(0.0, window.max_of(band))
     replicas = replicas_for(demand, policy.capacity_per_replica)
@@ -234,13 +236,15 @@ def auto_warm_pool(forecast: Forecast, policy: ScalingPolicy, need: ForecastNeed
     if policy.warm_pool_level <= policy.level:
         return WarmPool(0, policy.level, policy.warm_pool_level)
     first, stop = need.window.first, need.window.stop
-    band = forecast.band(policy.level)[first:stop]
+    band = forecast.band_list(policy.level)[first:stop]
     tail_level = tail_band_level(forecast, policy)
+    # the largest of the elementwise max(tail band, band), or of band + max(band - mean, 0): on floats, as numpy
+    # would compute them element by element
     if tail_level is not None:
-        tail = np.maximum(forecast.band(tail_level)[first:stop], band)
+        tail = max(max(forecast.band_list(tail_level)[first:stop]), max(band))
     else:
-        tail = band + np.maximum(band - forecast.mean[first:stop], 0.0)
-    tail_demand = max(0.0, float(tail.max()))
+        tail = max(b + max(b - m, 0.0) for b, m in zip(band, forecast.band_list(None)[first:stop], strict=True))
+    tail_demand = max(0.0, tail)
     tail_replicas = replicas_for(tail_demand, policy.capacity_per_replica)
     warm = max(0, tail_replicas - need.replicas)
     return WarmPool(warm, policy.level, policy.warm_pool_level, tail_level, tail_demand, tail_replicas, need.replicas)
@@ -288,7 +292,7 @@ def surprise_floor(
     step = forecast.step_seconds
     top_level = tail_band_level(forecast, policy) or policy.level
     i_lead = int(min(max((now + lead_seconds - forecast.start) // step, 0), forecast.horizon - 1))
-    spread = float(forecast.band(top_level)[i_lead]) - float(forecast.mean[i_lead])
+    spread = forecast.band_list(top_level)[i_lead] - forecast.band_list(None)[i_lead]
     if not math.isfinite(spread) or spread <= 0:
         return None
     demand = current_demand + spread
