@@ -24,9 +24,11 @@ SLO misses at equal GPU-hours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import resource
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 
 import numpy as np
 
@@ -107,14 +109,15 @@ def perf_fleet(days: float, n: int = PERF_DEPLOYMENTS) -> FleetConfig:
                                      PoolSpec("b", GPUS_PER_NODE, NODE_USD, 180, 0)))
 
 
-def one_run(job: tuple[str, float, bool, float]) -> FleetRun:
-    """One policy over the fleet (in a worker process): ``(policy, target, perf fleet?, days)``."""
+def one_run(job: tuple[str, float, bool, float], executor: Executor | None = None) -> FleetRun:
+    """One policy over the fleet (in a worker process): ``(policy, target, perf fleet?, days)``; ``executor``: where
+    half of each self-tuning replay's points run (the same choices)."""
     kind, target, perf, days = job
     config = perf_fleet(days) if perf else fleet(days)
     if kind == "reactive":
         return run_fleet(config, hpa_builder(target), f"reactive@{target:g}")
     profile = ForecastProfile()
-    build = predictive_builder(profile, Config().loop.interval_seconds, profile.model)
+    build = predictive_builder(profile, Config().loop.interval_seconds, profile.model, executor)
     return run_fleet(config, build, kind, headroom=kind == "predictive")
 
 
@@ -199,16 +202,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--days", type=float, default=DAYS, help=f"days replayed (default {DAYS}; other values "
                         "write nothing)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2); with --perf, 2 or more runs "
+                        "half of each self-tuning replay's points in a worker process")
     parser.add_argument("--perf", action="store_true", help=f"time one predictive run (with headroom) of "
                         f"{PERF_DEPLOYMENTS} synthetic Deployments over --days instead")
     args = parser.parse_args(argv)
     if args.perf:
+        # The Deployments share nodes at every tick, so the fleet runs in this process; with --jobs 2 or more, half
+        # of each self-tuning replay's points run in one worker process (the same choices, exactly).
         t0, c0 = time.perf_counter(), time.process_time()
-        run = one_run(("predictive", 0.0, True, args.days))
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with contextlib.ExitStack() as stack:
+            executor = stack.enter_context(ProcessPoolExecutor(max_workers=1)) if args.jobs >= 2 else None
+            run = one_run(("predictive", 0.0, True, args.days), executor)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        worker = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
+        how = ("the fleet in one process, half of each self-tuning replay's points in one worker" if executor
+               else "one process")
         print(f"{PERF_DEPLOYMENTS} Deployments x {args.days:g} days, predictive + headroom: {seconds:.0f} s wall, "
-              f"{cpu:.0f} s CPU (one process; the Deployments share nodes every tick, so it runs on one core) "
+              f"{cpu + worker:.0f} s CPU ({how}: {cpu:.0f} s + {worker:.0f} s) "
               f"(billed GPU-h {run.billed_gpu_hours:,.0f}, SLO attained {_pct(run.slo_attainment)}); "
               f"machine: {machine()}")
         return 0

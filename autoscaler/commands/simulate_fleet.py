@@ -30,6 +30,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -340,9 +341,11 @@ def check_flags(args: argparse.Namespace) -> None:
                             "size and objective, and its NodePools and ceilings")
 
 
-def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: str = "default") -> PolicyBuilder:
+def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: str = "default",
+                       executor: Executor | None = None) -> PolicyBuilder:
     """Each Deployment on ``simulation.predictive.factory`` (self-tuned for its own objective when the profile
-    says so, as ``simulate`` builds it)."""
+    says so, as ``simulate`` builds it). ``executor``: where half of each self-tuning replay's points run
+    (``simulation.tuning.tune``; the same choices, None: all in this process)."""
     from autoscaler.simulation.predictive import factory
     from models import registry
 
@@ -357,7 +360,7 @@ def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: s
             retune = retuner(make, quantiles=profile.tune_quantiles, utilisations=profile.tune_utilisations,
                              slo_wait_seconds=d.slo_wait_seconds, slo_attainment=d.slo_attainment,
                              warmup_seconds=profile.history_seconds, gpus_per_node=cluster.gpus_per_node,
-                             timeout_seconds=sim.queue.timeout_seconds)
+                             timeout_seconds=sim.queue.timeout_seconds, executor=executor)
         return factory(make, decision_interval_seconds=interval_seconds, profile=profile, retune=retune)(
             d.series, sim, cluster)
 

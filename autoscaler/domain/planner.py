@@ -35,9 +35,6 @@ ceilings; node pools and cost ceilings are not folded in here.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from functools import lru_cache
-
 from autoscaler.domain.capacity import (
     ForecastNeed,
     LeadGap,
@@ -70,13 +67,6 @@ def _usable_forecast(forecast: Forecast | None, policy: ScalingPolicy) -> str | 
     return None
 
 
-@lru_cache(maxsize=256)
-def _lead_only_sizing(policy: ScalingPolicy) -> ScalingPolicy:
-    """The lead-only point's forecast sizing: the median at the HPA's utilisation (one per policy, not per decision:
-    a replay decides tens of thousands of times on one policy)."""
-    return replace(policy, level=50, capacity_per_replica=policy.capacity_per_replica * policy.reactive_utilisation)
-
-
 def plan_replicas(
     forecast: Forecast | None,
     state: WorkloadState,
@@ -99,7 +89,7 @@ def plan_replicas(
     # 2. forecast need
     need: ForecastNeed | None = None
     # lead only: the median forecast sized at the HPA's utilisation (a reactive autoscaler that starts early)
-    sizing = _lead_only_sizing(policy) if policy.lead_only else policy
+    sizing = policy.lead_only_sizing if policy.lead_only else policy
     problem = _usable_forecast(forecast, sizing)
     if problem is None and forecast is not None:
         need = forecast_need(forecast, sizing, now, lead)

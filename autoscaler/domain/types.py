@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Literal
 
 from autoscaler.domain.stabilize import CheckedHistory
@@ -65,6 +66,12 @@ class ScalingPolicy:
     # window at the lead: a reactive autoscaler that starts early, with no band, warm pool or surprise headroom.
     # Why: where the forecast's bands buy nothing, the self-tuner must still be able to run what the HPA runs.
     lead_only: bool = False
+
+    @cached_property
+    def lead_only_sizing(self) -> ScalingPolicy:
+        """What a lead-only point sizes its forecast with: the median at the HPA's utilisation. Made once per policy
+        (a self-tuning replay decides tens of thousands of times on one)."""
+        return replace(self, level=50, capacity_per_replica=self.capacity_per_replica * self.reactive_utilisation)
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica

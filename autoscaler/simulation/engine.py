@@ -282,12 +282,14 @@ def run_closed_loop(
         if observe is not None and queue is not None:
             observe(queue.waiting)
         desired = decide(k, cluster, d)
+        current = cluster.requested
         if ledger is not None:
             warm = int(getattr(policy, "warm_pool_replicas", 0))
-            desired = ledger.step(k, cluster.requested, desired, decides(k), warm)
-        if desired != cluster.requested:
+            desired = ledger.step(k, current, desired, decides(k), warm)
+        if desired != current:
             cluster.scale_to(k, desired)
-        requested.append(cluster.requested)
+            current = cluster.requested
+        requested.append(current)
         ready.append(cluster.ready)
         if observe is not None and queue is not None:
             queue.advance(k, cluster.ready * capacity_per_replica)

@@ -62,6 +62,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,7 +78,7 @@ from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.reactive import SCALE_DOWN_STABILIZATION_SECONDS
 from autoscaler.simulation.traffic import resolve, spread
 from models.base import Forecaster
-from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
+from models.types import SECONDS_PER_DAY, FloatArray, Forecast, TrafficSeries
 
 DEFAULT_REPLAY_SECONDS = SECONDS_PER_DAY
 DEFAULT_MARGIN = 0.25  # of the error budget (1 - target) kept in hand on the replay
@@ -379,6 +380,43 @@ def operating_points(
         (LEAD_ONLY_QUANTILE, u) for u in hpa)
 
 
+def _replay_only() -> Forecaster:
+    """The model factory of a replayed policy, which is fed its forecasts and never fits one."""
+    raise RuntimeError("a self-tuning replay uses the forecasts computed before it")
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """What every operating point of one tuning replays: the day's forecasts, traffic, queue and cluster."""
+
+    forecasts: tuple[Forecast | None, ...]
+    window: TrafficSeries
+    cold_start: ColdStartProfile
+    cluster: ClusterConfig
+    demand: FloatArray
+    queue: QueueConfig
+    segments: Segments
+    capacity: float
+    initial: int
+    requests: float
+
+    def run(self, jobs: Sequence[tuple[tuple[int, float], ScalingPolicy]]) -> tuple[list[Candidate], float]:
+        """Replay each ``((quantile, utilisation), policy)`` in closed loop; the candidates, in order, and the CPU
+        seconds this took in this process."""
+        started = time.process_time()
+        out: list[Candidate] = []
+        tick = self.cluster.tick_seconds
+        for (q, u), policy in jobs:
+            replayed = _Replayed(self.forecasts, self.window, _replay_only, policy, self.cold_start, self.cluster,
+                                 DECISION_INTERVAL_SECONDS)
+            requested, ready = run_closed_loop(replayed, self.demand, Cluster(self.cluster, self.initial))
+            result = score(f"q{q}/u{u:g}", self.demand, requested, ready, self.capacity, tick,
+                           self.cluster.gpus_per_replica, 0.0, queue=self.queue, segments=self.segments)
+            out.append(Candidate(q, result.gpu_hours, result.slo_attainment, result.wait_p99_seconds,
+                                 result.dropped_fraction, self.requests, u))
+        return out, time.process_time() - started
+
+
 class _Replayed(PredictivePolicy):
     """The simulator's predictive policy fed precomputed forecasts (one per bin) instead of its own model."""
 
@@ -437,6 +475,7 @@ def tune(
     previous: Tuning | None = None,
     pool_days: int = DEFAULT_POOL_DAYS,
     running: tuple[int, float] | None = None,
+    executor: Executor | None = None,
 ) -> Tuning:
     """Replay the last ``replay_seconds`` of ``history`` (per-second rates) at each operating point of
     ``operating_points(quantiles, utilisations)`` and choose one (see the module docstring). ``base`` is the
@@ -447,6 +486,8 @@ def tune(
     ``chosen`` is None and ``reason`` says how much history there is. ``previous`` (the last tuning for the same
     objective and sizing) carries its replayed days: up to ``pool_days`` days, this one included, are pooled.
     ``running`` is the point that ran during the replayed day (the error budget counts its replay as lived).
+    ``executor`` (a process pool of one worker, say) replays half of the points there, the other half here: the
+    same candidates, in about half the wall time on two cores (None: all here).
     """
     started = time.process_time()
     qs = sorted({int(q) for q in quantiles})
@@ -508,16 +549,20 @@ def tune(
     first_finite = [v for v in first.tolist() if math.isfinite(v)]
     initial = min(max(base.min_replicas, math.ceil(max(first_finite, default=0.0) / capacity - 1e-9)),
                   base.max_replicas)
-    candidates: list[Candidate] = []
-    requests = float(np.nansum(demand)) * tick
-    for (q, u), policy in zip(points, policies, strict=True):
-        replayed = _Replayed(forecasts, window, make_model, policy, cold_start, cluster_cfg,
-                             DECISION_INTERVAL_SECONDS)
-        requested, ready = run_closed_loop(replayed, demand, Cluster(cluster_cfg, initial))
-        result = score(f"q{q}/u{u:g}", demand, requested, ready, capacity, tick, cluster_cfg.gpus_per_replica, 0.0,
-                       queue=queue, segments=segments)
-        candidates.append(Candidate(q, result.gpu_hours, result.slo_attainment, result.wait_p99_seconds,
-                                    result.dropped_fraction, requests, u))
+    replay = _Replay(tuple(forecasts), window, cold_start, cluster_cfg, demand, queue, segments, capacity, initial,
+                     float(np.nansum(demand)) * tick)
+    jobs = list(zip(points, policies, strict=True))
+    if executor is None or len(jobs) < 2:
+        candidates, _ = replay.run(jobs)
+    else:
+        # The points are independent replays of the same inputs: the second half in a worker while this process
+        # replays the first; concatenated in order, the candidates are exactly the sequential ones.
+        half = (len(jobs) + 1) // 2
+        remote = executor.submit(replay.run, jobs[half:])
+        mine, _ = replay.run(jobs[:half])
+        theirs, worker_cpu = remote.result()
+        candidates = mine + theirs
+        started -= worker_cpu  # the replay's CPU counts the worker's share
     earlier = () if previous is None else tuple(
         d for d in previous.days if d.end <= end - replay_seconds + OVERLAP_SHARE * replay_seconds)
     days = (*earlier, Day(end, tuple(candidates), running))[-max(1, pool_days):]
@@ -562,10 +607,11 @@ def retuner(
     make_model: Callable[[], Forecaster], *, quantiles: Sequence[int], slo_wait_seconds: float,
     slo_attainment: float, warmup_seconds: int, utilisations: Sequence[float] = (),
     hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS, gpus_per_node: int = 8,
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, executor: Executor | None = None,
 ) -> Retune:
     """The simulator's self-tuning hook (``PredictivePolicy(retune=...)``): ``tune`` on the history so far, and
-    the untuned policy at the chosen operating point (unchanged while nothing could be replayed)."""
+    the untuned policy at the chosen operating point (unchanged while nothing could be replayed). ``executor``:
+    see ``tune``."""
 
     def hook(history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
              gpus_per_replica: int, previous: Tuning | None) -> tuple[ScalingPolicy, Tuning]:
@@ -575,7 +621,7 @@ def retuner(
                       slo_attainment=slo_attainment, utilisations=utilisations, hpa_targets=hpa_targets,
                       gpus_per_replica=gpus_per_replica,
                       gpus_per_node=gpus_per_node, warmup_seconds=warmup_seconds, timeout_seconds=timeout_seconds,
-                      previous=previous, running=running)
+                      previous=previous, running=running, executor=executor)
         if result.chosen is None:
             return base, result
         return candidate_policy(base, result.chosen, result.chosen_utilisation), result
