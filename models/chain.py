@@ -28,7 +28,6 @@ Behaviour:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any, Self
 
@@ -172,7 +171,7 @@ class FallbackChain:
             if problem is not None:
                 tried.append(f"{model.alias}: {problem}")
                 continue
-            return dataclasses.replace(fc, fallbacks=(*tried, *fc.fallbacks))
+            return fc.with_fallbacks((*tried, *fc.fallbacks))
         raise ChainExhaustedError(f"every model of the {self.alias} chain failed: {'; '.join(tried)}")
 
     def to_state(self) -> dict[str, Any]:
