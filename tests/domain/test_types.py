@@ -99,3 +99,40 @@ def test_to_dict_maps_non_finite_floats_to_null() -> None:
     json.dumps(data, allow_nan=False)
     assert data["forecast_demand"] is None
     assert data["lead_seconds"] is None
+
+
+def test_a_step_explained_when_read_is_the_step_explained_at_once() -> None:
+    # The planner writes a step's text only when something reads it (a self-tuning replay never does): it must then
+    # be the text, and compare, hash and pickle as the step written at once would.
+    import pickle
+
+    rendered: list[tuple[int, int]] = []
+
+    def render(a: int, b: int) -> str:
+        rendered.append((a, b))
+        return f"{a} + {b} -> {a + b}"
+
+    lazy = Step.lazy("forecast", 3, render, 1, 2)
+    assert rendered == []  # nothing written yet
+    eager = Step("forecast", 3, "1 + 2 -> 3")
+    assert lazy == eager
+    assert hash(lazy) == hash(eager)
+    assert lazy != Step("forecast", 3, "1 + 2 -> 4")
+    assert lazy != Step("forecast", 4, "1 + 2 -> 3")
+    assert lazy.detail == "1 + 2 -> 3"
+    assert lazy.to_dict() == eager.to_dict()
+    assert rendered == [(1, 2)]  # written once, then kept
+    assert pickle.loads(pickle.dumps(Step.lazy("forecast", 3, render, 1, 2))) == eager
+    assert repr(lazy) == repr(eager)
+
+
+def test_a_planned_decision_reads_the_same_every_time_and_as_json() -> None:
+    policy = ScalingPolicy(capacity_per_replica=10.0, min_replicas=1, max_replicas=50)
+    state = WorkloadState(current_replicas=4, ready_replicas=4, current_demand=25.0, recommendations=((950, 6),))
+    decision = plan_replicas(forecast([30.0, 60.0, 90.0, 40.0] * 10, start=0, step=60), state, policy,
+                             ColdStartProfile(prior_seconds=120.0), now=1000)
+    first = [s.detail for s in decision.steps]
+    assert all(first)
+    assert [s.detail for s in decision.steps] == first
+    assert json.loads(json.dumps(decision.to_dict()))["steps"] == [
+        {"name": s.name, "replicas": s.replicas, "detail": d} for s, d in zip(decision.steps, first, strict=True)]
