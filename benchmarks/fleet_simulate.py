@@ -67,18 +67,24 @@ took 2% off the pods' GPU-hours and cost attainment (99.40% against 99.50%), sti
 pooling should pay is in replacing each Deployment's warm replicas with whole nodes sized for the pool \
 (`warm_pool_as: nodes` where the pool's headroom covers it); that is planner work not done yet."""
 
-# Measured 2026-11-25 with --perf on the project's shared 2-core machine.
-PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, \
-bursty and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-25 on the \
-one engine: 559 s wall on the shared machine, 488 s of CPU in one process (before the engine's self-tuning \
-schedule: 1023 s wall under a heavier load, about 560 s of CPU). **The target (under 3 minutes on 2 cores) is not \
-met, by 2.7x.** Where the time goes (cProfile, 4 Deployments x 3 days, before that schedule): the self-tuning \
-replays about 60% (the schedule now retries an unchoosable replay hourly, and a replay with less than two days of \
-history returns at once), the forecast and the engine's decision at each 30 s decision about a third (about 1 ms a \
-decision, most of it building the decision's explained steps), the fleet's own loop, bill and headroom about 5%. \
-All but the last is `PredictivePolicy`, the code `simulate` runs for one Deployment, so a fleet costs about the \
-sum of its Deployments' single replays. The Deployments share nodes at every tick, so the replay is one process; \
-deciding the policies in two worker processes per tick would at best halve it."""
+# Measured 2026-11-25 with --perf on the project's shared 2-core machine (the numbers before and after in one session).
+PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
+and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-25 after the \
+decision path's speed-ups, on the shared machine (load average 4-7 on its 2 cores from other jobs): 441 s wall, 326 \
+s of CPU, 230 s in the fleet's process and 96 s in one worker process that replays half of each self-tuning replay's \
+points (`--jobs 2`, the default; the candidates, the choices and the fleet's results are exactly those of one \
+process: 80,245 billed GPU-h at 99.510% both ways). Before them, in the same session: 1,254 s wall, 531 s of CPU in \
+one process (published before: 559 s wall, 488 s of CPU under a lighter load). **The target (under 3 minutes on 2 \
+cores) is not met**: the fleet's own process alone is 230 s of CPU. What changed: the planner writes each step's \
+explanation only when something reads it (a replay's decisions never are read) and builds its intermediate results \
+as named tuples; it reads a forecast's bands as lists made once per forecast; a forecast's finiteness is checked in \
+one pass, and once instead of twice; a lead-only point's sizing is made once per policy. One replay (a day of \
+1-minute bins, twelve points) fell from 1.65 s to 0.84 s of CPU. Where the time goes now (cProfile, 4 Deployments x \
+3 days): the self-tuning replays about three quarters (of which the forecasts a replay shares among its points, \
+computed before the points are split, about a tenth), the fleet's own forecasts and decisions about a fifth, the \
+fleet's loop, bill and headroom about 5%. What is left is spread thin: the planner's rules at about 17 µs a \
+decision, the forecaster's update and predict per bin, the cluster model per tick. The Deployments share nodes at \
+every tick, so their forecasts and decisions stay in one process."""
 
 
 def fleet(days: float) -> FleetConfig:
