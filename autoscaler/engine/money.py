@@ -23,7 +23,8 @@ What one step decides, in order:
 4. with headroom managed, the replicas ahead with their scale-down stabilisation (``domain.money.stabilize_ahead``),
    what the ceiling allows of them, the gangs nodes are held for (``domain.money.gang_headroom``) and the headroom
    objects wanted (``domain.money.plan_headroom``);
-5. the alerts the state calls for (``domain.money.alerts_for``).
+5. the alerts the state calls for (``domain.money.alerts_for``), and the held Kueue Workloads to start now (their
+   planned start has come and the ceiling reserves them whole).
 
 The memory between steps (placements, since when nodes are held for a pending gang, the stabilised ahead counts) is
 a ``MoneyState`` value: passed in, returned anew, never changed in place. Time is ``MoneySnapshot.now``; no clock is
@@ -177,6 +178,7 @@ class MoneyPlan:
     gang_headroom: GangHeadroom
     wants: tuple[HeadroomWant, ...]
     alerts: tuple[Alert, ...]
+    activate: tuple[str, ...] = ()  # held Kueue Workloads to start now: their planned start came, reserved whole
 
     @property
     def reserved(self) -> tuple[Gang, ...]:
@@ -311,10 +313,14 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
                                  effective_limits, kind)
 
     alerts = alerts_for(report, asked, s.ceilings, unavailable, teams)
+    kept = {g.key for g in reserved}
+    activate = tuple(g.key for g in s.gangs if g.kind == "Workload" and g.held and g.key in placements
+                     and t >= placements[g.key].start and g.key in kept)
     plan = MoneyPlan(
         decisions=decisions, report=report, asks=asks, counting=tuple(gangs), asked=asked, breaches=over,
         teams=teams, placements=placements, placement_problems=problems, limits=limit_plan,
         effective_limits=effective_limits, unavailable=unavailable, planned=tuple(planned),
         allowed_ahead=allowed_ahead, gang_headroom=gh, wants=tuple(wants), alerts=tuple(alerts),
+        activate=activate,
     )
     return plan, MoneyState(cache, held_since, ahead_held, ahead_history)

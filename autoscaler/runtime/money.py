@@ -404,7 +404,7 @@ class MoneyStage:
                 actions += self._write_limits(views or [], plan.limits, metrics, errors)
                 if kind is not None:
                     actions += self._write_headroom(plan.wants, views or [], metrics, errors)
-            actions += self._write_gangs(all_gangs, placements, plan.report, t, metrics, errors)
+            actions += self._write_gangs(all_gangs, placements, set(plan.activate), t, metrics, errors)
             actions += self._report_expired(gh, t, metrics, errors)
             actions += self._send_alerts(plan.alerts, now, metrics, errors)
         return MoneyOutcome(
@@ -440,14 +440,13 @@ class MoneyStage:
         return actions
 
     def _write_gangs(
-        self, gangs: Sequence[Gang], placements: Mapping[str, GangPlacement], report: CostReport, now: int,
+        self, gangs: Sequence[Gang], placements: Mapping[str, GangPlacement], activate: set[str], now: int,
         metrics: ControllerMetrics, errors: list[str],
     ) -> list[str]:
         """Write each placed gang's planned start when it changed; activate a held Workload whose start has come
         and that the ceiling reserved whole. A failure is reported; the next tick sees the same state and retries."""
         if self.training is None:
             return []
-        reserved = {g.key for g in report.gangs_reserved}
         actions: list[str] = []
         for g in sorted(gangs, key=lambda g: g.key):
             p = placements.get(g.key)
@@ -460,9 +459,9 @@ class MoneyStage:
             annotations: dict[str, str | None] = {}
             if g.planned_start_note != p.start:
                 annotations[PLANNED_START_ANNOTATION] = utc(p.start).isoformat()
-            activate = g.kind == "Workload" and g.held and now >= p.start and g.key in reserved
+            starts = g.key in activate  # engine.money: its planned start came and the ceiling reserves it whole
             patch: dict[str, Any] = {}
-            if activate:
+            if starts:
                 annotations[ACTIVATED_ANNOTATION] = utc(now).isoformat()
                 if g.gated:  # our name leaves Kueue's admission gate; other controllers' names stay
                     annotations[ADMISSION_GATED_BY] = ",".join(n for n in g.gates if n != ADMISSION_GATE) or None
@@ -471,14 +470,14 @@ class MoneyStage:
             if not annotations:
                 continue
             patch["metadata"] = {"annotations": annotations}
-            what = "activating" if activate else "writing the planned start of"
+            what = "activating" if starts else "writing the planned start of"
             try:
                 self.training.patch_gang(g.kind, g.namespace, g.name, patch)
             except Exception as exc:
                 metrics.errors.labels("kube_write").inc()
                 errors.append(f"{what} {g.key} failed (retried next tick): {exc}")
                 continue
-            if activate:
+            if starts:
                 actions.append(f"{g.key} activated at its planned start {utc(p.start).isoformat()} (reserved whole)")
             else:
                 actions.append(f"{g.key}: planned start {utc(p.start).isoformat()} written")

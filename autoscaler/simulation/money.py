@@ -65,9 +65,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
-from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
-from autoscaler.domain.gangs import Gang, format_gpus, place_gang
+from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk
+from autoscaler.domain.gangs import Gang, format_gpus
 from autoscaler.domain.nodes import nodes_for
+from autoscaler.engine.money import MoneyPlan, MoneySnapshot, MoneyState, money_step
 from autoscaler.traces import parse_duration
 
 SIM_NAMESPACE = "simulated"
@@ -261,20 +262,45 @@ class GangPlacer(Protocol):
     def inference_gpus_ahead(self, k: int, seconds: int) -> Sequence[tuple[int, float]] | None: ...
 
 
+class _PlacerForecasts:
+    """``engine.money.GangForecasts`` over a policy's own forecast: the one Deployment's GPUs for every pool (the
+    gangs have whole nodes of their own, but they share the ceiling with the inference they are placed around), and
+    a version that changes when its model is refit (as the controller's ``_GangForecasts.version``)."""
+
+    def __init__(self, placer: GangPlacer, start: int, tick: int) -> None:
+        self.placer = placer
+        self.start = start
+        self.tick = tick
+
+    def points(self, pool: str | None, start: int, end: int) -> Sequence[tuple[int, float]] | None:
+        return self.placer.inference_gpus_ahead((start - self.start) // self.tick, end - start)
+
+    def version(self, pool: str | None) -> int:
+        keeper = getattr(self.placer, "keeper", None)
+        if keeper is None:
+            return 0
+        return -1 if keeper.model is None else int(keeper.fitted_at)
+
+
 @dataclass
 class _GangRun:
     spec: GangSpec
-    gang: Gang
+    gang: Gang  # as the controller reads it: a Kueue Workload created held, with its window and run time
     at_tick: int
-    latest_tick: int
     micro: int
-    state: str = "future"  # future -> waiting -> held -> done; waiting -> missed; held -> waiting (preempted)
-    planned_tick: int = 0
+    # future -> waiting -> reserved -> running -> done; reserved -> waiting (the ceiling took the budget back before
+    # it started); running -> waiting (preempted: the run is lost); waiting -> missed (its window and grace passed)
+    state: str = "future"
     reserved_tick: int = -1
+    run_tick: int = -1  # when its pods run: activated, on nodes that are up
     end_tick: int = -1
     wait_ticks: int = 0
     preemptions: int = 0
     node_gpus: list[int] = field(default_factory=list)  # GPUs held on each of its nodes (the split ledger)
+
+    @property
+    def holds(self) -> bool:
+        return self.state in ("reserved", "running")
 
 
 @dataclass(frozen=True)
@@ -289,12 +315,16 @@ class MoneyOutcome:
     gangs_missed: int
     gangs_preempted: int
     notes: tuple[str, ...]
+    reserved_ticks: tuple[tuple[str, int], ...] = ()  # (gang, tick) each time the ceiling reserved it
+    preempted_ticks: tuple[tuple[str, int], ...] = ()  # (gang, tick) each time a running gang lost its run
 
 
 class MoneyLedger:
     """The money stage of one policy's run: the ceiling and the gangs, tick by tick.
 
-    Per tick, ``step`` is called after the policy decided and before the cluster is scaled; ``record`` after.
+    Per tick, ``step`` is called after the policy decided and before the cluster is scaled; ``record`` after. The
+    decisions are ``engine.money.money_step``'s, the controller's own; the ledger keeps what a real cluster would:
+    a gang is submitted, its nodes come when it is reserved, it runs once started, it ends.
     """
 
     def __init__(
@@ -310,6 +340,7 @@ class MoneyLedger:
         node_startup_ticks: int,
         start: int,
         placer: GangPlacer | None = None,
+        node_startup_seconds: float | None = None,
     ) -> None:
         self.money = money
         self.name = policy_name
@@ -319,8 +350,10 @@ class MoneyLedger:
         self.min_replicas = min_replicas
         self.tick = tick_seconds
         self.lead = node_startup_ticks
+        self.lead_seconds = float(node_startup_ticks * tick_seconds if node_startup_seconds is None
+                                  else node_startup_seconds)
         self.start = start
-        self.placer = placer
+        self.forecasts = None if placer is None else _PlacerForecasts(placer, start, tick_seconds)
         ceiling = money.ceiling_usd_per_hour
         self.ceiling_micro = None if ceiling is None else _micro(ceiling)
         self.ceilings = Ceilings(cluster=ceiling)
@@ -331,113 +364,116 @@ class MoneyLedger:
         self.prices = GpuPrices(by_pool={p: gpu_hour_price for p in pools}, default=gpu_hour_price,
                                 gpus_per_node={p: self.node_gpus for p in pools})
         self.node_micro = _micro(gpu_hour_price * self.node_gpus)
-        self.capacity_gpus = (math.inf if ceiling is None or gpu_hour_price <= 0
-                              else math.floor(ceiling / (gpu_hour_price * self.node_gpus) + 1e-9) * self.node_gpus)
         self.runs = [
             _GangRun(
                 spec=g,
                 gang=Gang(kind="Workload", namespace=SIM_NAMESPACE, name=g.name, gpus=g.gpus, pods=nodes_for(
                     g.gpus, gpus_per_node), admitted=False, priority=g.priority, team=SIM_NAMESPACE,
-                    duration_seconds=g.run_seconds, nodepool=GANG_POOL + g.name),
+                    duration_seconds=g.run_seconds, nodepool=GANG_POOL + g.name, held=True,
+                    start_after=start + g.at_seconds, deadline=start + g.at_seconds + g.window_seconds),
                 at_tick=math.ceil(g.at_seconds / tick_seconds),
-                latest_tick=(g.at_seconds + g.window_seconds) // tick_seconds,
                 micro=nodes_for(g.gpus, gpus_per_node if money.whole_nodes else 1) * _micro(
                     gpu_hour_price * (gpus_per_node if money.whole_nodes else 1)),
             )
             for g in money.gangs
         ]
+        self.state = MoneyState()
+        self.plan: MoneyPlan | None = None  # of the last decision
         self.wanted_now = 0
         self.wanted: list[int] = []
         self.gang_gpus: list[int] = []
         self.breaches = 0
         self.split = 0
         self.notes: list[str] = []
+        self.reserved_ticks: list[tuple[str, int]] = []
+        self.preempted_ticks: list[tuple[str, int]] = []
+        self._placed: dict[str, int] = {}  # gang -> the planned start last noted
         self._unmeetable_noted = False
 
     def replica_bill(self, replicas: int) -> int:
         """Micro-dollars per hour of the nodes ``replicas`` replicas take (whole nodes, or GPUs when per GPU)."""
         return nodes_for(replicas * self.gpr, self.node_gpus) * self.node_micro
 
-    # ---------------------------------------------------------------- gang life cycle
+    # ---------------------------------------------------------------- gang life cycle (what the cluster does)
 
     def _reserve(self, run: _GangRun, k: int) -> None:
         full, rest = divmod(run.spec.gpus, self.gpn)
         run.node_gpus = [self.gpn] * full + ([rest] if rest else [])
-        run.state, run.reserved_tick = "held", k
-        run.end_tick = k + self.lead + math.ceil(run.spec.run_seconds / self.tick)
+        run.state, run.reserved_tick = "reserved", k
+        self.reserved_ticks.append((run.spec.name, k))
+
+    def _run(self, run: _GangRun, k: int) -> None:
+        """Started (Kueue admits it): its pods run once its nodes are up, for its run time."""
+        run.state = "running"
+        run.run_tick = max(k, run.reserved_tick + self.lead)
+        run.end_tick = run.run_tick + math.ceil(run.spec.run_seconds / self.tick)
 
     def _release(self, run: _GangRun, state: str) -> None:
         run.node_gpus = []
         run.state = state
 
-    def _place(self, run: _GangRun, k: int) -> None:
-        """When to try first: the trough of what the policy expects (``place_gang``), else now."""
-        run.planned_tick = k
-        if self.placer is None or k > run.latest_tick:
-            return
-        run_seconds = (self.lead + math.ceil(run.spec.run_seconds / self.tick)) * self.tick
-        horizon = (run.latest_tick - k) * self.tick + run_seconds
-        points = self.placer.inference_gpus_ahead(k, horizon)
-        if not points:
-            return
-        now = self.start + k * self.tick
-        latest = self.start + run.latest_tick * self.tick
-        placement = place_gang(replace(run.gang, duration_seconds=run_seconds), points, self.capacity_gpus, now,
-                               latest)
-        run.planned_tick = max(k, math.ceil((placement.start - self.start) / self.tick))
-        self.notes.append(
-            f"{self.name}: {run.spec.name} placed at +{run.planned_tick * self.tick / 3600:.2f}h "
-            f"(peak {format_gpus(placement.peak_gpus)} GPUs incl. the gang; "
-            f"{'fits' if placement.fits else 'does NOT fit'})"
-        )
+    def _past(self, run: _GangRun, k: int) -> bool:
+        """Its window and the grace after it passed (``domain.gangs.holds_gpus``): it no longer counts."""
+        deadline = run.gang.deadline if run.gang.deadline is not None else math.inf
+        return self.start + k * self.tick > deadline + self.lead_seconds
 
     def _advance(self, k: int) -> None:
         for run in self.runs:
-            if run.state == "held" and k >= run.end_tick:
+            if run.state == "running" and k >= run.end_tick:
                 self._release(run, "done")
             if run.state == "future" and k >= run.at_tick:
                 run.state = "waiting"
-                self._place(run, k)
-            if run.state == "waiting" and k > run.latest_tick:
+            if run.state == "waiting" and self._past(run, k):
                 run.state = "missed"
+
+    def _gang(self, run: _GangRun) -> Gang:
+        if run.state == "running":
+            return replace(run.gang, admitted=True, held=False)
+        return run.gang
 
     # ---------------------------------------------------------------- the tick
 
     def step(self, k: int, current: int, desired: int, decides: bool, warm: int = 0) -> int:
-        """The replicas to hold at tick ``k``: ``desired`` under the ceiling (gangs reserved or preempted here)."""
+        """The replicas to hold at tick ``k``: ``desired`` under the ceiling (gangs reserved, started or preempted)."""
         self._advance(k)
         if not decides:
             return current  # no decision: nothing is asked, gangs wait for the next decision
         self.wanted_now = desired
-        held = [r for r in self.runs if r.state == "held"]
-        eligible = [r for r in self.runs if r.state == "waiting" and k >= r.planned_tick]
-        claims = held + eligible
-        asked = self.replica_bill(desired) + sum(r.micro for r in claims)
-        if self.ceiling_micro is None or asked <= self.ceiling_micro:
-            allowed, granted = desired, {r.spec.name for r in claims}  # everything fits: what enforce_ceilings grants
-        elif not claims and desired <= self.min_replicas:
-            allowed, granted = desired, set()  # the minimum is kept even above the ceiling
-        else:
-            min_r = min(self.min_replicas, desired)
-            ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
-                              gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
-                              warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
-            gangs = [replace(r.gang, admitted=r.state == "held") for r in claims]
-            report = enforce_ceilings([ask], gangs, self.ceilings, self.prices)
-            outcome = report.outcome(INFERENCE_KEY)
-            assert outcome is not None
-            allowed = outcome.allowed_replicas
-            granted = {g.gang.name for g in report.gangs if g.reserved}
-        for r in claims:
-            if r.spec.name in granted:
+        live = [r for r in self.runs if r.state in ("waiting", "reserved", "running")]
+        min_r = min(self.min_replicas, desired)
+        ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
+                          gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
+                          warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
+        now = self.start + k * self.tick
+        plan, self.state = money_step(MoneySnapshot(
+            now=now, horizon_seconds=0, node_startup_seconds=self.lead_seconds, ceilings=self.ceilings,
+            prices=self.prices, asks=(ask,), gangs=tuple(self._gang(r) for r in live), pools=None,
+            gang_forecasts=self.forecasts), self.state)
+        self.plan = plan
+        self.notes.extend(f"{self.name}: {p}" for p in plan.placement_problems)
+        for key, p in plan.placements.items():
+            if self._placed.get(key) != p.start:
+                self._placed[key] = p.start
+                name = key.rsplit("/", 1)[-1]
+                self.notes.append(f"{self.name}: {name} placed at +{(p.start - self.start) / 3600:.2f}h "
+                                  f"(its start; peak {format_gpus(p.peak_gpus)} GPUs incl. the gang; "
+                                  f"{'fits' if p.fits else 'does NOT fit'})")
+        granted = {g.key for g in plan.reserved}
+        activate = set(plan.activate)
+        for r in live:
+            key = r.gang.key
+            if key in granted:
                 if r.state == "waiting":
                     self._reserve(r, k)
-            elif r.state == "held":
+                if r.state == "reserved" and key in activate:
+                    self._run(r, k)
+            elif r.state == "reserved":  # not started yet: the budget goes back, nothing is lost
+                self._release(r, "missed" if self._past(r, k) else "waiting")
+            elif r.state == "running":
                 r.preemptions += 1
-                self._release(r, "waiting" if k <= r.latest_tick else "missed")
-                if r.state == "waiting":
-                    self._place(r, k + 1)
-        return allowed
+                self.preempted_ticks.append((r.spec.name, k))
+                self._release(r, "missed" if self._past(r, k) else "waiting")
+        return plan.allowed(INFERENCE_KEY, desired)
 
     def record(self, k: int, requested: int) -> None:
         """After the cluster was scaled at tick ``k``: the bill, the breach and split checks, the waiting."""
@@ -467,8 +503,8 @@ class MoneyLedger:
         for r in self.runs:
             if r.state == "future":
                 notes.append(f"{self.name}: {r.spec.name} is asked after the trace ends; not simulated")
-            elif r.state == "held":
-                notes.append(f"{self.name}: {r.spec.name} still running when the trace ends")
+            elif r.holds:
+                notes.append(f"{self.name}: {r.spec.name} still {r.state} when the trace ends")
             elif r.state == "waiting":
                 notes.append(f"{self.name}: {r.spec.name} still waiting when the trace ends")
         return MoneyOutcome(
@@ -480,4 +516,6 @@ class MoneyLedger:
             gangs_missed=sum(r.state == "missed" for r in self.runs),
             gangs_preempted=sum(r.preemptions for r in self.runs),
             notes=tuple(notes),
+            reserved_ticks=tuple(self.reserved_ticks),
+            preempted_ticks=tuple(self.preempted_ticks),
         )
