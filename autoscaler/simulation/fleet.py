@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.domain.annotations import MAX_PRIORITY
-from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, fits_ceilings
 from autoscaler.engine.headroom import (
     DEFAULT_MIN_RESIDUALS,
     DEFAULT_QUANTILE,
@@ -54,6 +54,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
+from autoscaler.engine.money import MoneySnapshot, MoneyState, money_step
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
     IntArray,
@@ -387,7 +388,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         full = cfg.ticks(cfg.node_startup_seconds + cfg.pod_startup_seconds)
         initial.append(min(int(need[: full + 1].max()) if need.size else d.min_replicas, d.max_replicas))
     if ceilings.any:
-        initial = _within_ceilings(deps, initial, initial, ceilings, prices)
+        initial = _within_ceilings(deps, initial, ceilings, prices)
     # initial pods are Ready on nodes that were there before the replay (no limit or guard applies to them)
     clusters = [Cluster(config.cluster_config(d), n0, pools[d.pool]) for d, n0 in zip(deps, initial, strict=True)]
     policies = [build(i, d, config.simulation_config(d), config.cluster_config(d)) for i, d in enumerate(deps)]
@@ -424,9 +425,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             w = pol.decide(k, c, demand_cols[i][k])
             wanted.append(w)
         decided[:, k] = wanted
-        allowed = wanted
-        if ceilings.any and _over_ceilings(deps, wanted, ceilings, prices):
-            allowed = _within_ceilings(deps, wanted, [c.requested for c in clusters], ceilings, prices)
+        allowed = _within_ceilings(deps, wanted, ceilings, prices) if ceilings.any else wanted
         for c, w in zip(clusters, allowed, strict=True):
             if w != c.requested:
                 c.scale_to(k, w)
@@ -490,35 +489,22 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     )
 
 
-def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int], current: Sequence[int]) -> list[WorkloadAsk]:
-    return [WorkloadAsk(key=d.name, team=d.team, priority=d.priority, gpus_per_replica=d.gpus_per_replica,
-                        min_replicas=min(d.min_replicas, w), desired_replicas=w, nodepool=d.pool)
-            for d, w in zip(deps, wanted, strict=True)]
+def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int]) -> tuple[WorkloadAsk, ...]:
+    return tuple(WorkloadAsk(key=d.name, team=d.team, priority=d.priority, gpus_per_replica=d.gpus_per_replica,
+                             min_replicas=min(d.min_replicas, w), desired_replicas=w, nodepool=d.pool)
+                 for d, w in zip(deps, wanted, strict=True))
 
 
-def _over_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceilings: Ceilings,
-                   prices: GpuPrices) -> bool:
-    """Whether the asks, priced as ``enforce_ceilings`` prices them, break a ceiling (a cheap pre-check)."""
-    by_pool: dict[str | None, int] = {}
-    by_team: dict[str, float] = {}
-    for d, w in zip(deps, wanted, strict=True):
-        g = w * d.gpus_per_replica
-        by_pool[d.pool] = by_pool.get(d.pool, 0) + g
-        by_team[d.team] = by_team.get(d.team, 0.0) + g * prices.per_gpu_hour(d.pool)
-    if ceilings.cluster is not None and prices.bill(by_pool) > ceilings.cluster + 1e-9:
-        return True
-    return any(by_team.get(t, 0.0) > limit + 1e-9 for t, limit in ceilings.teams.items())
-
-
-def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], current: Sequence[int],
-                     ceilings: Ceilings, prices: GpuPrices) -> list[int]:
-    """The controller's money decision (``enforce_ceilings``): the replicas each Deployment keeps."""
-    report = enforce_ceilings(_asks(deps, wanted, current), (), ceilings, prices)
-    out = []
-    for d, w in zip(deps, wanted, strict=True):
-        o = report.outcome(d.name)
-        out.append(w if o is None else int(o.allowed_replicas))
-    return out
+def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceilings: Ceilings,
+                     prices: GpuPrices) -> list[int]:
+    """The controller's money decision (``engine.money.money_step``): the replicas each Deployment keeps (at once
+    when the plan fits every ceiling, ``domain.cost.fits_ceilings``, the test ``enforce_ceilings`` starts with)."""
+    asks = _asks(deps, wanted)
+    if fits_ceilings(asks, (), ceilings, prices):
+        return list(wanted)
+    plan, _ = money_step(MoneySnapshot(now=0, horizon_seconds=0, node_startup_seconds=0.0, ceilings=ceilings,
+                                       prices=prices, asks=asks, pools=None), MoneyState())
+    return [plan.allowed(d.name, w) for d, w in zip(deps, wanted, strict=True)]
 
 
 def _headroom_step(k: int, pname: str, pool: NodePool, spec: PoolSpec, members: Sequence[int],

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
-from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk
+from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, fits_ceilings
 from autoscaler.domain.gangs import Gang, format_gpus
 from autoscaler.domain.nodes import nodes_for
 from autoscaler.engine.money import MoneyPlan, MoneySnapshot, MoneyState, money_step
@@ -444,6 +444,8 @@ class MoneyLedger:
         ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
                           gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
                           warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
+        if not live and fits_ceilings((ask,), (), self.ceilings, self.prices):
+            return desired  # nothing to place, start or cut (the test ``enforce_ceilings`` starts with)
         now = self.start + k * self.tick
         plan, self.state = money_step(MoneySnapshot(
             now=now, horizon_seconds=0, node_startup_seconds=self.lead_seconds, ceilings=self.ceilings,
@@ -452,7 +454,7 @@ class MoneyLedger:
         self.plan = plan
         self.notes.extend(f"{self.name}: {p}" for p in plan.placement_problems)
         for key, p in plan.placements.items():
-            if self._placed.get(key) != p.start:
+            if key not in self._placed:  # the first placement (it moves as the forecast does; the start is what counts)
                 self._placed[key] = p.start
                 name = key.rsplit("/", 1)[-1]
                 self.notes.append(f"{self.name}: {name} placed at +{(p.start - self.start) / 3600:.2f}h "
