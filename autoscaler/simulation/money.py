@@ -378,7 +378,7 @@ class MoneyLedger:
             for g in money.gangs
         ]
         self.state = MoneyState()
-        self.plan: MoneyPlan | None = None  # of the last decision
+        self.plan: MoneyPlan | None = None  # of the last decision (None: no gang, and it fitted every ceiling)
         self.wanted_now = 0
         self.wanted: list[int] = []
         self.gang_gpus: list[int] = []
@@ -439,12 +439,15 @@ class MoneyLedger:
         if not decides:
             return current  # no decision: nothing is asked, gangs wait for the next decision
         self.wanted_now = desired
-        live = [r for r in self.runs if r.state in ("waiting", "reserved", "running")]
+        # a missed gang is still there for the controller too (its Workload is not deleted): it no longer counts, but
+        # its frozen placement stays
+        live = [r for r in self.runs if r.state in ("waiting", "reserved", "running", "missed")]
         min_r = min(self.min_replicas, desired)
         ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
                           gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
                           warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
         if not live and fits_ceilings((ask,), (), self.ceilings, self.prices):
+            self.plan = None
             return desired  # nothing to place, start or cut (the test ``enforce_ceilings`` starts with)
         now = self.start + k * self.tick
         plan, self.state = money_step(MoneySnapshot(
