@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any, Protocol
 
 from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, WorkloadAsk, enforce_ceilings
@@ -72,18 +73,30 @@ from autoscaler.domain.money import (
 from autoscaler.domain.nodes import PoolShape
 from autoscaler.domain.stabilize import History
 from autoscaler.domain.types import ScalingDecision
+from autoscaler.engine.headroom import (
+    DEFAULT_MIN_RESIDUALS,
+    DEFAULT_QUANTILE,
+    HeadroomDecision,
+    PooledResiduals,
+    PoolForecast,
+    pool_headroom,
+)
 from autoscaler.ports import Alert, NodePoolView
+from models.types import Forecast
 
 __all__ = [
     "GANG_HEADROOM_LIMIT_STARTUPS",
     "PLACEMENT_REFRESH_SECONDS",
     "GangForecasts",
+    "HeadroomMember",
     "MoneyPlan",
     "MoneySnapshot",
     "MoneyState",
     "PlacementCache",
+    "PoolObservation",
     "money_step",
     "place_scheduled",
+    "pools_headroom",
 ]
 
 PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
@@ -114,6 +127,96 @@ class PlacementCache:
     absent: frozenset[str] = frozenset()
     placed_at: float = -math.inf
     no_fit: Mapping[str, int] = field(default_factory=dict)  # gang -> the start reported as not fitting
+
+
+@dataclass(frozen=True)
+class HeadroomMember:
+    """One Deployment of a NodePool as forecast-sized headroom sees it at one decision.
+
+    ``forecast``: its newest forecast (None: none yet), read at ``at`` (its own clock: now + the pool's node lead);
+    ``demand``: its demand now (NaN when unknown); ``requested``: the replicas its pods request now."""
+
+    forecast: Forecast | None
+    at: int
+    capacity: float
+    gpus_per_replica: int
+    demand: float
+    requested: int
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """One NodePool at one decision: its Deployments and what its nodes hold (``engine.headroom.PoolForecast``)."""
+
+    pool: str
+    gpus_per_node: int
+    members: tuple[HeadroomMember, ...]
+    lead_seconds: int  # node start-up + the longest pod start-up of its Deployments
+    partial_free_gpus: int = 0  # free GPUs on nodes that hold pods
+    busy_nodes: int = 0
+    max_nodes: int | None = None
+    node_usd_per_hour: float = 0.0
+    ceiling_slack_usd_per_hour: float | None = None  # ceiling - billed spend of everything but this pool's idle nodes
+    quantile: float = DEFAULT_QUANTILE
+    min_residuals: int = DEFAULT_MIN_RESIDUALS
+
+
+def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
+    """The forecast's median and one standard deviation (from its highest band) at time ``at``, in replicas."""
+    if forecast is None or forecast.horizon == 0:
+        return None
+    i = min(max(0, (at - forecast.start) // forecast.step_seconds), forecast.horizon - 1)
+    median_band = forecast.quantiles.get(50, forecast.mean)
+    median = float(median_band[i])
+    levels = [q for q in forecast.quantiles if q > 50]
+    sigma = 0.0
+    if levels:
+        top = max(levels)
+        sigma = max(0.0, float(forecast.quantiles[top][i]) - median) / NormalDist().inv_cdf(top / 100.0)
+    if not (math.isfinite(median) and math.isfinite(sigma)):
+        return None
+    return max(0.0, median) / capacity, sigma / capacity
+
+
+def pools_headroom(observations: Sequence[PoolObservation], residuals: Mapping[str, PooledResiduals],
+                   now: int) -> dict[str, HeadroomDecision]:
+    """Whole idle nodes per NodePool, sized from the pooled forecast error at its node lead (``engine.headroom``).
+
+    Per pool: the summed median of its Deployments' forecasts at the lead and their bands; the pool's actual need now
+    (demand / capacity x GPUs per replica; a Deployment whose demand is unknown counts its median, else what its pods
+    request, and the pool's error is then not measured: a missing bin is no evidence); the realised errors of the
+    summed median, kept in ``residuals[pool]`` (an accumulator the caller keeps between decisions: it is fed here,
+    ``now`` on one clock for every pool); then ``engine.headroom.pool_headroom`` with the pool's caps."""
+    out: dict[str, HeadroomDecision] = {}
+    for obs in observations:
+        median = 0.0
+        sigmas: list[float] = []
+        actual = 0.0
+        complete = True
+        for m in obs.members:
+            got = _median_and_sigma(m.forecast, m.at, m.capacity)
+            d = m.demand
+            if math.isfinite(d):
+                actual += d / m.capacity * m.gpus_per_replica
+            else:
+                complete = False
+                actual += got[0] * m.gpus_per_replica if got is not None else m.requested * m.gpus_per_replica
+            if got is None:  # no forecast yet: the current demand, and no band
+                median += d / m.capacity * m.gpus_per_replica if math.isfinite(d) else m.requested * m.gpus_per_replica
+                continue
+            median += got[0] * m.gpus_per_replica
+            sigmas.append(got[1] * m.gpus_per_replica)
+        pooled = residuals[obs.pool]
+        if complete:
+            pooled.observe(now, actual)
+            pooled.forecast(now + obs.lead_seconds, median)
+        held = sum(m.requested * m.gpus_per_replica for m in obs.members)
+        out[obs.pool] = pool_headroom(PoolForecast(
+            obs.pool, obs.gpus_per_node, median, tuple(sigmas), pooled.snapshot(), held,
+            partial_free_gpus=obs.partial_free_gpus, busy_nodes=obs.busy_nodes, max_nodes=obs.max_nodes,
+            node_usd_per_hour=obs.node_usd_per_hour, ceiling_slack_usd_per_hour=obs.ceiling_slack_usd_per_hour,
+            quantile=obs.quantile, min_residuals=obs.min_residuals, current_gpus=actual))
+    return out
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ Each Deployment is a ``cluster.Cluster`` on its NodePool's shared ``cluster.Node
    ``consolidateAfter`` (reserved headroom nodes excepted) and places Pending pods where they now fit;
 2. every Deployment's policy decides (its own clock: its trace's start + tick);
 3. when the fleet's asks, priced in whole nodes per pool (perfect packing, ``domain.cost.GpuPrices``), break the
-   cluster or a team ceiling, ``domain.cost.enforce_ceilings`` (the controller's money decision) cuts them by
-   priority; the Deployments scale;
+   cluster or a team ceiling, ``engine.money.money_step`` (the controller's money step) cuts them by priority; the
+   Deployments scale;
 4. with headroom on, at each decision of the predictive policy (every ``headroom_every`` ticks), each pool keeps
-   the idle whole nodes ``engine.headroom.pool_headroom`` asks for (empty nodes are provisioned; others are
-   reserved from consolidation; the rest are left to consolidate);
+   the idle whole nodes ``engine.money.pools_headroom`` (the controller's sizing) asks for (empty nodes are
+   provisioned; others are reserved from consolidation; the rest are left to consolidate);
 5. the bill: nodes that exist or are starting, per pool (Karpenter bills a node from launch).
 
 The ceiling *as billed* is a hard rule: a pool may not create a node when the fleet's nodes, at their prices, plus
@@ -39,7 +39,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -51,10 +50,15 @@ from autoscaler.engine.headroom import (
     DEFAULT_QUANTILE,
     HeadroomDecision,
     PooledResiduals,
-    PoolForecast,
-    pool_headroom,
 )
-from autoscaler.engine.money import MoneySnapshot, MoneyState, money_step
+from autoscaler.engine.money import (
+    HeadroomMember,
+    MoneySnapshot,
+    MoneyState,
+    PoolObservation,
+    money_step,
+    pools_headroom,
+)
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
     IntArray,
@@ -67,7 +71,7 @@ from autoscaler.simulation.engine import (
 )
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.traffic import resolve, spread
-from models.types import FloatArray, Forecast, TrafficSeries
+from models.types import FloatArray, TrafficSeries
 
 # Karpenter v1's NodePool CRD defaults ``spec.disruption.consolidateAfter`` to 0s (../shared/crds, karpenter.sh
 # NodePool): an empty node is removed at once unless the NodePool says otherwise.
@@ -322,23 +326,6 @@ class FleetRun:
         }
 
 
-def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
-    """The forecast's median and one standard deviation (from its highest band) at time ``at``, in replicas."""
-    if forecast is None or forecast.horizon == 0:
-        return None
-    i = min(max(0, (at - forecast.start) // forecast.step_seconds), forecast.horizon - 1)
-    median_band = forecast.quantiles.get(50, forecast.mean)
-    median = float(median_band[i])
-    levels = [q for q in forecast.quantiles if q > 50]
-    sigma = 0.0
-    if levels:
-        top = max(levels)
-        sigma = max(0.0, float(forecast.quantiles[top][i]) - median) / NormalDist().inv_cdf(top / 100.0)
-    if not (math.isfinite(median) and math.isfinite(sigma)):
-        return None
-    return max(0.0, median) / capacity, sigma / capacity
-
-
 class _Bill:
     """Billed dollars per hour of the fleet's nodes, kept as counts so the ceiling check is O(pools)."""
 
@@ -512,40 +499,22 @@ def _headroom_step(k: int, pname: str, pool: NodePool, spec: PoolSpec, members: 
                    caps: Sequence[float], gpr: Sequence[int], demand_cols: Sequence[list[float]],
                    residuals: PooledResiduals, lead_seconds: int, tick: int, config: FleetConfig,
                    bill: _Bill) -> HeadroomDecision | None:
-    """One pool's headroom decision at tick ``k``: forecasts at the node lead, the pooled error, whole idle nodes."""
-    median = 0.0
-    sigmas: list[float] = []
-    actual = 0.0
-    complete = True  # every member's demand is known now (a missing bin is no evidence of the pool's error)
-    for i in members:
-        d = demand_cols[i][k]
-        got = _median_and_sigma(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i])
-        if math.isfinite(d):
-            actual += d / caps[i] * gpr[i]
-        else:
-            complete = False
-            actual += got[0] * gpr[i] if got is not None else clusters[i].requested * gpr[i]
-        if got is None:  # no forecast yet: the current demand, and no band
-            median += (d / caps[i] * gpr[i]) if math.isfinite(d) else clusters[i].requested * gpr[i]
-            continue
-        median += got[0] * gpr[i]
-        sigmas.append(got[1] * gpr[i])
-    now = k * tick
-    if complete:
-        residuals.observe(now, actual)
-        residuals.forecast(now + lead_seconds, median)
-    held = sum(clusters[i].requested * gpr[i] for i in members)
+    """One pool's headroom decision at tick ``k``: what the simulated pool shows (its Deployments' forecasts and
+    demand, its nodes, the bill), sized by the controller's ``engine.money.pools_headroom``."""
     busy = [n for n in pool.nodes if n.used > 0]
     partial = sum(spec.gpus_per_node - n.used for n in busy)
     empty = pool.node_count - len(busy)
     slack = None
     if config.cluster_ceiling is not None:
         slack = config.cluster_ceiling - (bill.usd_per_hour() - empty * spec.node_usd_per_hour)
-    decision = pool_headroom(PoolForecast(
-        pname, spec.gpus_per_node, median, tuple(sigmas), residuals.snapshot(), held, partial_free_gpus=partial,
-        busy_nodes=len(busy), max_nodes=spec.max_nodes, node_usd_per_hour=spec.node_usd_per_hour,
-        ceiling_slack_usd_per_hour=slack, quantile=config.headroom_quantile,
-        min_residuals=config.headroom_min_residuals, current_gpus=actual))
+    observation = PoolObservation(
+        pname, spec.gpus_per_node,
+        tuple(HeadroomMember(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i],
+                             gpr[i], demand_cols[i][k], clusters[i].requested) for i in members),
+        lead_seconds, partial_free_gpus=partial, busy_nodes=len(busy), max_nodes=spec.max_nodes,
+        node_usd_per_hour=spec.node_usd_per_hour, ceiling_slack_usd_per_hour=slack,
+        quantile=config.headroom_quantile, min_residuals=config.headroom_min_residuals)
+    decision = pools_headroom([observation], {pname: residuals}, k * tick)[pname]
     pool.reserve = decision.idle_nodes
     if empty < decision.idle_nodes:
         pool.provision(k, decision.idle_nodes - empty)
