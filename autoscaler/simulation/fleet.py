@@ -412,7 +412,10 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             w = pol.decide(k, c, demand_cols[i][k])
             wanted.append(w)
         decided[:, k] = wanted
-        allowed = _within_ceilings(deps, wanted, ceilings, prices) if ceilings.any else wanted
+        allowed = wanted
+        if ceilings.any:
+            warm = [int(getattr(pol, "warm_pool_replicas", 0)) for pol in policies]
+            allowed = _within_ceilings(deps, wanted, ceilings, prices, warm)
         for c, w in zip(clusters, allowed, strict=True):
             if w != c.requested:
                 c.scale_to(k, w)
@@ -476,17 +479,23 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     )
 
 
-def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int]) -> tuple[WorkloadAsk, ...]:
-    return tuple(WorkloadAsk(key=d.name, team=d.team, priority=d.priority, gpus_per_replica=d.gpus_per_replica,
-                             min_replicas=min(d.min_replicas, w), desired_replicas=w, nodepool=d.pool)
-                 for d, w in zip(deps, wanted, strict=True))
+def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int], warm: Sequence[int]) -> tuple[WorkloadAsk, ...]:
+    """The asks as the controller makes them (``WorkloadAsk.from_decision``): the warm-pool replicas of a decision
+    rank after every Deployment's serving replicas."""
+    out = []
+    for d, w, h in zip(deps, wanted, warm, strict=True):
+        low = min(d.min_replicas, w)
+        out.append(WorkloadAsk(key=d.name, team=d.team, priority=d.priority, gpus_per_replica=d.gpus_per_replica,
+                               min_replicas=low, desired_replicas=w, warm_pool_replicas=max(0, min(h, w - low)),
+                               nodepool=d.pool))
+    return tuple(out)
 
 
 def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceilings: Ceilings,
-                     prices: GpuPrices) -> list[int]:
+                     prices: GpuPrices, warm: Sequence[int] | None = None) -> list[int]:
     """The controller's money decision (``engine.money.money_step``): the replicas each Deployment keeps (at once
     when the plan fits every ceiling, ``domain.cost.fits_ceilings``, the test ``enforce_ceilings`` starts with)."""
-    asks = _asks(deps, wanted)
+    asks = _asks(deps, wanted, [0] * len(deps) if warm is None else warm)
     if fits_ceilings(asks, (), ceilings, prices):
         return list(wanted)
     plan, _ = money_step(MoneySnapshot(now=0, horizon_seconds=0, node_startup_seconds=0.0, ceilings=ceilings,

@@ -44,11 +44,13 @@ from autoscaler.ports import (
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.money import MoneyStage
 from autoscaler.simulation.cluster import Cluster as SimCluster
-from autoscaler.simulation.cluster import ClusterConfig
+from autoscaler.simulation.cluster import ClusterConfig, NodePool
 from autoscaler.simulation.engine import SimulationConfig, tick_seconds_for
+from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
 from autoscaler.simulation.money import SIM_NAMESPACE, GangSpec, MoneyConfig, MoneyLedger
 from autoscaler.simulation.money import MoneyOutcome as LedgerOutcome
 from autoscaler.simulation.predictive import PredictivePolicy, scaling_policy_for
+from autoscaler.simulation.traffic import resolve, spread
 from autoscaler.synth import synth_trace
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -419,3 +421,154 @@ def test_a_gang_with_a_window_is_placed_reserved_started_and_preempted_the_same_
     assert len(money.reserved_ticks) >= 2
     assert money.preempted_ticks
     assert money.gangs_missed == 0  # it ran to its end
+
+
+# ---------------------------------------------------------------------------------------------- a small fleet
+
+FLEET_POOL = "gpu"
+FLEET = (("chat", "web", "production", 7), ("search", "data", "standard", 11))  # name, team, priority, trace seed
+
+
+class FleetSource:
+    """``MetricsSource`` over several traces, one per Deployment (``TraceSource`` for a fleet)."""
+
+    def __init__(self, series: Mapping[str, TrafficSeries], per_tick: Mapping[str, np.ndarray], tick: int) -> None:
+        self.series = series
+        self.per_tick = per_tick
+        self.tick = tick
+        self.now = 0
+
+    def fleet_instant(self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
+                      resolution_seconds: int | None = None) -> Mapping[tuple[str, str], float]:
+        out = {}
+        for name, series in self.series.items():
+            k = (int(at) - series.start) // self.tick
+            last = [float(v) for v in self.per_tick[name][max(0, k - window_seconds // self.tick):k] if np.isfinite(v)]
+            if NS in namespaces and last:
+                out[(NS, name)] = sum(last) / len(last)
+        return out
+
+    def fleet_history(
+        self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
+    ) -> Mapping[tuple[str, str], TrafficSeries]:
+        assert end <= self.now
+        if NS not in namespaces:
+            return {}
+        out = {}
+        for name, series in self.series.items():
+            times = np.arange(start, end, step_seconds)
+            idx = (times - series.start) // step_seconds
+            ok = (idx >= 0) & (idx < len(series))
+            values = np.full(len(times), np.nan)
+            values[ok] = series.values[idx[ok]]
+            out[(NS, name)] = TrafficSeries(values, step_seconds, start)
+        return out
+
+
+class FleetKube(TraceCluster):
+    """``Cluster`` with the fleet's Deployments on one shared simulated NodePool (``TraceCluster`` for a fleet)."""
+
+    def __init__(self, sims: Mapping[str, SimCluster]) -> None:
+        self.sims = sims
+        self.k = 0
+        self.statuses: dict[str, StatusObject] = {}
+
+    def list_workloads(self) -> list[WorkloadView]:
+        return [WorkloadView(
+            namespace=NS, name=name, uid=f"uid-{name}", resource_version="1",
+            labels={"app": name, ENABLED_LABEL: "true"},
+            annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40", PREFIX + "team": team,
+                         PREFIX + "priority": priority, PREFIX + "nodepool": FLEET_POOL,
+                         PREFIX + "capacity-per-replica": str(CAPACITY), PREFIX + "cold-start": f"{POD_STARTUP}s"},
+            replicas=self.sims[name].requested, ready_replicas=self.sims[name].ready, selector=f"app={name}",
+            pod_template={"spec": {"containers": [{"name": "server",
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        ) for name, team, priority, _ in FLEET]
+
+    def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
+        name = selector.removeprefix("app=")
+        waiting = self.sims[name].waiting_for_node(self.k)
+        return PodStartups(not_ready=tuple(NotReadyPod(f"{name}-{i}", age, "Pending", scheduled=False,
+                                                       reason="Unschedulable") for i, age in enumerate(waiting)))
+
+    def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        changed = replicas != self.sims[name].requested
+        self.sims[name].scale_to(self.k, replicas)
+        return changed
+
+
+def _fleet_replay(days: float, ceiling: float) -> tuple[int, int]:
+    """Replay a fleet of two Deployments sharing one NodePool of 4-GPU nodes under a cluster ceiling through the fleet
+    simulator (``simulation.fleet.run_fleet``, the code of ``simulate --fleet``) and through the controller's tick on
+    ports backed by the same simulated cluster (one shared ``NodePool``, nodes refused past the ceiling as billed, as
+    ``run_fleet`` builds it); the replicas must be equal at every tick and the decisions (after the ceiling) at every
+    decision. Returns (decisions compared, decisions the ceiling cut)."""
+    text = CONFIG + (f"ceilings:\n  cluster: {ceiling}\nkarpenter:\n  enabled: false\n"
+                     f"pricing:\n  nodepools:\n    {FLEET_POOL}: {{gpus_per_node: 4, gpu_hour: 4.0}}\n")
+    cfg = parse_config_text(text, "sameness-fleet.yaml")
+    profile = cfg.profile("default")
+    series = {name: synth_trace(days=days, seed=seed, step_seconds=STEP).requests for name, _, _, seed in FLEET}
+    deps = tuple(DeploymentSpec(name, series[name], FLEET_POOL, CAPACITY, min_replicas=1, max_replicas=40, team=team,
+                                priority=PRIORITY_TIERS[priority], pod_startup_seconds=POD_STARTUP)
+                 for name, team, priority, _ in FLEET)
+    pool = PoolSpec(FLEET_POOL, gpus_per_node=4, node_usd_per_hour=16.0, node_startup_seconds=NODE_STARTUP)
+    fleet = FleetConfig(deps, (pool,), cluster_ceiling=ceiling)
+    tick = fleet.tick_seconds
+
+    def build(i: int, d: DeploymentSpec, sim_cfg: SimulationConfig, cluster_cfg: ClusterConfig) -> PredictivePolicy:
+        return PredictivePolicy(
+            d.series, partial(make_chain, profile.model), scaling_policy_for(sim_cfg, profile=profile),
+            ColdStartProfile(prior_seconds=POD_STARTUP, node_prior_seconds=NODE_STARTUP), cluster_cfg, DECISION,
+            refit_seconds=profile.refit_seconds, history_seconds=profile.history_seconds,
+            horizon_seconds=profile.horizon_seconds,
+        )
+
+    run = run_fleet(fleet, build, "predictive")
+    ran = {r.spec.name: r for r in run.deployments}
+
+    # the controller's side: the same simulated NodePool, refusing a node past the ceiling as billed (run_fleet's rule)
+    shared: list[NodePool] = []
+    shared.append(NodePool(pool.gpus_per_node, pool.node_startup_seconds, pool.consolidate_after_seconds, tick,
+                           may_add_node=lambda: shared[0].node_count * pool.node_usd_per_hour
+                           + pool.node_usd_per_hour <= ceiling + 1e-9))
+    sims = {name: SimCluster(fleet.cluster_config(d), int(ran[name].result.requested[0]), shared[0])
+            for name, d in zip(series, deps, strict=True)}
+    # the demand the simulated traffic serves each tick, as run_fleet spreads each bin over its ticks
+    per_tick = {name: spread(s.values, STEP // tick, resolve(fleet.bin_shape, STEP)) for name, s in series.items()}
+    source, kube = FleetSource(series, per_tick, tick), FleetKube(sims)
+    controller = Controller(kube, source, lambda: cfg)
+    controller.fit_budget_seconds = float("inf")
+    start = next(iter(series.values())).start
+    decisions = cuts = 0
+    for k in range(fleet.ticks()):
+        for sim in sims.values():
+            sim.advance(k)
+        kube.k = k
+        if k % (DECISION // tick) == 0:
+            source.now = start + k * tick
+            report = controller.tick(float(source.now))
+            assert report.ok, report.errors
+            for outcome in report.workloads:
+                assert outcome.decision is not None
+                fleet_side = ran[outcome.name]
+                assert outcome.decision.desired_replicas == fleet_side.result.requested[k], \
+                    f"{outcome.name}: decision at t+{k * tick}s"
+                *_, held = outcome.decision.steps
+                assert held.name == "cost_ceiling"
+                planned = outcome.decision.steps[-2].replicas
+                assert (planned > outcome.decision.desired_replicas) == (
+                    fleet_side.decisions[k] > fleet_side.result.requested[k]), f"{outcome.name}: cut at t+{k * tick}s"
+                cuts += planned > outcome.decision.desired_replicas
+            decisions += 1
+        for name, sim in sims.items():
+            assert (sim.requested, sim.ready) == (ran[name].result.requested[k], ran[name].result.ready[k]), \
+                f"{name}: tick t+{k * tick}s"
+    return decisions, cuts
+
+
+@pytest.mark.timeout(600)
+def test_a_small_fleet_under_a_cluster_ceiling_decides_the_same_through_the_controller_and_run_fleet() -> None:
+    # two Deployments on one pool of 4-GPU nodes at $16/node-hour; $96/h buys 6 nodes, which the two peaks exceed
+    decisions, cuts = _fleet_replay(days=1.0, ceiling=96.0)
+    assert decisions == 86_400 // DECISION
+    assert cuts > 0
