@@ -23,10 +23,11 @@ Between planning every workload and applying the plans, ``Controller.tick`` hand
 5. exports the cost metrics and pushes alerts (projected breach *before* cuts, cuts hitting inference,
    GPUs unavailable) to Alertmanager, resolving each when its condition clears.
 
-The decisions are pure (``autoscaler.domain.money`` and the domain modules it calls; all I/O goes through the injected
-ports). Without a port the stage skips what needs it: with none at all it only prices the plan and
-applies the ceilings, which is what ``run --dry-run`` and the tests without Karpenter see. A standby or a
-dry run reads but never writes: no limits, no headroom, no alerts.
+The decisions are pure and made once, by ``autoscaler.engine.money.money_step`` (over ``autoscaler.domain.money`` and
+the domain modules it calls), the same step the simulator's ledger and the fleet simulator call; this stage reads
+its inputs and applies its plan, all I/O through the injected ports. Without a port the stage skips what needs
+it: with none at all it only prices the plan and applies the ceilings, which is what ``run --dry-run`` and the tests
+without Karpenter see. A standby or a dry run reads but never writes: no limits, no headroom, no alerts.
 
 Failure policy, as in ``autoscaler.runtime.loop``: a failed read or write is counted
 (``predictive_autoscaler_errors_total{kind}``) and returned in the tick's errors, never dropped; a failed

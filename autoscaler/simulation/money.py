@@ -2,10 +2,11 @@
 
 Why it exists: a ceiling in dollars per hour and training gangs sharing the GPUs change what every policy can
 hold, and an operator wants to see, before setting a ceiling, how much inference it would cut and how long
-training would wait. The decisions are the controller's own (``autoscaler.runtime.money`` does the same each
-tick): plan the replicas, then ``autoscaler.domain.cost.enforce_ceilings`` over the whole simulated cluster (the
-one inference Deployment + the gangs) with gangs whole-or-nothing, then apply. This module only keeps the
-state between ticks and records what happened; it does not re-decide anything the domain decides.
+training would wait. The decisions are the controller's own: at every decision the ledger calls
+``autoscaler.engine.money.money_step``, the step the controller's money stage calls each tick, over the whole simulated
+cluster (the one inference Deployment + the gangs), then applies it. This module only keeps what a cluster would
+(a gang submitted, its nodes coming once it is reserved, it running once started, it ending) and records what
+happened; it decides nothing itself.
 
 The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
 
@@ -21,18 +22,21 @@ The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
   Deployment is a ``production`` workload unless ``--inference-priority`` says otherwise; the predictive
   policy's warm-pool replicas are passed as such (they rank after admitted training, as in the controller).
 * **Gangs** (``--gang gpus=16,at=48h,hours=4,window=24h[,priority=batch][,name=x]``): submitted ``at`` after
-  the trace's start, reserved whole or not at all at a decision tick in ``[at, at + window]``. A reserved
-  gang's nodes are provisioned like any other (``nodes_for`` whole nodes, node start-up), so it runs from
-  ``reserve + node start-up`` for ``hours``, and its GPUs are paid from the reservation to the end of the run
-  (they count in ``gpu_hours`` and ``cost_usd``). *When* it is reserved depends on the policy: the
-  predictive policy places it in the trough of its own (median) forecast with ``domain.gangs.place_gang`` (over the
-  node start-up + run, capacity = the ceiling in GPUs), the oracle does the same with perfect foresight of its
-  own schedule, the HPA has no forecast and takes the first decision tick at which it fits. A placement that
-  does not fit when its tick comes is retried at every decision tick after it (first fit). Under the ceiling
-  the keep order decides who yields: with the default order a production Deployment outranks every gang,
-  so a running gang is *preempted* (all its GPUs released; the run is lost, there is no checkpoint) when
-  inference needs its budget; it is placed again and may restart while its window is open. A gang that is
-  not running when its window closes is *missed*.
+  the trace's start as the controller sees a held Kueue Workload, with ``start-after = at``, ``deadline = at +
+  window`` and its run time. The money step places its *start* in that window (the controller's placement,
+  ``engine.money.place_scheduled``: recomputed every 15 minutes and after a refit, frozen one node start-up before
+  the start; capacity = the GPUs the ceiling buys), counts its GPUs from one node start-up before the start, and
+  reserves it whole or not at all. A reserved gang's nodes are provisioned like any other (``nodes_for`` whole
+  nodes, node start-up); at its start (the step's ``activate``) it is started and runs, once its nodes are up, for
+  ``hours``; its GPUs are paid from the reservation to the end of the run (they count in ``gpu_hours`` and
+  ``cost_usd``). *Where* it is placed depends on the policy: the predictive policy places it in the trough of its
+  own (median) forecast, the oracle with perfect foresight of its own schedule, the HPA has no forecast and places
+  it at the earliest start. A gang whose placement does not fit when it comes to count is retried at every
+  decision after (first fit). Under the ceiling the keep order decides who yields: with the default order a
+  production Deployment outranks every gang, so a running gang is *preempted* (all its GPUs released; the run is
+  lost, there is no checkpoint) when inference needs its budget (a reserved one not started yet only gives its
+  budget back); it is placed again and may restart while its window is open. A gang that has not started one node
+  start-up after its window closed (the controller's grace for an activation at the deadline) is *missed*.
 
 Scores (``PolicyResult``; always present, 0 without a ceiling or gangs):
 
@@ -51,10 +55,11 @@ Scores (``PolicyResult``; always present, 0 without a ceiling or gangs):
   ceiling allowed and the capacity the policy asked for. It is part of ``unserved_fraction``;
 * ``gangs_missed`` and ``gangs_preempted``: gangs whose window closed before a run started, and runs lost.
 
-The controller places scheduled gangs with the same ``place_gang`` (``autoscaler.runtime.money``, on the median
-forecast of each NodePool's Deployments); ``compress_points`` lives in ``autoscaler.domain.gangs`` for both.
-Node pools are one pool of ``--gpus-per-node`` nodes; gang nodes are whole nodes of the same shape that no
-replica shares (training pods usually take whole nodes).
+The gangs are placed around the one Deployment's forecast (``GangPlacer.inference_gpus_ahead``, the keeper's
+``gpu_points`` the controller asks too), whatever their pool: they share the ceiling with it. Node pools are one pool
+of ``--gpus-per-node`` nodes; gang nodes are whole nodes of the same shape that no replica shares (training pods
+usually take whole nodes). ``tests/engine/test_sameness.py`` holds placements, reservations and preemptions equal
+to the controller's.
 """
 
 from __future__ import annotations
