@@ -534,11 +534,18 @@ by 2-16% on servegen-mid (predictive 9%), because the node the ceiling does not 
 counts only the GPUs in use, so it is below the bill by the idle GPUs of partly filled nodes. Placement still
 matters most for gangs: the HPA, reserving at the first fit, lost 0-24 runs per trace to preemption, the predictive
 policy 0-4, the oracle only on servegen-mid (8). Breaches and split gangs stay 0: the ceiling is enforced at every
-decision. Re-measured 2026-11-25, once the simulator forecast through the controller's own forecast keeper (no newest,
-still-changing bin; one node start-up further): the predictive policy's figures above moved by a few percent
+decision. Re-measured 2026-11-25, once the simulator forecast through the controller's own forecast keeper (no
+newest, still-changing bin; one node start-up further): the predictive policy's figures above moved by a few percent
 (servegen-mid cut at the ceiling 38% of the time instead of 32%; gang waits per-GPU to whole nodes 6.5 h to 7.0 h on
 LoRA, 20.6 h to 21.3 h on servegen-small, 47.7 h to 48.0 h on servegen-mid; up to 6 preemptions on servegen-small),
-the other policies not at all; breaches and split gangs are still 0.
+the other policies not at all; breaches and split gangs are still 0. Re-measured 2026-11-25 once the simulator's
+ledger decided through the controller's money step (`engine.money.money_step`; before, it placed a gang once, at
+submission, and reserved it at the placed tick): a placement is now the gang's start, refreshed every 15 minutes and
+after a refit, its GPUs count one node start-up before it, and a gang whose window closed waits one node start-up
+more (the controller's grace for an activation at the deadline). Gang waits moved by at most 1.0 h (NASA predictive
+2.4 h to 1.5 h, servegen-small's per-GPU run 19.4 h to 18.4 h), the oracle on servegen-mid lost one run more (9),
+bills and GPU cost moved by at most 0.25% (servegen-small's per-GPU run, over the bill 2.7% to 2.9% of the ticks
+there); cuts and unserved shares did not.
 """
 
 
@@ -563,8 +570,10 @@ def money_markdown(runs: list[MoneyRun], seconds: float) -> str:
         "or gangs is shown for comparison). Gangs: "
         f"{GANG_GPUS} GPUs for {GANG_HOURS} h, one per {GANG_EVERY_DAYS} days from day {GANG_FIRST_DAY}, "
         f"{GANG_WINDOW_HOURS} h window, priority standard (the production Deployment outranks them: a running gang "
-        "is preempted whole when inference needs its budget). The predictive policy places gangs in its forecast's "
-        "trough (`place_gang`), the oracle in the real one, the HPA takes the first tick that fits. "
+        "is preempted whole when inference needs its budget). Gangs are placed, counted, reserved and started by the "
+        "controller's own money step (`engine.money.money_step`): the predictive policy places them in its "
+        "forecast's trough, the oracle in the real one, the HPA (no forecast) at the earliest start, retried at "
+        "every decision until it fits. "
         "*ceiling-unserved*: requests unserved because of the ceiling (between the capacity it allowed and the "
         "capacity the policy asked for), over all requests; *unserved* includes it. *ceiling cut (time)*: share of "
         "ticks at which the ceiling held fewer replicas than the policy asked for. *breaches* and *split* must "

@@ -608,6 +608,23 @@ def _whole_nodes_note(pool: str, asked_gpus: int, kept_gpus: int, prices: GpuPri
             f"{_fmt(limit_micro)}: {kept_gpus} GPU(s) on {keep} node(s)")
 
 
+def fits_ceilings(asks: Iterable[WorkloadAsk], gangs: Iterable[Gang], ceilings: Ceilings, prices: GpuPrices) -> bool:
+    """Whether the whole plan, priced exactly as ``enforce_ceilings`` prices it, is under every ceiling: then it cuts
+    nothing (a cost only grows with GPUs, so every replica and gang fits in turn). A cheap test for the drivers that
+    decide many times a simulated second; ``enforce_ceilings`` uses it too."""
+    if not ceilings.any:
+        return True
+    whole = _Budget(ceilings, prices)
+    for a in asks:
+        units = a.base_replicas + a.warm_units
+        whole.force(a.team, a.nodepool or _NO_POOL, a.gpus_per_replica * units,
+                    _micro(prices.per_gpu_hour(a.nodepool) * a.gpus_per_replica) * units)
+    for g in gangs:
+        if not g.inactive:
+            whole.force(g.team, g.nodepool or _NO_POOL, g.gpus, _micro(prices.per_gpu_hour(g.nodepool) * g.gpus))
+    return all(lim is None or whole.spent.get(scope, 0) <= lim for scope, lim in whole.limit.items())
+
+
 def enforce_ceilings(
     asks: Iterable[WorkloadAsk],
     gangs: Iterable[Gang],
@@ -639,11 +656,16 @@ def enforce_ceilings(
     price_micro: dict[str, int] = {}
     asked_gpus: dict[str, int] = {}
     for a in ask_list:
+        price_micro[a.key] = _micro(prices.per_gpu_hour(a.nodepool) * a.gpus_per_replica)
+    # Everything fits: then every unit fits in turn, so the units need not be made one replica at a time.
+    fits = fits_ceilings(ask_list, gang_list, ceilings, prices)
+    for a in ask_list:
         pool = a.nodepool or _NO_POOL
-        per_replica = _micro(prices.per_gpu_hour(a.nodepool) * a.gpus_per_replica)
-        price_micro[a.key] = per_replica
+        per_replica = price_micro[a.key]
         budget.force(a.team, pool, a.gpus_per_replica * a.min_replicas, per_replica * a.min_replicas)
         asked_gpus[pool] = asked_gpus.get(pool, 0) + a.gpus_per_replica * (a.base_replicas + a.warm_units)
+        if fits:
+            continue
         cls = _class_index(order, "inference", a.priority)
         for k in range(1, a.base_replicas - a.min_replicas + 1):
             units.append(_Unit((cls, -a.priority, k, 0, a.key), a.key, "inference", a.team, pool,
@@ -656,6 +678,8 @@ def enforce_ceilings(
         kind: UnitKind = "training_admitted" if g.admitted else "training_pending"
         micro = _micro(prices.per_gpu_hour(g.nodepool) * g.gpus)
         asked_gpus[g.nodepool or _NO_POOL] = asked_gpus.get(g.nodepool or _NO_POOL, 0) + g.gpus
+        if fits:
+            continue
         units.append(_Unit((_class_index(order, kind, g.priority), -g.priority, 0, 1, g.key), g.key, kind,
                            g.team, g.nodepool or _NO_POOL, g.gpus, micro, g))
     units.sort(key=lambda u: u.rank)
@@ -666,6 +690,13 @@ def enforce_ceilings(
     granted: dict[tuple[str, UnitKind], int] = {}
     refused: dict[tuple[str, UnitKind], tuple[int, str]] = {}  # (owner, kind) -> (units cut, first ceiling)
     gang_fate: dict[str, tuple[bool, str]] = {}
+    if fits:
+        for a in ask_list:
+            granted[(a.key, "inference")] = a.base_replicas - a.min_replicas
+            granted[(a.key, "warm_pool")] = a.warm_units
+        for g in gang_list:
+            micro = _micro(prices.per_gpu_hour(g.nodepool) * g.gpus)
+            gang_fate[g.key] = (True, f"reserved: {g.gpus} GPU(s) = {_fmt(micro)} fit every ceiling")
     for u in units:
         blocker = budget.blocker(u.team, u.pool, u.gpus, u.micro) if u.micro > 0 else None
         if blocker is None:

@@ -9,7 +9,11 @@ the controller decides on its own lives here, once:
   how far ahead it forecasts) and the GPUs ahead a training gang is placed around;
 - ``deciding``: one Deployment's decision at one tick from what the tick observed (the demand of the newest
   ended bin, the pods waiting for a node), with the holds (capacity not learned, no node coming) and the
-  replicas one node start-up ahead.
+  replicas one node start-up ahead;
+- ``money``: the money step of a tick for the whole cluster (gang placements, the ceilings' cuts, NodePool
+  limits, headroom objects, alerts, which held gangs start), and forecast-sized node headroom per NodePool
+  (``headroom``'s rule over the pool's Deployments), for the controller's money stage, the simulator's ledger and
+  the fleet simulator.
 
 ``autoscaler.runtime`` feeds it from Prometheus and the Kubernetes API on the wall clock,
 ``autoscaler.simulation`` feeds it from a trace and a simulated cluster on trace time, and a test

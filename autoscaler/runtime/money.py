@@ -23,10 +23,11 @@ Between planning every workload and applying the plans, ``Controller.tick`` hand
 5. exports the cost metrics and pushes alerts (projected breach *before* cuts, cuts hitting inference,
    GPUs unavailable) to Alertmanager, resolving each when its condition clears.
 
-The decisions are pure (``autoscaler.domain.money`` and the domain modules it calls; all I/O goes through the injected
-ports). Without a port the stage skips what needs it: with none at all it only prices the plan and
-applies the ceilings, which is what ``run --dry-run`` and the tests without Karpenter see. A standby or a
-dry run reads but never writes: no limits, no headroom, no alerts.
+The decisions are pure and made once, by ``autoscaler.engine.money.money_step`` (over ``autoscaler.domain.money`` and
+the domain modules it calls), the same step the simulator's ledger and the fleet simulator call; this stage reads
+its inputs and applies its plan, all I/O through the injected ports. Without a port the stage skips what needs
+it: with none at all it only prices the plan and applies the ceilings, which is what ``run --dry-run`` and the tests
+without Karpenter see. A standby or a dry run reads but never writes: no limits, no headroom, no alerts.
 
 Failure policy, as in ``autoscaler.runtime.loop``: a failed read or write is counted
 (``predictive_autoscaler_errors_total{kind}``) and returned in the tick's errors, never dropped; a failed
@@ -79,23 +80,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from autoscaler.config.schema import Config, HeadroomSetting
-from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.cost import Ceilings, CostReport
 from autoscaler.domain.gangs import (
     ACTIVATED_ANNOTATION,
     ADMISSION_GATE,
     ADMISSION_GATED_BY,
-    MAX_PLACEMENT_SECONDS,
     PLANNED_START_ANNOTATION,
     Gang,
     GangError,
-    format_gpus,
     parse_gang,
-    place_gangs,
-    placement_window,
-    scheduled,
 )
 from autoscaler.domain.kueue import KueueQueues, parse_queues
 from autoscaler.domain.money import (
@@ -104,23 +100,17 @@ from autoscaler.domain.money import (
     HeadroomKind,
     HeadroomWant,
     PlannedWorkload,
-    alerts_for,
-    asked_by_scope,
-    breaches,
-    counting_gangs,
-    gang_headroom,
-    latest_start,
-    placement_capacity,
-    plan_headroom,
-    pool_limits,
     pool_shapes,
-    stabilize_ahead,
-    unavailable_gpus,
-    unplaced_deferred,
 )
 from autoscaler.domain.nodes import gpu_prices
-from autoscaler.domain.stabilize import History
 from autoscaler.domain.types import ScalingDecision
+from autoscaler.engine.money import (
+    GANG_HEADROOM_LIMIT_STARTUPS,
+    GangForecasts,
+    MoneySnapshot,
+    MoneyState,
+    money_step,
+)
 from autoscaler.ports import (
     Alert,
     AlertSink,
@@ -139,23 +129,7 @@ from autoscaler.runtime.notices import Notices
 
 log = logging.getLogger(__name__)
 
-PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
 PRIORITY_CLASS_REFRESH_SECONDS = 300  # PriorityClasses are re-read at most this often (module docstring)
-GANG_HEADROOM_LIMIT_STARTUPS = 2  # nodes held for a pending gang that has not started are released after this many
-# node start-ups (the nodes are asked for one start-up ahead; one more is the grace for Kueue to admit it)
-
-
-class GangForecasts(Protocol):
-    """What the money stage needs to place scheduled gangs; the loop implements it from its cached models.
-
-    ``points``: the inference GPUs the pool's Deployments are forecast to hold over ``[start, end]`` as
-    ``(time, GPUs)`` points (None when nothing can be said); ``version``: a number that changes when a model
-    in the pool was refit (the cached placements of that pool are then recomputed).
-    """
-
-    def points(self, pool: str | None, start: int, end: int) -> Sequence[tuple[int, float]] | None: ...
-
-    def version(self, pool: str | None) -> int: ...
 
 
 # ---------------------------------------------------------------------------------------------- the stage
@@ -228,80 +202,11 @@ class MoneyStage:
         self._active: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
         self._unresolved: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = {}
         self._karpenter_missing = False
-        self._placements: dict[str, GangPlacement] = {}
-        self._placement_sig: dict[str, tuple[Any, ...]] = {}
-        self._placement_versions: dict[str | None, int] = {}
-        self._placement_absent: frozenset[str] = frozenset()
-        self._placed_at = -math.inf
-        self._no_fit: dict[str, int] = {}  # gang -> the start reported as not fitting (reported once per start)
+        self._state = MoneyState()  # the money step's memory: placements, gang headroom clocks, ahead counts
         self._classes = PriorityClasses()  # the last good PriorityClass read
         self._classes_read_at = -math.inf  # when it was last read (or refused with 403)
         self._classes_forbidden = False  # a 403 was reported and no read has succeeded since
         self._queues: KueueQueues | None = None  # the last good read of Kueue's queues
-        self._gang_held_since: dict[str, int] = {}  # pending gang -> when nodes were first held for it
-        self._ahead_held: dict[str, int] = {}  # stabilised ahead counts of the last tick (headroom stands for them)
-        self._ahead_history: dict[str, History] = {}  # raw ahead counts of the stabilisation window
-
-    # ------------------------------------------------------------------ placement
-
-    def _place(
-        self, gangs: Sequence[Gang], cfg: Config, prices: GpuPrices, now: int, node_startup: float,
-        forecasts: GangForecasts | None, metrics: ControllerMetrics, errors: list[str],
-        absent: frozenset[str] = frozenset(),
-    ) -> dict[str, GangPlacement]:
-        """The cached placements of the scheduled gangs, recomputed when due (module docstring). ``absent``: the
-        pending gangs the ceiling defers (``domain.money.unplaced_deferred``), not counted under the placements."""
-        keep = dict(self._placements)
-        candidates = [g for g in gangs if scheduled(g) and (placement_window(g, now) is not None or
-                                                            (g.key in keep and keep[g.key].frozen))]
-        if not candidates:
-            self._placements, self._placement_sig = {}, {}
-            return {}
-        sig = {g.key: (g.start_after, g.deadline, g.duration_seconds, g.gpus, g.nodepool, g.priority)
-               for g in candidates}
-        keep = {k: p for k, p in keep.items() if k in sig and self._placement_sig.get(k) == sig[k]}
-        keep = {k: replace(p, frozen=True) if not p.frozen and p.start - now <= node_startup else p
-                for k, p in keep.items()}
-        pools = sorted({g.nodepool for g in candidates}, key=lambda p: p or "")
-        versions = {pool: forecasts.version(pool) if forecasts is not None else 0 for pool in pools}
-        due = (set(sig) != set(keep) or versions != self._placement_versions or absent != self._placement_absent
-               or now - self._placed_at >= PLACEMENT_REFRESH_SECONDS)
-        if not due:
-            self._placements = keep
-            return keep
-        fixed = {k: p.start for k, p in keep.items() if p.frozen}
-        inference: dict[str | None, Sequence[tuple[int, float]]] = {}
-        capacity: dict[str | None, float] = {}
-        for pool in pools:
-            members = [g for g in candidates if g.nodepool == pool]
-            end = max(latest_start(g, now, fixed) + (g.duration_seconds or 0) for g in members)
-            end = min(max(end, now + 1), now + MAX_PLACEMENT_SECONDS)
-            inference[pool] = (forecasts.points(pool, now, end) if forecasts is not None else None) or []
-            capacity[pool] = placement_capacity(pool, cfg.ceilings, prices)
-        placed = place_gangs(gangs, inference, capacity, now, fixed, absent)
-        out: dict[str, GangPlacement] = {}
-        for g in candidates:
-            pl = placed.get(g.key)
-            if pl is None:
-                continue
-            cap = capacity.get(g.nodepool, math.inf)
-            out[g.key] = GangPlacement(
-                key=g.key, team=g.team, start=pl.start, peak_gpus=pl.peak_gpus, fits=pl.fits, capacity_gpus=cap,
-                frozen=g.key in fixed or pl.start - now <= node_startup,
-                counts_from=math.floor(pl.start - node_startup), detail=pl.detail,
-            )
-            if not pl.fits and self._no_fit.get(g.key) != pl.start:
-                self._no_fit[g.key] = pl.start
-                metrics.errors.labels("gang_placement").inc()
-                peak = format_gpus(pl.peak_gpus)
-                errors.append(f"{g.key}: no start in its window fits the {format_gpus(cap)} GPU(s) the ceiling buys in "
-                              f"NodePool {g.nodepool or '(none)'}; placed at the lowest peak, {peak} GPU(s) at "
-                              f"{utc(pl.start).isoformat()}")
-            elif pl.fits:
-                self._no_fit.pop(g.key, None)
-        self._placements, self._placement_sig = out, sig
-        self._placement_versions, self._placed_at, self._placement_absent = versions, now, absent
-        return out
 
     # ------------------------------------------------------------------ reads
 
@@ -384,27 +289,6 @@ class MoneyStage:
         self._queues = queues
         return queues
 
-    def _stabilize_ahead(self, planned: Sequence[PlannedWorkload], cfg: Config, now: int) -> list[PlannedWorkload]:
-        """``planned`` with stabilised ahead counts (``domain.money.stabilize_ahead``); the stage remembers them."""
-        default = cfg.profile("default").scale_down_stabilization_seconds
-        windows = {}
-        for p in planned:
-            profile = cfg.profiles.get(p.spec.forecast_profile)
-            windows[p.key] = profile.scale_down_stabilization_seconds if profile is not None else default
-        out, self._ahead_history = stabilize_ahead(planned, self._ahead_held, self._ahead_history, now, windows)
-        self._ahead_held = {p.key: p.ahead_replicas for p in out}
-        return out
-
-    def _track_gang_headroom(self, gh: GangHeadroom, now: int) -> None:
-        """Remember since when nodes are held for each pending gang (the time limit's clock); forget a gang once it
-        started, went away, or Kueue cannot admit it (it starts afresh when it can)."""
-        holding = {g.key for g in gh.held if not g.admitted} | {g.key for g in gh.expired}
-        for key in holding:
-            self._gang_held_since.setdefault(key, now)
-        for key in set(self._gang_held_since) - holding:
-            del self._gang_held_since[key]
-            self._notices.forget(("expired", key))
-
     def _report_expired(self, gh: GangHeadroom, now: int, metrics: ControllerMetrics, errors: list[str]) -> list[str]:
         """Once per gang: a Warning Event on it, the metric and a log line when its held nodes were released."""
         actions: list[str] = []
@@ -462,99 +346,74 @@ class MoneyStage:
         errors: list[str],
         gang_forecasts: GangForecasts | None = None,
     ) -> MoneyOutcome:
-        """Adjust the decisions to the ceilings, then (when ``write``) set limits, headroom, gangs and alerts.
+        """Read, decide with ``engine.money.money_step``, then (when ``write``) set limits, headroom, gangs and alerts.
 
         ``gang_forecasts`` gives the inference GPU forecasts scheduled gangs are placed on; without it they
         are placed as if the pools had no inference (at the earliest start of their window)."""
         t = int(now)
         views = self._read_pools(cfg, metrics, errors)
         pools_known = views is not None
-        views = views or []
         wanted_pools = {p.spec.nodepool for p in planned if p.spec.nodepool}
-        shapes, problems = pool_shapes(views, cfg.pricing, wanted_pools)
+        shapes, problems = pool_shapes(views or [], cfg.pricing, wanted_pools)
         for problem in problems:
             self._once(f"NodePool not priced (default GPU-hour price used): {problem}", "nodepool", metrics, errors)
         prices = gpu_prices(shapes.values(), cfg.pricing)
         all_gangs = self._read_gangs(metrics, errors, t)
         node_startup = float(cfg.cold_start.node_startup_seconds)
-        asks = [WorkloadAsk.from_decision(p.spec, p.decision) for p in planned]
-        absent = unplaced_deferred(asks, all_gangs, cfg.ceilings, prices, t, horizon_seconds)
-        placements = self._place(all_gangs, cfg, prices, t, node_startup, gang_forecasts, metrics, errors, absent)
-        gangs = counting_gangs(all_gangs, placements, t, horizon_seconds, node_startup)
-
-        report = enforce_ceilings(asks, gangs, cfg.ceilings, prices, horizon_seconds=horizon_seconds)
-        decisions = {p.key: report.apply(p.key, p.decision) for p in planned}
-        asked = asked_by_scope(asks, gangs, prices)
-        over = breaches(asked, cfg.ceilings)
-        reserved = list(report.gangs_reserved)
-        teams = {a.key: a.team for a in asks} | {g.key: g.team for g in gangs}
-
-        limit_plan = pool_limits(report, shapes, views) if pools_known else {}
-        limits = {name: limit for name, (limit, _) in limit_plan.items()}
-        effective_limits = {v.name: v.gpu_limit for v in views if v.gpu_limit is not None} | limits
-        # a static NodePool (spec.replicas) has the capacity of its fixed nodes: no more can be bought there
-        effective_limits |= {v.name: max(v.gpus_in_use or 0, v.nodes * shapes[v.name].gpus_per_node)
-                             for v in views if v.static and v.name in shapes}
-        unavailable = unavailable_gpus(planned, decisions, reserved, effective_limits)
 
         setting: HeadroomSetting = cfg.karpenter.headroom
         kind: HeadroomKind | None = None
-        actions: list[str] = []
-        wants: list[HeadroomWant] = []
         if self.capacity is not None and cfg.karpenter.enabled and pools_known and setting != "off":
             try:
                 kind = self.capacity.headroom_mode() if setting == "auto" else setting
             except Exception as exc:
                 metrics.errors.labels("kube_read").inc()
                 errors.append(f"CapacityBuffer discovery failed; no headroom changes this tick: {exc}")
-        # Headroom is held only for what the ceiling would allow at the ahead count (priced only when headroom is
-        # managed, and a second time only when some workload looks further ahead than it asks now).
-        gh = GangHeadroom(tuple(reserved), {})
-        if kind is not None:  # the ahead counts headroom stands for, with the replicas' scale-down stabilisation
-            planned = self._stabilize_ahead(planned, cfg, t)
-        allowed_ahead = {p.key: p.ahead_replicas for p in planned}
-        if kind is not None:
-            ahead_asks = [replace(a, desired_replicas=max(a.desired_replicas, p.ahead_replicas))
-                          for a, p in zip(asks, planned, strict=True)]
-            ahead_report = report
-            if any(a.desired_replicas > b.desired_replicas for a, b in zip(ahead_asks, asks, strict=True)):
-                ahead_report = enforce_ceilings(ahead_asks, gangs, cfg.ceilings, prices,
-                                                horizon_seconds=horizon_seconds)
-            for a in ahead_asks:
-                outcome = ahead_report.outcome(a.key)
-                allowed_ahead[a.key] = a.desired_replicas if outcome is None else outcome.allowed_replicas
-            limit = GANG_HEADROOM_LIMIT_STARTUPS * max(node_startup, 60.0)
-            # every gang that counts is checked (the dry run says why a deferred one would get no nodes either);
-            # nodes are held only for those the ceiling reserved
-            gh = gang_headroom(gangs, self._read_queues(all_gangs, metrics, errors), t, self._gang_held_since, limit)
-            kept = {g.key for g in reserved}
-            gh = replace(gh, held=tuple(g for g in gh.held if g.key in kept))
-            if write:
-                self._track_gang_headroom(gh, t)
-            wants, _ = plan_headroom(planned, decisions, allowed_ahead, shapes, views, list(gh.held),
-                                     effective_limits, kind)
-
-        self._export(metrics, cfg.ceilings, asked, report, teams, reserved, unavailable, planned, allowed_ahead)
+        queues = self._read_queues(all_gangs, metrics, errors) if kind is not None else None
+        default = cfg.profile("default").scale_down_stabilization_seconds
+        windows = {}
+        for p in planned:
+            profile = cfg.profiles.get(p.spec.forecast_profile)
+            windows[p.key] = profile.scale_down_stabilization_seconds if profile is not None else default
+        snapshot = MoneySnapshot(
+            now=t, horizon_seconds=horizon_seconds, node_startup_seconds=node_startup, ceilings=cfg.ceilings,
+            prices=prices, planned=tuple(planned), gangs=tuple(all_gangs), pools=views, shapes=shapes,
+            headroom=kind, queues=queues, ahead_windows=windows, gang_forecasts=gang_forecasts,
+            track_gang_headroom=write,
+            gang_headroom_limit_seconds=GANG_HEADROOM_LIMIT_STARTUPS * max(node_startup, 60.0),
+        )
+        plan, state = money_step(snapshot, self._state)
+        for key in set(self._state.gang_held_since) - set(state.gang_held_since):
+            self._notices.forget(("expired", key))  # it started, went away or cannot be admitted: told afresh
+        self._state = state
+        for problem in plan.placement_problems:
+            metrics.errors.labels("gang_placement").inc()
+            errors.append(problem)
+        gh = plan.gang_headroom
+        placements = plan.placements
+        actions: list[str] = []
+        self._export(metrics, cfg.ceilings, plan.asked, plan.report, plan.teams, plan.reserved, plan.unavailable,
+                     plan.planned, plan.allowed_ahead)
         metrics.gang_planned_start.clear()
-        for p in placements.values():
-            metrics.gang_planned_start.labels(p.key, p.team).set(p.start)
+        for placement in placements.values():
+            metrics.gang_planned_start.labels(placement.key, placement.team).set(placement.start)
         metrics.gang_headroom_blocked.clear()
         for key in gh.blocked:
-            metrics.gang_headroom_blocked.labels(key, teams.get(key, "")).set(1)
-        alerts = alerts_for(report, asked, cfg.ceilings, unavailable, teams)
+            metrics.gang_headroom_blocked.labels(key, plan.teams.get(key, "")).set(1)
         if write:
             if pools_known and self.capacity is not None and cfg.karpenter.enabled:
-                actions += self._write_limits(views, limit_plan, metrics, errors)
+                actions += self._write_limits(views or [], plan.limits, metrics, errors)
                 if kind is not None:
-                    actions += self._write_headroom(wants, views, metrics, errors)
-            actions += self._write_gangs(all_gangs, placements, report, t, metrics, errors)
+                    actions += self._write_headroom(plan.wants, views or [], metrics, errors)
+            actions += self._write_gangs(all_gangs, placements, set(plan.activate), t, metrics, errors)
             actions += self._report_expired(gh, t, metrics, errors)
-            actions += self._send_alerts(alerts, now, metrics, errors)
+            actions += self._send_alerts(plan.alerts, now, metrics, errors)
         return MoneyOutcome(
-            decisions=decisions, report=report, asked=asked, breaches=over, gpus_unavailable=unavailable,
-            limits=limits, headroom={f"{w.ident[0]} {w.ident[1]}": w.amount for w in wants},
-            ahead={p.key: (p.ahead_replicas, allowed_ahead[p.key]) for p in planned},
-            alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in alerts), actions=tuple(actions),
+            decisions=plan.decisions, report=plan.report, asked=plan.asked, breaches=plan.breaches,
+            gpus_unavailable=plan.unavailable, limits={name: limit for name, (limit, _) in plan.limits.items()},
+            headroom={f"{w.ident[0]} {w.ident[1]}": w.amount for w in plan.wants},
+            ahead={p.key: (p.ahead_replicas, plan.allowed_ahead[p.key]) for p in plan.planned},
+            alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in plan.alerts), actions=tuple(actions),
             placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
             gang_headroom_blocked=dict(gh.blocked),
         )
@@ -582,14 +441,13 @@ class MoneyStage:
         return actions
 
     def _write_gangs(
-        self, gangs: Sequence[Gang], placements: Mapping[str, GangPlacement], report: CostReport, now: int,
+        self, gangs: Sequence[Gang], placements: Mapping[str, GangPlacement], activate: set[str], now: int,
         metrics: ControllerMetrics, errors: list[str],
     ) -> list[str]:
         """Write each placed gang's planned start when it changed; activate a held Workload whose start has come
         and that the ceiling reserved whole. A failure is reported; the next tick sees the same state and retries."""
         if self.training is None:
             return []
-        reserved = {g.key for g in report.gangs_reserved}
         actions: list[str] = []
         for g in sorted(gangs, key=lambda g: g.key):
             p = placements.get(g.key)
@@ -602,9 +460,9 @@ class MoneyStage:
             annotations: dict[str, str | None] = {}
             if g.planned_start_note != p.start:
                 annotations[PLANNED_START_ANNOTATION] = utc(p.start).isoformat()
-            activate = g.kind == "Workload" and g.held and now >= p.start and g.key in reserved
+            starts = g.key in activate  # engine.money: its planned start came and the ceiling reserves it whole
             patch: dict[str, Any] = {}
-            if activate:
+            if starts:
                 annotations[ACTIVATED_ANNOTATION] = utc(now).isoformat()
                 if g.gated:  # our name leaves Kueue's admission gate; other controllers' names stay
                     annotations[ADMISSION_GATED_BY] = ",".join(n for n in g.gates if n != ADMISSION_GATE) or None
@@ -613,14 +471,14 @@ class MoneyStage:
             if not annotations:
                 continue
             patch["metadata"] = {"annotations": annotations}
-            what = "activating" if activate else "writing the planned start of"
+            what = "activating" if starts else "writing the planned start of"
             try:
                 self.training.patch_gang(g.kind, g.namespace, g.name, patch)
             except Exception as exc:
                 metrics.errors.labels("kube_write").inc()
                 errors.append(f"{what} {g.key} failed (retried next tick): {exc}")
                 continue
-            if activate:
+            if starts:
                 actions.append(f"{g.key} activated at its planned start {utc(p.start).isoformat()} (reserved whole)")
             else:
                 actions.append(f"{g.key}: planned start {utc(p.start).isoformat()} written")

@@ -447,6 +447,7 @@ def simulate(
                 gpus_per_node=cluster_cfg.gpus_per_node, min_replicas=config.min_replicas, tick_seconds=tick,
                 node_startup_ticks=cluster_cfg.ticks(cluster_cfg.node_startup_seconds), start=series.start,
                 placer=placer,  # type: ignore[arg-type]
+                node_startup_seconds=float(cluster_cfg.node_startup_seconds),
             )
         queue = FluidQueue(segments) if callable(getattr(policy, "observe_queue", None)) else None
         requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial), ledger, queue,

@@ -13,11 +13,11 @@ Each Deployment is a ``cluster.Cluster`` on its NodePool's shared ``cluster.Node
    ``consolidateAfter`` (reserved headroom nodes excepted) and places Pending pods where they now fit;
 2. every Deployment's policy decides (its own clock: its trace's start + tick);
 3. when the fleet's asks, priced in whole nodes per pool (perfect packing, ``domain.cost.GpuPrices``), break the
-   cluster or a team ceiling, ``domain.cost.enforce_ceilings`` (the controller's money decision) cuts them by
-   priority; the Deployments scale;
+   cluster or a team ceiling, ``engine.money.money_step`` (the controller's money step) cuts them by priority; the
+   Deployments scale;
 4. with headroom on, at each decision of the predictive policy (every ``headroom_every`` ticks), each pool keeps
-   the idle whole nodes ``engine.headroom.pool_headroom`` asks for (empty nodes are provisioned; others are
-   reserved from consolidation; the rest are left to consolidate);
+   the idle whole nodes ``engine.money.pools_headroom`` (the controller's sizing) asks for (empty nodes are
+   provisioned; others are reserved from consolidation; the rest are left to consolidate);
 5. the bill: nodes that exist or are starting, per pool (Karpenter bills a node from launch).
 
 The ceiling *as billed* is a hard rule: a pool may not create a node when the fleet's nodes, at their prices, plus
@@ -39,20 +39,25 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from autoscaler.domain.annotations import MAX_PRIORITY
-from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, fits_ceilings
 from autoscaler.engine.headroom import (
     DEFAULT_MIN_RESIDUALS,
     DEFAULT_QUANTILE,
     HeadroomDecision,
     PooledResiduals,
-    PoolForecast,
-    pool_headroom,
+)
+from autoscaler.engine.money import (
+    HeadroomMember,
+    MoneySnapshot,
+    MoneyState,
+    PoolObservation,
+    money_step,
+    pools_headroom,
 )
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
@@ -66,7 +71,7 @@ from autoscaler.simulation.engine import (
 )
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.traffic import resolve, spread
-from models.types import FloatArray, Forecast, TrafficSeries
+from models.types import FloatArray, TrafficSeries
 
 # Karpenter v1's NodePool CRD defaults ``spec.disruption.consolidateAfter`` to 0s (../shared/crds, karpenter.sh
 # NodePool): an empty node is removed at once unless the NodePool says otherwise.
@@ -321,23 +326,6 @@ class FleetRun:
         }
 
 
-def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
-    """The forecast's median and one standard deviation (from its highest band) at time ``at``, in replicas."""
-    if forecast is None or forecast.horizon == 0:
-        return None
-    i = min(max(0, (at - forecast.start) // forecast.step_seconds), forecast.horizon - 1)
-    median_band = forecast.quantiles.get(50, forecast.mean)
-    median = float(median_band[i])
-    levels = [q for q in forecast.quantiles if q > 50]
-    sigma = 0.0
-    if levels:
-        top = max(levels)
-        sigma = max(0.0, float(forecast.quantiles[top][i]) - median) / NormalDist().inv_cdf(top / 100.0)
-    if not (math.isfinite(median) and math.isfinite(sigma)):
-        return None
-    return max(0.0, median) / capacity, sigma / capacity
-
-
 class _Bill:
     """Billed dollars per hour of the fleet's nodes, kept as counts so the ceiling check is O(pools)."""
 
@@ -387,7 +375,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         full = cfg.ticks(cfg.node_startup_seconds + cfg.pod_startup_seconds)
         initial.append(min(int(need[: full + 1].max()) if need.size else d.min_replicas, d.max_replicas))
     if ceilings.any:
-        initial = _within_ceilings(deps, initial, initial, ceilings, prices)
+        initial = _within_ceilings(deps, initial, ceilings, prices)
     # initial pods are Ready on nodes that were there before the replay (no limit or guard applies to them)
     clusters = [Cluster(config.cluster_config(d), n0, pools[d.pool]) for d, n0 in zip(deps, initial, strict=True)]
     policies = [build(i, d, config.simulation_config(d), config.cluster_config(d)) for i, d in enumerate(deps)]
@@ -425,8 +413,9 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             wanted.append(w)
         decided[:, k] = wanted
         allowed = wanted
-        if ceilings.any and _over_ceilings(deps, wanted, ceilings, prices):
-            allowed = _within_ceilings(deps, wanted, [c.requested for c in clusters], ceilings, prices)
+        if ceilings.any:
+            warm = [int(getattr(pol, "warm_pool_replicas", 0)) for pol in policies]
+            allowed = _within_ceilings(deps, wanted, ceilings, prices, warm)
         for c, w in zip(clusters, allowed, strict=True):
             if w != c.requested:
                 c.scale_to(k, w)
@@ -490,35 +479,28 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     )
 
 
-def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int], current: Sequence[int]) -> list[WorkloadAsk]:
-    return [WorkloadAsk(key=d.name, team=d.team, priority=d.priority, gpus_per_replica=d.gpus_per_replica,
-                        min_replicas=min(d.min_replicas, w), desired_replicas=w, nodepool=d.pool)
-            for d, w in zip(deps, wanted, strict=True)]
-
-
-def _over_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceilings: Ceilings,
-                   prices: GpuPrices) -> bool:
-    """Whether the asks, priced as ``enforce_ceilings`` prices them, break a ceiling (a cheap pre-check)."""
-    by_pool: dict[str | None, int] = {}
-    by_team: dict[str, float] = {}
-    for d, w in zip(deps, wanted, strict=True):
-        g = w * d.gpus_per_replica
-        by_pool[d.pool] = by_pool.get(d.pool, 0) + g
-        by_team[d.team] = by_team.get(d.team, 0.0) + g * prices.per_gpu_hour(d.pool)
-    if ceilings.cluster is not None and prices.bill(by_pool) > ceilings.cluster + 1e-9:
-        return True
-    return any(by_team.get(t, 0.0) > limit + 1e-9 for t, limit in ceilings.teams.items())
-
-
-def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], current: Sequence[int],
-                     ceilings: Ceilings, prices: GpuPrices) -> list[int]:
-    """The controller's money decision (``enforce_ceilings``): the replicas each Deployment keeps."""
-    report = enforce_ceilings(_asks(deps, wanted, current), (), ceilings, prices)
+def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int], warm: Sequence[int]) -> tuple[WorkloadAsk, ...]:
+    """The asks as the controller makes them (``WorkloadAsk.from_decision``): the warm-pool replicas of a decision
+    rank after every Deployment's serving replicas."""
     out = []
-    for d, w in zip(deps, wanted, strict=True):
-        o = report.outcome(d.name)
-        out.append(w if o is None else int(o.allowed_replicas))
-    return out
+    for d, w, h in zip(deps, wanted, warm, strict=True):
+        low = min(d.min_replicas, w)
+        out.append(WorkloadAsk(key=d.name, team=d.team, priority=d.priority, gpus_per_replica=d.gpus_per_replica,
+                               min_replicas=low, desired_replicas=w, warm_pool_replicas=max(0, min(h, w - low)),
+                               nodepool=d.pool))
+    return tuple(out)
+
+
+def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceilings: Ceilings,
+                     prices: GpuPrices, warm: Sequence[int] | None = None) -> list[int]:
+    """The controller's money decision (``engine.money.money_step``): the replicas each Deployment keeps (at once
+    when the plan fits every ceiling, ``domain.cost.fits_ceilings``, the test ``enforce_ceilings`` starts with)."""
+    asks = _asks(deps, wanted, [0] * len(deps) if warm is None else warm)
+    if fits_ceilings(asks, (), ceilings, prices):
+        return list(wanted)
+    plan, _ = money_step(MoneySnapshot(now=0, horizon_seconds=0, node_startup_seconds=0.0, ceilings=ceilings,
+                                       prices=prices, asks=asks, pools=None), MoneyState())
+    return [plan.allowed(d.name, w) for d, w in zip(deps, wanted, strict=True)]
 
 
 def _headroom_step(k: int, pname: str, pool: NodePool, spec: PoolSpec, members: Sequence[int],
@@ -526,40 +508,22 @@ def _headroom_step(k: int, pname: str, pool: NodePool, spec: PoolSpec, members: 
                    caps: Sequence[float], gpr: Sequence[int], demand_cols: Sequence[list[float]],
                    residuals: PooledResiduals, lead_seconds: int, tick: int, config: FleetConfig,
                    bill: _Bill) -> HeadroomDecision | None:
-    """One pool's headroom decision at tick ``k``: forecasts at the node lead, the pooled error, whole idle nodes."""
-    median = 0.0
-    sigmas: list[float] = []
-    actual = 0.0
-    complete = True  # every member's demand is known now (a missing bin is no evidence of the pool's error)
-    for i in members:
-        d = demand_cols[i][k]
-        got = _median_and_sigma(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i])
-        if math.isfinite(d):
-            actual += d / caps[i] * gpr[i]
-        else:
-            complete = False
-            actual += got[0] * gpr[i] if got is not None else clusters[i].requested * gpr[i]
-        if got is None:  # no forecast yet: the current demand, and no band
-            median += (d / caps[i] * gpr[i]) if math.isfinite(d) else clusters[i].requested * gpr[i]
-            continue
-        median += got[0] * gpr[i]
-        sigmas.append(got[1] * gpr[i])
-    now = k * tick
-    if complete:
-        residuals.observe(now, actual)
-        residuals.forecast(now + lead_seconds, median)
-    held = sum(clusters[i].requested * gpr[i] for i in members)
+    """One pool's headroom decision at tick ``k``: what the simulated pool shows (its Deployments' forecasts and
+    demand, its nodes, the bill), sized by the controller's ``engine.money.pools_headroom``."""
     busy = [n for n in pool.nodes if n.used > 0]
     partial = sum(spec.gpus_per_node - n.used for n in busy)
     empty = pool.node_count - len(busy)
     slack = None
     if config.cluster_ceiling is not None:
         slack = config.cluster_ceiling - (bill.usd_per_hour() - empty * spec.node_usd_per_hour)
-    decision = pool_headroom(PoolForecast(
-        pname, spec.gpus_per_node, median, tuple(sigmas), residuals.snapshot(), held, partial_free_gpus=partial,
-        busy_nodes=len(busy), max_nodes=spec.max_nodes, node_usd_per_hour=spec.node_usd_per_hour,
-        ceiling_slack_usd_per_hour=slack, quantile=config.headroom_quantile,
-        min_residuals=config.headroom_min_residuals, current_gpus=actual))
+    observation = PoolObservation(
+        pname, spec.gpus_per_node,
+        tuple(HeadroomMember(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i],
+                             gpr[i], demand_cols[i][k], clusters[i].requested) for i in members),
+        lead_seconds, partial_free_gpus=partial, busy_nodes=len(busy), max_nodes=spec.max_nodes,
+        node_usd_per_hour=spec.node_usd_per_hour, ceiling_slack_usd_per_hour=slack,
+        quantile=config.headroom_quantile, min_residuals=config.headroom_min_residuals)
+    decision = pools_headroom([observation], {pname: residuals}, k * tick)[pname]
     pool.reserve = decision.idle_nodes
     if empty < decision.idle_nodes:
         pool.provision(k, decision.idle_nodes - empty)

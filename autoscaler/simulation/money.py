@@ -2,10 +2,11 @@
 
 Why it exists: a ceiling in dollars per hour and training gangs sharing the GPUs change what every policy can
 hold, and an operator wants to see, before setting a ceiling, how much inference it would cut and how long
-training would wait. The decisions are the controller's own (``autoscaler.runtime.money`` does the same each
-tick): plan the replicas, then ``autoscaler.domain.cost.enforce_ceilings`` over the whole simulated cluster (the
-one inference Deployment + the gangs) with gangs whole-or-nothing, then apply. This module only keeps the
-state between ticks and records what happened; it does not re-decide anything the domain decides.
+training would wait. The decisions are the controller's own: at every decision the ledger calls
+``autoscaler.engine.money.money_step``, the step the controller's money stage calls each tick, over the whole simulated
+cluster (the one inference Deployment + the gangs), then applies it. This module only keeps what a cluster would
+(a gang submitted, its nodes coming once it is reserved, it running once started, it ending) and records what
+happened; it decides nothing itself.
 
 The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
 
@@ -21,18 +22,21 @@ The rules (``simulate --help`` and docs/BENCHMARKS.md say the same):
   Deployment is a ``production`` workload unless ``--inference-priority`` says otherwise; the predictive
   policy's warm-pool replicas are passed as such (they rank after admitted training, as in the controller).
 * **Gangs** (``--gang gpus=16,at=48h,hours=4,window=24h[,priority=batch][,name=x]``): submitted ``at`` after
-  the trace's start, reserved whole or not at all at a decision tick in ``[at, at + window]``. A reserved
-  gang's nodes are provisioned like any other (``nodes_for`` whole nodes, node start-up), so it runs from
-  ``reserve + node start-up`` for ``hours``, and its GPUs are paid from the reservation to the end of the run
-  (they count in ``gpu_hours`` and ``cost_usd``). *When* it is reserved depends on the policy: the
-  predictive policy places it in the trough of its own (median) forecast with ``domain.gangs.place_gang`` (over the
-  node start-up + run, capacity = the ceiling in GPUs), the oracle does the same with perfect foresight of its
-  own schedule, the HPA has no forecast and takes the first decision tick at which it fits. A placement that
-  does not fit when its tick comes is retried at every decision tick after it (first fit). Under the ceiling
-  the keep order decides who yields: with the default order a production Deployment outranks every gang,
-  so a running gang is *preempted* (all its GPUs released; the run is lost, there is no checkpoint) when
-  inference needs its budget; it is placed again and may restart while its window is open. A gang that is
-  not running when its window closes is *missed*.
+  the trace's start as the controller sees a held Kueue Workload, with ``start-after = at``, ``deadline = at +
+  window`` and its run time. The money step places its *start* in that window (the controller's placement,
+  ``engine.money.place_scheduled``: recomputed every 15 minutes and after a refit, frozen one node start-up before
+  the start; capacity = the GPUs the ceiling buys), counts its GPUs from one node start-up before the start, and
+  reserves it whole or not at all. A reserved gang's nodes are provisioned like any other (``nodes_for`` whole
+  nodes, node start-up); at its start (the step's ``activate``) it is started and runs, once its nodes are up, for
+  ``hours``; its GPUs are paid from the reservation to the end of the run (they count in ``gpu_hours`` and
+  ``cost_usd``). *Where* it is placed depends on the policy: the predictive policy places it in the trough of its
+  own (median) forecast, the oracle with perfect foresight of its own schedule, the HPA has no forecast and places
+  it at the earliest start. A gang whose placement does not fit when it comes to count is retried at every
+  decision after (first fit). Under the ceiling the keep order decides who yields: with the default order a
+  production Deployment outranks every gang, so a running gang is *preempted* (all its GPUs released; the run is
+  lost, there is no checkpoint) when inference needs its budget (a reserved one not started yet only gives its
+  budget back); it is placed again and may restart while its window is open. A gang that has not started one node
+  start-up after its window closed (the controller's grace for an activation at the deadline) is *missed*.
 
 Scores (``PolicyResult``; always present, 0 without a ceiling or gangs):
 
@@ -51,10 +55,11 @@ Scores (``PolicyResult``; always present, 0 without a ceiling or gangs):
   ceiling allowed and the capacity the policy asked for. It is part of ``unserved_fraction``;
 * ``gangs_missed`` and ``gangs_preempted``: gangs whose window closed before a run started, and runs lost.
 
-The controller places scheduled gangs with the same ``place_gang`` (``autoscaler.runtime.money``, on the median
-forecast of each NodePool's Deployments); ``compress_points`` lives in ``autoscaler.domain.gangs`` for both.
-Node pools are one pool of ``--gpus-per-node`` nodes; gang nodes are whole nodes of the same shape that no
-replica shares (training pods usually take whole nodes).
+The gangs are placed around the one Deployment's forecast (``GangPlacer.inference_gpus_ahead``, the keeper's
+``gpu_points`` the controller asks too), whatever their pool: they share the ceiling with it. Node pools are one pool
+of ``--gpus-per-node`` nodes; gang nodes are whole nodes of the same shape that no replica shares (training pods
+usually take whole nodes). ``tests/engine/test_sameness.py`` holds placements, reservations and preemptions equal
+to the controller's.
 """
 
 from __future__ import annotations
@@ -65,9 +70,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from autoscaler.domain.annotations import MAX_PRIORITY, PRIORITY_TIERS
-from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, enforce_ceilings
-from autoscaler.domain.gangs import Gang, format_gpus, place_gang
+from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, fits_ceilings
+from autoscaler.domain.gangs import Gang, format_gpus
 from autoscaler.domain.nodes import nodes_for
+from autoscaler.engine.money import MoneyPlan, MoneySnapshot, MoneyState, money_step
 from autoscaler.traces import parse_duration
 
 SIM_NAMESPACE = "simulated"
@@ -261,20 +267,45 @@ class GangPlacer(Protocol):
     def inference_gpus_ahead(self, k: int, seconds: int) -> Sequence[tuple[int, float]] | None: ...
 
 
+class _PlacerForecasts:
+    """``engine.money.GangForecasts`` over a policy's own forecast: the one Deployment's GPUs for every pool (the
+    gangs have whole nodes of their own, but they share the ceiling with the inference they are placed around), and
+    a version that changes when its model is refit (as the controller's ``_GangForecasts.version``)."""
+
+    def __init__(self, placer: GangPlacer, start: int, tick: int) -> None:
+        self.placer = placer
+        self.start = start
+        self.tick = tick
+
+    def points(self, pool: str | None, start: int, end: int) -> Sequence[tuple[int, float]] | None:
+        return self.placer.inference_gpus_ahead((start - self.start) // self.tick, end - start)
+
+    def version(self, pool: str | None) -> int:
+        keeper = getattr(self.placer, "keeper", None)
+        if keeper is None:
+            return 0
+        return -1 if keeper.model is None else int(keeper.fitted_at)
+
+
 @dataclass
 class _GangRun:
     spec: GangSpec
-    gang: Gang
+    gang: Gang  # as the controller reads it: a Kueue Workload created held, with its window and run time
     at_tick: int
-    latest_tick: int
     micro: int
-    state: str = "future"  # future -> waiting -> held -> done; waiting -> missed; held -> waiting (preempted)
-    planned_tick: int = 0
+    # future -> waiting -> reserved -> running -> done; reserved -> waiting (the ceiling took the budget back before
+    # it started); running -> waiting (preempted: the run is lost); waiting -> missed (its window and grace passed)
+    state: str = "future"
     reserved_tick: int = -1
+    run_tick: int = -1  # when its pods run: activated, on nodes that are up
     end_tick: int = -1
     wait_ticks: int = 0
     preemptions: int = 0
     node_gpus: list[int] = field(default_factory=list)  # GPUs held on each of its nodes (the split ledger)
+
+    @property
+    def holds(self) -> bool:
+        return self.state in ("reserved", "running")
 
 
 @dataclass(frozen=True)
@@ -289,12 +320,16 @@ class MoneyOutcome:
     gangs_missed: int
     gangs_preempted: int
     notes: tuple[str, ...]
+    reserved_ticks: tuple[tuple[str, int], ...] = ()  # (gang, tick) each time the ceiling reserved it
+    preempted_ticks: tuple[tuple[str, int], ...] = ()  # (gang, tick) each time a running gang lost its run
 
 
 class MoneyLedger:
     """The money stage of one policy's run: the ceiling and the gangs, tick by tick.
 
-    Per tick, ``step`` is called after the policy decided and before the cluster is scaled; ``record`` after.
+    Per tick, ``step`` is called after the policy decided and before the cluster is scaled; ``record`` after. The
+    decisions are ``engine.money.money_step``'s, the controller's own; the ledger keeps what a real cluster would:
+    a gang is submitted, its nodes come when it is reserved, it runs once started, it ends.
     """
 
     def __init__(
@@ -310,6 +345,7 @@ class MoneyLedger:
         node_startup_ticks: int,
         start: int,
         placer: GangPlacer | None = None,
+        node_startup_seconds: float | None = None,
     ) -> None:
         self.money = money
         self.name = policy_name
@@ -319,8 +355,10 @@ class MoneyLedger:
         self.min_replicas = min_replicas
         self.tick = tick_seconds
         self.lead = node_startup_ticks
+        self.lead_seconds = float(node_startup_ticks * tick_seconds if node_startup_seconds is None
+                                  else node_startup_seconds)
         self.start = start
-        self.placer = placer
+        self.forecasts = None if placer is None else _PlacerForecasts(placer, start, tick_seconds)
         ceiling = money.ceiling_usd_per_hour
         self.ceiling_micro = None if ceiling is None else _micro(ceiling)
         self.ceilings = Ceilings(cluster=ceiling)
@@ -331,113 +369,121 @@ class MoneyLedger:
         self.prices = GpuPrices(by_pool={p: gpu_hour_price for p in pools}, default=gpu_hour_price,
                                 gpus_per_node={p: self.node_gpus for p in pools})
         self.node_micro = _micro(gpu_hour_price * self.node_gpus)
-        self.capacity_gpus = (math.inf if ceiling is None or gpu_hour_price <= 0
-                              else math.floor(ceiling / (gpu_hour_price * self.node_gpus) + 1e-9) * self.node_gpus)
         self.runs = [
             _GangRun(
                 spec=g,
                 gang=Gang(kind="Workload", namespace=SIM_NAMESPACE, name=g.name, gpus=g.gpus, pods=nodes_for(
                     g.gpus, gpus_per_node), admitted=False, priority=g.priority, team=SIM_NAMESPACE,
-                    duration_seconds=g.run_seconds, nodepool=GANG_POOL + g.name),
+                    duration_seconds=g.run_seconds, nodepool=GANG_POOL + g.name, held=True,
+                    start_after=start + g.at_seconds, deadline=start + g.at_seconds + g.window_seconds),
                 at_tick=math.ceil(g.at_seconds / tick_seconds),
-                latest_tick=(g.at_seconds + g.window_seconds) // tick_seconds,
                 micro=nodes_for(g.gpus, gpus_per_node if money.whole_nodes else 1) * _micro(
                     gpu_hour_price * (gpus_per_node if money.whole_nodes else 1)),
             )
             for g in money.gangs
         ]
+        self.state = MoneyState()
+        self.plan: MoneyPlan | None = None  # of the last decision (None: no gang, and it fitted every ceiling)
         self.wanted_now = 0
         self.wanted: list[int] = []
         self.gang_gpus: list[int] = []
         self.breaches = 0
         self.split = 0
         self.notes: list[str] = []
+        self.reserved_ticks: list[tuple[str, int]] = []
+        self.preempted_ticks: list[tuple[str, int]] = []
+        self._placed: dict[str, int] = {}  # gang -> the planned start last noted
         self._unmeetable_noted = False
 
     def replica_bill(self, replicas: int) -> int:
         """Micro-dollars per hour of the nodes ``replicas`` replicas take (whole nodes, or GPUs when per GPU)."""
         return nodes_for(replicas * self.gpr, self.node_gpus) * self.node_micro
 
-    # ---------------------------------------------------------------- gang life cycle
+    # ---------------------------------------------------------------- gang life cycle (what the cluster does)
 
     def _reserve(self, run: _GangRun, k: int) -> None:
         full, rest = divmod(run.spec.gpus, self.gpn)
         run.node_gpus = [self.gpn] * full + ([rest] if rest else [])
-        run.state, run.reserved_tick = "held", k
-        run.end_tick = k + self.lead + math.ceil(run.spec.run_seconds / self.tick)
+        run.state, run.reserved_tick = "reserved", k
+        self.reserved_ticks.append((run.spec.name, k))
+
+    def _run(self, run: _GangRun, k: int) -> None:
+        """Started (Kueue admits it): its pods run once its nodes are up, for its run time."""
+        run.state = "running"
+        run.run_tick = max(k, run.reserved_tick + self.lead)
+        run.end_tick = run.run_tick + math.ceil(run.spec.run_seconds / self.tick)
 
     def _release(self, run: _GangRun, state: str) -> None:
         run.node_gpus = []
         run.state = state
 
-    def _place(self, run: _GangRun, k: int) -> None:
-        """When to try first: the trough of what the policy expects (``place_gang``), else now."""
-        run.planned_tick = k
-        if self.placer is None or k > run.latest_tick:
-            return
-        run_seconds = (self.lead + math.ceil(run.spec.run_seconds / self.tick)) * self.tick
-        horizon = (run.latest_tick - k) * self.tick + run_seconds
-        points = self.placer.inference_gpus_ahead(k, horizon)
-        if not points:
-            return
-        now = self.start + k * self.tick
-        latest = self.start + run.latest_tick * self.tick
-        placement = place_gang(replace(run.gang, duration_seconds=run_seconds), points, self.capacity_gpus, now,
-                               latest)
-        run.planned_tick = max(k, math.ceil((placement.start - self.start) / self.tick))
-        self.notes.append(
-            f"{self.name}: {run.spec.name} placed at +{run.planned_tick * self.tick / 3600:.2f}h "
-            f"(peak {format_gpus(placement.peak_gpus)} GPUs incl. the gang; "
-            f"{'fits' if placement.fits else 'does NOT fit'})"
-        )
+    def _past(self, run: _GangRun, k: int) -> bool:
+        """Its window and the grace after it passed (``domain.gangs.holds_gpus``): it no longer counts."""
+        deadline = run.gang.deadline if run.gang.deadline is not None else math.inf
+        return self.start + k * self.tick > deadline + self.lead_seconds
 
     def _advance(self, k: int) -> None:
         for run in self.runs:
-            if run.state == "held" and k >= run.end_tick:
+            if run.state == "running" and k >= run.end_tick:
                 self._release(run, "done")
             if run.state == "future" and k >= run.at_tick:
                 run.state = "waiting"
-                self._place(run, k)
-            if run.state == "waiting" and k > run.latest_tick:
+            if run.state == "waiting" and self._past(run, k):
                 run.state = "missed"
+
+    def _gang(self, run: _GangRun) -> Gang:
+        if run.state == "running":
+            return replace(run.gang, admitted=True, held=False)
+        return run.gang
 
     # ---------------------------------------------------------------- the tick
 
     def step(self, k: int, current: int, desired: int, decides: bool, warm: int = 0) -> int:
-        """The replicas to hold at tick ``k``: ``desired`` under the ceiling (gangs reserved or preempted here)."""
+        """The replicas to hold at tick ``k``: ``desired`` under the ceiling (gangs reserved, started or preempted)."""
         self._advance(k)
         if not decides:
             return current  # no decision: nothing is asked, gangs wait for the next decision
         self.wanted_now = desired
-        held = [r for r in self.runs if r.state == "held"]
-        eligible = [r for r in self.runs if r.state == "waiting" and k >= r.planned_tick]
-        claims = held + eligible
-        asked = self.replica_bill(desired) + sum(r.micro for r in claims)
-        if self.ceiling_micro is None or asked <= self.ceiling_micro:
-            allowed, granted = desired, {r.spec.name for r in claims}  # everything fits: what enforce_ceilings grants
-        elif not claims and desired <= self.min_replicas:
-            allowed, granted = desired, set()  # the minimum is kept even above the ceiling
-        else:
-            min_r = min(self.min_replicas, desired)
-            ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
-                              gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
-                              warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
-            gangs = [replace(r.gang, admitted=r.state == "held") for r in claims]
-            report = enforce_ceilings([ask], gangs, self.ceilings, self.prices)
-            outcome = report.outcome(INFERENCE_KEY)
-            assert outcome is not None
-            allowed = outcome.allowed_replicas
-            granted = {g.gang.name for g in report.gangs if g.reserved}
-        for r in claims:
-            if r.spec.name in granted:
+        # a missed gang is still there for the controller too (its Workload is not deleted): it no longer counts, but
+        # its frozen placement stays
+        live = [r for r in self.runs if r.state in ("waiting", "reserved", "running", "missed")]
+        min_r = min(self.min_replicas, desired)
+        ask = WorkloadAsk(key=INFERENCE_KEY, team=SIM_NAMESPACE, priority=self.money.inference_priority,
+                          gpus_per_replica=self.gpr, min_replicas=min_r, desired_replicas=desired,
+                          warm_pool_replicas=max(0, min(warm, desired - min_r)), nodepool=INFERENCE_POOL)
+        if not live and fits_ceilings((ask,), (), self.ceilings, self.prices):
+            self.plan = None
+            return desired  # nothing to place, start or cut (the test ``enforce_ceilings`` starts with)
+        now = self.start + k * self.tick
+        plan, self.state = money_step(MoneySnapshot(
+            now=now, horizon_seconds=0, node_startup_seconds=self.lead_seconds, ceilings=self.ceilings,
+            prices=self.prices, asks=(ask,), gangs=tuple(self._gang(r) for r in live), pools=None,
+            gang_forecasts=self.forecasts), self.state)
+        self.plan = plan
+        self.notes.extend(f"{self.name}: {p}" for p in plan.placement_problems)
+        for key, p in plan.placements.items():
+            if key not in self._placed:  # the first placement (it moves as the forecast does; the start is what counts)
+                self._placed[key] = p.start
+                name = key.rsplit("/", 1)[-1]
+                self.notes.append(f"{self.name}: {name} placed at +{(p.start - self.start) / 3600:.2f}h "
+                                  f"(its start; peak {format_gpus(p.peak_gpus)} GPUs incl. the gang; "
+                                  f"{'fits' if p.fits else 'does NOT fit'})")
+        granted = {g.key for g in plan.reserved}
+        activate = set(plan.activate)
+        for r in live:
+            key = r.gang.key
+            if key in granted:
                 if r.state == "waiting":
                     self._reserve(r, k)
-            elif r.state == "held":
+                if r.state == "reserved" and key in activate:
+                    self._run(r, k)
+            elif r.state == "reserved":  # not started yet: the budget goes back, nothing is lost
+                self._release(r, "missed" if self._past(r, k) else "waiting")
+            elif r.state == "running":
                 r.preemptions += 1
-                self._release(r, "waiting" if k <= r.latest_tick else "missed")
-                if r.state == "waiting":
-                    self._place(r, k + 1)
-        return allowed
+                self.preempted_ticks.append((r.spec.name, k))
+                self._release(r, "missed" if self._past(r, k) else "waiting")
+        return plan.allowed(INFERENCE_KEY, desired)
 
     def record(self, k: int, requested: int) -> None:
         """After the cluster was scaled at tick ``k``: the bill, the breach and split checks, the waiting."""
@@ -467,8 +513,8 @@ class MoneyLedger:
         for r in self.runs:
             if r.state == "future":
                 notes.append(f"{self.name}: {r.spec.name} is asked after the trace ends; not simulated")
-            elif r.state == "held":
-                notes.append(f"{self.name}: {r.spec.name} still running when the trace ends")
+            elif r.holds:
+                notes.append(f"{self.name}: {r.spec.name} still {r.state} when the trace ends")
             elif r.state == "waiting":
                 notes.append(f"{self.name}: {r.spec.name} still waiting when the trace ends")
         return MoneyOutcome(
@@ -480,4 +526,6 @@ class MoneyLedger:
             gangs_missed=sum(r.state == "missed" for r in self.runs),
             gangs_preempted=sum(r.preemptions for r in self.runs),
             notes=tuple(notes),
+            reserved_ticks=tuple(self.reserved_ticks),
+            preempted_ticks=tuple(self.preempted_ticks),
         )

@@ -19,6 +19,7 @@ from autoscaler.domain.cost import (
     KeepClass,
     WorkloadAsk,
     enforce_ceilings,
+    fits_ceilings,
 )
 from autoscaler.domain.gangs import Gang
 from autoscaler.domain.types import ScalingDecision, Step
@@ -340,3 +341,27 @@ def test_report_is_deterministic_and_order_of_inputs_does_not_matter(
     b = enforce_ceilings(list(reversed(asks)), list(reversed(gangs)), Ceilings(cluster=cluster), PRICES)
     assert a.to_dict() == b.to_dict()
     assert {o.key: o for o in a.workloads} == {o.key: o for o in b.workloads}
+
+
+WHOLE_NODES = GpuPrices({"a100": 4.0, "l4": 1.0}, default=2.0, gpus_per_node={"a100": 8, "l4": 4})
+
+
+@settings(max_examples=150, deadline=None)
+@given(plans(), budgets, budgets, st.sampled_from([PRICES, WHOLE_NODES]))
+def test_the_cheap_fit_test_says_exactly_whether_the_ceilings_cut_anything(
+    plan: tuple[list[WorkloadAsk], list[Gang]], cluster: float | None, team_a: float | None, prices: GpuPrices,
+) -> None:
+    # the drivers that decide every simulated tick skip the money step when fits_ceilings says the plan fits
+    asks, gangs = plan
+    ceilings = Ceilings(cluster=cluster, teams={} if team_a is None else {"a": team_a})
+    report = enforce_ceilings(asks, gangs, ceilings, prices)
+    if fits_ceilings(asks, gangs, ceilings, prices):
+        assert not report.binds
+        assert all(o.allowed_replicas == o.asked_replicas for o in report.workloads)
+        assert not report.gangs_deferred
+        if cluster is not None:  # and the bill the report prices itself is under every ceiling
+            assert report.cluster_dollars_per_hour <= cluster + 1e-6
+        if team_a is not None:
+            assert report.team_dollars_per_hour.get("a", 0.0) <= team_a + 1e-6
+    else:
+        assert report.binds or report.gangs_deferred

@@ -26,16 +26,31 @@ import numpy as np
 import pytest
 
 from autoscaler.config.parser import parse_config_text
-from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
+from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, PRIORITY_TIERS
 from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.gangs import ACTIVATED_ANNOTATION
 from autoscaler.domain.status import encode_status, status_object_name
-from autoscaler.ports import EventType, NotReadyPod, PodStartups, PodView, StatusObject, StatusWrite, WorkloadView
+from autoscaler.ports import (
+    CustomObjects,
+    EventType,
+    NotReadyPod,
+    PodStartups,
+    PodView,
+    PriorityClasses,
+    StatusObject,
+    StatusWrite,
+    WorkloadView,
+)
 from autoscaler.runtime.loop import Controller
+from autoscaler.runtime.money import MoneyStage
 from autoscaler.simulation.cluster import Cluster as SimCluster
-from autoscaler.simulation.cluster import ClusterConfig
+from autoscaler.simulation.cluster import ClusterConfig, NodePool
 from autoscaler.simulation.engine import SimulationConfig, tick_seconds_for
-from autoscaler.simulation.money import MoneyConfig, MoneyLedger
+from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
+from autoscaler.simulation.money import SIM_NAMESPACE, GangSpec, MoneyConfig, MoneyLedger
+from autoscaler.simulation.money import MoneyOutcome as LedgerOutcome
 from autoscaler.simulation.predictive import PredictivePolicy, scaling_policy_for
+from autoscaler.simulation.traffic import resolve, spread
 from autoscaler.synth import synth_trace
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -110,7 +125,8 @@ class TraceCluster:
             namespace=NS, name=NAME, uid="uid-chat", resource_version="1",
             labels={"app": NAME, ENABLED_LABEL: "true"},
             annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40",
-                         PREFIX + "capacity-per-replica": str(CAPACITY), PREFIX + "cold-start": f"{POD_STARTUP}s"},
+                         PREFIX + "priority": "production", PREFIX + "capacity-per-replica": str(CAPACITY),
+                         PREFIX + "cold-start": f"{POD_STARTUP}s"},
             replicas=self.sim.requested, ready_replicas=self.sim.ready, selector=f"app={NAME}",
             pod_template={"spec": {"containers": [{"name": "server",
                                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
@@ -150,6 +166,96 @@ class TraceCluster:
         """Events are not what is compared."""
 
 
+class TraceGangs:
+    """``TrainingGangs`` with one Kueue Workload, backed by the life cycle a cluster gives it (the simulator's ledger
+    keeps the same one): created held (``spec.active: false``) with its window when the scenario submits it; started
+    by the controller's patch (``spec.active: true``), it is admitted; it runs once the nodes reserved for it are up
+    (one node start-up after the ceiling first reserved it) for its run time, then finishes; a running gang the
+    ceiling no longer reserves is preempted (its run is lost) and waits held again, as in the ledger."""
+
+    def __init__(self, spec: GangSpec, start: int, tick: int, lead_ticks: int) -> None:
+        self.spec = spec
+        self.start = start
+        self.tick = tick
+        self.lead = lead_ticks
+        self.k = 0
+        self.state = "waiting"  # waiting -> reserved -> running -> done; running -> waiting (preempted)
+        self.reserved_tick = -1
+        self.end_tick = -1
+        self.reserved: list[tuple[str, int]] = []
+        self.preempted: list[tuple[str, int]] = []
+
+    @property
+    def key(self) -> str:
+        return f"Workload/{SIM_NAMESPACE}/{self.spec.name}"
+
+    def _object(self) -> dict[str, Any]:
+        g = self.spec
+        annotations = {PREFIX + "start-after": str(self.start + g.at_seconds),
+                       PREFIX + "deadline": str(self.start + g.at_seconds + g.window_seconds),
+                       PREFIX + "duration": f"{g.run_seconds}s"}
+        obj: dict[str, Any] = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": g.name, "namespace": SIM_NAMESPACE, "uid": "uid-gang", "annotations": annotations},
+            "spec": {"queueName": "gpu", "priority": g.priority, "active": self.state not in ("waiting", "reserved"),
+                     "podSets": [{"name": "workers", "count": g.gpus, "template": {"spec": {"containers": [
+                         {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}]},
+        }
+        if self.state in ("running", "done"):
+            annotations[ACTIVATED_ANNOTATION] = "started"
+            conditions = [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": "admitted",
+                           "lastTransitionTime": "2023-11-21T00:00:00Z"}]
+            if self.state == "done":
+                conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded", "message": "done",
+                                   "lastTransitionTime": "2023-11-21T00:00:00Z"})
+            obj["status"] = {"admission": {"clusterQueue": "gpu",
+                                           "podSetAssignments": [{"name": "workers", "count": g.gpus}]},
+                             "conditions": conditions}
+        return obj
+
+    def advance(self, k: int) -> None:
+        self.k = k
+        if self.state == "running" and k >= self.end_tick:
+            self.state = "done"
+
+    def list_kueue_workloads(self) -> CustomObjects:
+        submitted = self.k * self.tick >= self.spec.at_seconds
+        return CustomObjects("kueue.x-k8s.io/v1beta1", "Workload", items=(self._object(),) if submitted else ())
+
+    def list_volcano_podgroups(self) -> CustomObjects:
+        return CustomObjects("scheduling.volcano.sh/v1beta1", "PodGroup", installed=False)
+
+    def priority_classes(self) -> PriorityClasses:
+        return PriorityClasses()
+
+    def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        if patch.get("spec", {}).get("active") is True:  # started: reserved by this very tick's ceiling at the latest
+            assert self.state in ("waiting", "reserved"), f"started while {self.state}"
+            self.ceiling(True)
+            self.state = "running"
+            run_tick = max(self.k, self.reserved_tick + self.lead)
+            self.end_tick = run_tick + -(-self.spec.run_seconds // self.tick)
+
+    def list_kueue_queues(self) -> tuple[CustomObjects, CustomObjects]:
+        return (CustomObjects("kueue.x-k8s.io/v1beta1", "LocalQueue", installed=False),
+                CustomObjects("kueue.x-k8s.io/v1beta1", "ClusterQueue", installed=False))
+
+    def post_gang_event(self, kind: str, namespace: str, name: str, uid: str, type: EventType, reason: str,
+                        message: str, now: datetime) -> None:
+        """Events are not what is compared."""
+
+    def ceiling(self, reserved: bool) -> None:
+        """What the cluster does with the money stage's verdict on the gang (after the tick's writes)."""
+        if reserved and self.state == "waiting":
+            self.state, self.reserved_tick = "reserved", self.k
+            self.reserved.append((self.spec.name, self.k))
+        elif not reserved and self.state == "reserved":
+            self.state = "waiting"
+        elif not reserved and self.state == "running":
+            self.state = "waiting"
+            self.preempted.append((self.spec.name, self.k))
+
+
 def _same(a: Forecast | None, b: Forecast | None) -> str | None:
     """None when ``a`` and ``b`` are the same forecast, else what differs."""
     if a is None or b is None:
@@ -164,14 +270,19 @@ def _same(a: Forecast | None, b: Forecast | None) -> str | None:
     return None
 
 
-def _replay(days: float, ceiling: float | None = None) -> tuple[int, int, set[str], set[str], int]:
+def _replay(days: float, ceiling: float | None = None,
+            gang: GangSpec | None = None) -> tuple[int, int, set[str], set[str], int, LedgerOutcome | None]:
     """Replay ``days`` of the synthetic trace through both sides; returns (decisions compared, forecasts compared,
-    models seen, deciding steps seen, decisions the ceiling cut). Fails at the first decision whose forecasts or
-    decisions differ, or the first tick at which the two simulated clusters hold different replicas.
+    models seen, deciding steps seen, decisions the ceiling cut, the ledger's outcome). Fails at the first decision
+    whose forecasts or decisions differ, or the first tick at which the two simulated clusters hold different replicas.
 
     ``ceiling``: a cluster ceiling in $/h, held by the controller's money stage on one side and by the simulator's
     (``simulation.money.MoneyLedger``) on the other, both pricing GPUs at the default $4/GPU-hour (the controller
-    reads no NodePool here, so neither bills whole nodes)."""
+    reads no NodePool here, so neither bills whole nodes).
+
+    ``gang``: a training gang with a window, a held Kueue Workload (``TraceGangs``) on the controller's side and the
+    ledger's gang on the simulator's; both must place it at the same start at every decision, reserve and start it
+    at the same decisions, and preempt it at the same ones."""
     text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
     cfg = parse_config_text(text, "sameness.yaml")
     profile = cfg.profile("default")
@@ -188,14 +299,17 @@ def _replay(days: float, ceiling: float | None = None) -> tuple[int, int, set[st
         horizon_seconds=profile.horizon_seconds,
     )
     sim = SimCluster(cluster_cfg, 1)
-    ledger = None if ceiling is None else MoneyLedger(
-        MoneyConfig(ceiling_usd_per_hour=ceiling), policy_name="predictive",
+    ledger = None if ceiling is None and gang is None else MoneyLedger(
+        MoneyConfig(ceiling_usd_per_hour=ceiling, gangs=() if gang is None else (gang,)), policy_name="predictive",
         gpu_hour_price=cfg.pricing.default_gpu_hour, gpus_per_replica=1, gpus_per_node=cluster_cfg.gpus_per_node,
-        min_replicas=1, tick_seconds=tick, node_startup_ticks=cluster_cfg.ticks(NODE_STARTUP), start=series.start)
+        min_replicas=1, tick_seconds=tick, node_startup_ticks=cluster_cfg.ticks(NODE_STARTUP), start=series.start,
+        placer=policy, node_startup_seconds=float(NODE_STARTUP))
+    gangs = None if gang is None else TraceGangs(gang, series.start, tick, cluster_cfg.ticks(NODE_STARTUP))
+    placed = 0
     cuts = 0
     demand = np.repeat(series.values, STEP // tick)
     source, kube = TraceSource(series, demand, tick), TraceCluster(SimCluster(cluster_cfg, 1))
-    controller = Controller(kube, source, lambda: cfg)
+    controller = Controller(kube, source, lambda: cfg, money=MoneyStage(training=gangs))
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
     decisions = forecasts = 0
     models: set[str] = set()
@@ -206,6 +320,8 @@ def _replay(days: float, ceiling: float | None = None) -> tuple[int, int, set[st
         sim.advance(k)
         kube.sim.advance(k)
         kube.k = k
+        if gangs is not None:
+            gangs.advance(k)
         desired = policy.decide(k, sim, d)
         if ledger is not None:
             desired = ledger.step(k, sim.requested, desired, policy.decides(k), policy.warm_pool_replicas)
@@ -217,7 +333,20 @@ def _replay(days: float, ceiling: float | None = None) -> tuple[int, int, set[st
             now = series.start + k * tick
             source.now = now
             report = controller.tick(float(now))
-            assert report.ok, report.errors
+            # the one error a gang may bring: no start of its window fits (the ledger notes the same placement)
+            assert all(gangs is not None and e.startswith(f"{gangs.key}: no start") for e in report.errors), \
+                report.errors
+            if gangs is not None:
+                assert report.money is not None
+                assert ledger is not None
+                plan = ledger.plan  # None: the ledger had no gang to place and its plan fitted
+                mine = {key: p.start for key, p in report.money.placements.items()}
+                theirs_placed = {} if plan is None else {key: p.start for key, p in plan.placements.items()}
+                assert mine == theirs_placed, f"placements at t+{k * tick}s"
+                reserved = {g.key for g in report.money.report.gangs_reserved}
+                assert reserved == ({g.key for g in plan.reserved} if plan else set()), f"reserved at t+{k * tick}s"
+                gangs.ceiling(gangs.key in reserved)
+                placed += bool(mine)
             keeper = controller.forecast_keeper(NS, NAME)
             theirs = None if keeper is None else keeper.last
             diff = _same(policy.forecast, theirs)
@@ -249,14 +378,20 @@ def _replay(days: float, ceiling: float | None = None) -> tuple[int, int, set[st
         assert (kube.sim.requested, kube.sim.ready) == (sim.requested, sim.ready), f"tick t+{k * tick}s"
     assert keeper is not None
     assert keeper.fits == policy.fits
+    money = None if ledger is None else ledger.outcome()
+    if gangs is not None:
+        assert money is not None
+        assert (gangs.reserved, gangs.preempted) == (list(money.reserved_ticks), list(money.preempted_ticks))
+        assert placed > 0, "the gang was never placed: nothing was compared"
+        assert gangs.reserved, "the gang was never reserved: nothing was compared"
     if ceiling is None:
         assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
-    return decisions, forecasts, models, deciding, cuts
+    return decisions, forecasts, models, deciding, cuts, money
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models, deciding, _ = _replay(days=2.0)
+    decisions, forecasts, models, deciding, _, _ = _replay(days=2.0)
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
@@ -268,6 +403,172 @@ def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_ov
 @pytest.mark.timeout(600)
 def test_under_a_cost_ceiling_the_two_cut_the_same_decisions_to_the_same_count() -> None:
     # $28/h at $4 a GPU-hour: 7 replicas, which the day's peaks exceed (they want up to about 12)
-    decisions, _, _, _, cuts = _replay(days=1.0, ceiling=28.0)
+    decisions, _, _, _, cuts, _ = _replay(days=1.0, ceiling=28.0)
+    assert decisions == 86_400 // DECISION
+    assert cuts > 0
+
+
+@pytest.mark.timeout(600)
+def test_a_gang_with_a_window_is_placed_reserved_started_and_preempted_the_same_on_both_sides() -> None:
+    # $28/h at $4 a GPU-hour: 7 GPUs. A 4-GPU gang submitted at 20:00 with until 06:00 to start and 2 h to run: it
+    # fits only where inference needs at most 3 replicas. The production Deployment outranks it, so the evening's
+    # wobbles take its budget back (preempted, re-placed, reserved again) until it runs to its end in the night.
+    gang = GangSpec(gpus=4, at_seconds=20 * 3600, run_seconds=2 * 3600, window_seconds=10 * 3600,
+                    priority=PRIORITY_TIERS["standard"], name="train")
+    decisions, _, _, _, _, money = _replay(days=1.5, ceiling=28.0, gang=gang)
+    assert decisions == 36 * 3600 // DECISION
+    assert money is not None
+    assert len(money.reserved_ticks) >= 2
+    assert money.preempted_ticks
+    assert money.gangs_missed == 0  # it ran to its end
+
+
+# ---------------------------------------------------------------------------------------------- a small fleet
+
+FLEET_POOL = "gpu"
+FLEET = (("chat", "web", "production", 7), ("search", "data", "standard", 11))  # name, team, priority, trace seed
+
+
+class FleetSource:
+    """``MetricsSource`` over several traces, one per Deployment (``TraceSource`` for a fleet)."""
+
+    def __init__(self, series: Mapping[str, TrafficSeries], per_tick: Mapping[str, np.ndarray], tick: int) -> None:
+        self.series = series
+        self.per_tick = per_tick
+        self.tick = tick
+        self.now = 0
+
+    def fleet_instant(self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
+                      resolution_seconds: int | None = None) -> Mapping[tuple[str, str], float]:
+        out = {}
+        for name, series in self.series.items():
+            k = (int(at) - series.start) // self.tick
+            last = [float(v) for v in self.per_tick[name][max(0, k - window_seconds // self.tick):k] if np.isfinite(v)]
+            if NS in namespaces and last:
+                out[(NS, name)] = sum(last) / len(last)
+        return out
+
+    def fleet_history(
+        self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
+    ) -> Mapping[tuple[str, str], TrafficSeries]:
+        assert end <= self.now
+        if NS not in namespaces:
+            return {}
+        out = {}
+        for name, series in self.series.items():
+            times = np.arange(start, end, step_seconds)
+            idx = (times - series.start) // step_seconds
+            ok = (idx >= 0) & (idx < len(series))
+            values = np.full(len(times), np.nan)
+            values[ok] = series.values[idx[ok]]
+            out[(NS, name)] = TrafficSeries(values, step_seconds, start)
+        return out
+
+
+class FleetKube(TraceCluster):
+    """``Cluster`` with the fleet's Deployments on one shared simulated NodePool (``TraceCluster`` for a fleet)."""
+
+    def __init__(self, sims: Mapping[str, SimCluster]) -> None:
+        self.sims = sims
+        self.k = 0
+        self.statuses: dict[str, StatusObject] = {}
+
+    def list_workloads(self) -> list[WorkloadView]:
+        return [WorkloadView(
+            namespace=NS, name=name, uid=f"uid-{name}", resource_version="1",
+            labels={"app": name, ENABLED_LABEL: "true"},
+            annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40", PREFIX + "team": team,
+                         PREFIX + "priority": priority, PREFIX + "nodepool": FLEET_POOL,
+                         PREFIX + "capacity-per-replica": str(CAPACITY), PREFIX + "cold-start": f"{POD_STARTUP}s"},
+            replicas=self.sims[name].requested, ready_replicas=self.sims[name].ready, selector=f"app={name}",
+            pod_template={"spec": {"containers": [{"name": "server",
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
+        ) for name, team, priority, _ in FLEET]
+
+    def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:
+        name = selector.removeprefix("app=")
+        waiting = self.sims[name].waiting_for_node(self.k)
+        return PodStartups(not_ready=tuple(NotReadyPod(f"{name}-{i}", age, "Pending", scheduled=False,
+                                                       reason="Unschedulable") for i, age in enumerate(waiting)))
+
+    def scale(self, namespace: str, name: str, replicas: int) -> bool:
+        changed = replicas != self.sims[name].requested
+        self.sims[name].scale_to(self.k, replicas)
+        return changed
+
+
+def _fleet_replay(days: float, ceiling: float) -> tuple[int, int]:
+    """Replay a fleet of two Deployments sharing one NodePool of 4-GPU nodes under a cluster ceiling through the fleet
+    simulator (``simulation.fleet.run_fleet``, the code of ``simulate --fleet``) and through the controller's tick on
+    ports backed by the same simulated cluster (one shared ``NodePool``, nodes refused past the ceiling as billed, as
+    ``run_fleet`` builds it); the replicas must be equal at every tick and the decisions (after the ceiling) at every
+    decision. Returns (decisions compared, decisions the ceiling cut)."""
+    text = CONFIG + (f"ceilings:\n  cluster: {ceiling}\nkarpenter:\n  enabled: false\n"
+                     f"pricing:\n  nodepools:\n    {FLEET_POOL}: {{gpus_per_node: 4, gpu_hour: 4.0}}\n")
+    cfg = parse_config_text(text, "sameness-fleet.yaml")
+    profile = cfg.profile("default")
+    series = {name: synth_trace(days=days, seed=seed, step_seconds=STEP).requests for name, _, _, seed in FLEET}
+    deps = tuple(DeploymentSpec(name, series[name], FLEET_POOL, CAPACITY, min_replicas=1, max_replicas=40, team=team,
+                                priority=PRIORITY_TIERS[priority], pod_startup_seconds=POD_STARTUP)
+                 for name, team, priority, _ in FLEET)
+    pool = PoolSpec(FLEET_POOL, gpus_per_node=4, node_usd_per_hour=16.0, node_startup_seconds=NODE_STARTUP)
+    fleet = FleetConfig(deps, (pool,), cluster_ceiling=ceiling)
+    tick = fleet.tick_seconds
+
+    def build(i: int, d: DeploymentSpec, sim_cfg: SimulationConfig, cluster_cfg: ClusterConfig) -> PredictivePolicy:
+        return PredictivePolicy(
+            d.series, partial(make_chain, profile.model), scaling_policy_for(sim_cfg, profile=profile),
+            ColdStartProfile(prior_seconds=POD_STARTUP, node_prior_seconds=NODE_STARTUP), cluster_cfg, DECISION,
+            refit_seconds=profile.refit_seconds, history_seconds=profile.history_seconds,
+            horizon_seconds=profile.horizon_seconds,
+        )
+
+    run = run_fleet(fleet, build, "predictive")
+    ran = {r.spec.name: r for r in run.deployments}
+
+    # the controller's side: the same simulated NodePool, refusing a node past the ceiling as billed (run_fleet's rule)
+    shared: list[NodePool] = []
+    shared.append(NodePool(pool.gpus_per_node, pool.node_startup_seconds, pool.consolidate_after_seconds, tick,
+                           may_add_node=lambda: shared[0].node_count * pool.node_usd_per_hour
+                           + pool.node_usd_per_hour <= ceiling + 1e-9))
+    sims = {name: SimCluster(fleet.cluster_config(d), int(ran[name].result.requested[0]), shared[0])
+            for name, d in zip(series, deps, strict=True)}
+    # the demand the simulated traffic serves each tick, as run_fleet spreads each bin over its ticks
+    per_tick = {name: spread(s.values, STEP // tick, resolve(fleet.bin_shape, STEP)) for name, s in series.items()}
+    source, kube = FleetSource(series, per_tick, tick), FleetKube(sims)
+    controller = Controller(kube, source, lambda: cfg)
+    controller.fit_budget_seconds = float("inf")
+    start = next(iter(series.values())).start
+    decisions = cuts = 0
+    for k in range(fleet.ticks()):
+        for sim in sims.values():
+            sim.advance(k)
+        kube.k = k
+        if k % (DECISION // tick) == 0:
+            source.now = start + k * tick
+            report = controller.tick(float(source.now))
+            assert report.ok, report.errors
+            for outcome in report.workloads:
+                assert outcome.decision is not None
+                fleet_side = ran[outcome.name]
+                assert outcome.decision.desired_replicas == fleet_side.result.requested[k], \
+                    f"{outcome.name}: decision at t+{k * tick}s"
+                *_, held = outcome.decision.steps
+                assert held.name == "cost_ceiling"
+                planned = outcome.decision.steps[-2].replicas
+                assert (planned > outcome.decision.desired_replicas) == (
+                    fleet_side.decisions[k] > fleet_side.result.requested[k]), f"{outcome.name}: cut at t+{k * tick}s"
+                cuts += planned > outcome.decision.desired_replicas
+            decisions += 1
+        for name, sim in sims.items():
+            assert (sim.requested, sim.ready) == (ran[name].result.requested[k], ran[name].result.ready[k]), \
+                f"{name}: tick t+{k * tick}s"
+    return decisions, cuts
+
+
+@pytest.mark.timeout(600)
+def test_a_small_fleet_under_a_cluster_ceiling_decides_the_same_through_the_controller_and_run_fleet() -> None:
+    # two Deployments on one pool of 4-GPU nodes at $16/node-hour; $96/h buys 6 nodes, which the two peaks exceed
+    decisions, cuts = _fleet_replay(days=1.0, ceiling=96.0)
     assert decisions == 86_400 // DECISION
     assert cuts > 0

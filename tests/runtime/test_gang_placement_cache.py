@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autoscaler.config.schema import Config
+from autoscaler.engine.money import PLACEMENT_REFRESH_SECONDS
 from autoscaler.ports import CustomObjects, PriorityClasses
 from autoscaler.runtime.metrics import ControllerMetrics
-from autoscaler.runtime.money import PLACEMENT_REFRESH_SECONDS, MoneyOutcome, MoneyStage
+from autoscaler.runtime.money import MoneyOutcome, MoneyStage
 from tests.runtime.test_money import PREFIX, config, kueue_workload
 
 H = 3600

@@ -11,8 +11,9 @@ from kubernetes import client
 
 from autoscaler.adapters.karpenter import KarpenterCapacity, placeholder_name
 from autoscaler.adapters.training import TrainingReader
+from autoscaler.engine.money import GANG_HEADROOM_LIMIT_STARTUPS
 from autoscaler.runtime.metrics import ControllerMetrics
-from autoscaler.runtime.money import GANG_HEADROOM_LIMIT_STARTUPS, MoneyOutcome, MoneyStage
+from autoscaler.runtime.money import MoneyOutcome, MoneyStage
 from tests.domain.test_kueue import cluster_queue, local_queue
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.test_money import (

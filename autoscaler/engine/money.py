@@ -1,0 +1,429 @@
+"""One money step: a tick's plans, gangs and pools in, what the cluster may spend and hold out; pure.
+
+Why it exists: the controller's money stage (``autoscaler.runtime.money.MoneyStage.run``), the simulator's ledger
+(``autoscaler.simulation.money.MoneyLedger.step``) and the fleet simulator (``autoscaler.simulation.fleet``) each
+composed the money decisions of ``autoscaler.domain`` in their own way (a shortcut "everything fits" here, "the
+minimum is kept above the ceiling" there, gangs placed once at submission on one side and re-placed every
+quarter hour on the other), so ``simulate-money`` and ``fleet simulate`` measured a second program. ``money_step``
+is the one composition all three call: the drivers only read (the NodePools, the gangs, Kueue's queues, or a
+simulated cluster) and apply what it returns (scale, limits, headroom objects, gang patches, alerts; or the
+simulated cluster's bookkeeping).
+
+What one step decides, in order:
+
+1. scheduled gangs (a window and a run time) are placed in the trough of their NodePool's median inference GPU
+   forecast (``domain.gangs.place_gangs``), the placement cached and recomputed only when the scheduled gangs or
+   their windows change, a model of the pool was refit (``GangForecasts.version``), the deferred pending gangs
+   change, or every ``PLACEMENT_REFRESH_SECONDS``; one node start-up before its start a placement is frozen;
+2. the gangs that count now (``domain.money.counting_gangs``: a placed gang from its start minus one node
+   start-up) and the asks are held under the cluster and team ceilings by priority
+   (``domain.cost.enforce_ceilings``), every cut decision getting its ``cost_ceiling`` step;
+3. each NodePool's GPU limit (``domain.money.pool_limits``) and the GPUs workloads wait for
+   (``domain.money.unavailable_gpus``);
+4. with headroom managed, the replicas ahead with their scale-down stabilisation (``domain.money.stabilize_ahead``),
+   what the ceiling allows of them, the gangs nodes are held for (``domain.money.gang_headroom``) and the headroom
+   objects wanted (``domain.money.plan_headroom``);
+5. the alerts the state calls for (``domain.money.alerts_for``), and the held Kueue Workloads to start now (their
+   planned start has come and the ceiling reserves them whole).
+
+The memory between steps (placements, since when nodes are held for a pending gang, the stabilised ahead counts) is
+a ``MoneyState`` value: passed in, returned anew, never changed in place. Time is ``MoneySnapshot.now``; no clock is
+read and nothing is read or written but the arguments. ``GangForecasts`` is asked for points only when a placement
+is due (the costly long forecast); the drivers implement it over their cached models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+from typing import Any, Protocol
+
+from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, WorkloadAsk, enforce_ceilings
+from autoscaler.domain.gangs import (
+    MAX_PLACEMENT_SECONDS,
+    Gang,
+    format_gpus,
+    place_gangs,
+    placement_window,
+    scheduled,
+)
+from autoscaler.domain.kueue import KueueQueues
+from autoscaler.domain.money import (
+    GangHeadroom,
+    GangPlacement,
+    HeadroomKind,
+    HeadroomWant,
+    PlannedWorkload,
+    alerts_for,
+    asked_by_scope,
+    breaches,
+    counting_gangs,
+    gang_headroom,
+    latest_start,
+    placement_capacity,
+    plan_headroom,
+    pool_limits,
+    stabilize_ahead,
+    unavailable_gpus,
+    unplaced_deferred,
+    utc,
+)
+from autoscaler.domain.nodes import PoolShape
+from autoscaler.domain.stabilize import History
+from autoscaler.domain.types import ScalingDecision
+from autoscaler.engine.headroom import (
+    DEFAULT_MIN_RESIDUALS,
+    DEFAULT_QUANTILE,
+    HeadroomDecision,
+    PooledResiduals,
+    PoolForecast,
+    pool_headroom,
+)
+from autoscaler.ports import Alert, NodePoolView
+from models.types import Forecast
+
+__all__ = [
+    "GANG_HEADROOM_LIMIT_STARTUPS",
+    "PLACEMENT_REFRESH_SECONDS",
+    "GangForecasts",
+    "HeadroomMember",
+    "MoneyPlan",
+    "MoneySnapshot",
+    "MoneyState",
+    "PlacementCache",
+    "PoolObservation",
+    "money_step",
+    "place_scheduled",
+    "pools_headroom",
+]
+
+PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
+GANG_HEADROOM_LIMIT_STARTUPS = 2  # nodes held for a pending gang that has not started are released after this many
+# node start-ups (the nodes are asked for one start-up ahead; one more is the grace for Kueue to admit it)
+
+
+class GangForecasts(Protocol):
+    """What placing scheduled gangs needs from the drivers' cached models.
+
+    ``points``: the inference GPUs the pool's Deployments are forecast to hold over ``[start, end]`` as
+    ``(time, GPUs)`` points (None when nothing can be said); ``version``: a number that changes when a model
+    in the pool was refit (the cached placements of that pool are then recomputed).
+    """
+
+    def points(self, pool: str | None, start: int, end: int) -> Sequence[tuple[int, float]] | None: ...
+
+    def version(self, pool: str | None) -> int: ...
+
+
+@dataclass(frozen=True)
+class PlacementCache:
+    """The placements of the scheduled gangs and what they were computed from (when they are due again)."""
+
+    placements: Mapping[str, GangPlacement] = field(default_factory=dict)
+    signature: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    versions: Mapping[str | None, int] = field(default_factory=dict)
+    absent: frozenset[str] = frozenset()
+    placed_at: float = -math.inf
+    no_fit: Mapping[str, int] = field(default_factory=dict)  # gang -> the start reported as not fitting
+
+
+@dataclass(frozen=True)
+class HeadroomMember:
+    """One Deployment of a NodePool as forecast-sized headroom sees it at one decision.
+
+    ``forecast``: its newest forecast (None: none yet), read at ``at`` (its own clock: now + the pool's node lead);
+    ``demand``: its demand now (NaN when unknown); ``requested``: the replicas its pods request now."""
+
+    forecast: Forecast | None
+    at: int
+    capacity: float
+    gpus_per_replica: int
+    demand: float
+    requested: int
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """One NodePool at one decision: its Deployments and what its nodes hold (``engine.headroom.PoolForecast``)."""
+
+    pool: str
+    gpus_per_node: int
+    members: tuple[HeadroomMember, ...]
+    lead_seconds: int  # node start-up + the longest pod start-up of its Deployments
+    partial_free_gpus: int = 0  # free GPUs on nodes that hold pods
+    busy_nodes: int = 0
+    max_nodes: int | None = None
+    node_usd_per_hour: float = 0.0
+    ceiling_slack_usd_per_hour: float | None = None  # ceiling - billed spend of everything but this pool's idle nodes
+    quantile: float = DEFAULT_QUANTILE
+    min_residuals: int = DEFAULT_MIN_RESIDUALS
+
+
+def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
+    """The forecast's median and one standard deviation (from its highest band) at time ``at``, in replicas."""
+    if forecast is None or forecast.horizon == 0:
+        return None
+    i = min(max(0, (at - forecast.start) // forecast.step_seconds), forecast.horizon - 1)
+    median_band = forecast.quantiles.get(50, forecast.mean)
+    median = float(median_band[i])
+    levels = [q for q in forecast.quantiles if q > 50]
+    sigma = 0.0
+    if levels:
+        top = max(levels)
+        sigma = max(0.0, float(forecast.quantiles[top][i]) - median) / NormalDist().inv_cdf(top / 100.0)
+    if not (math.isfinite(median) and math.isfinite(sigma)):
+        return None
+    return max(0.0, median) / capacity, sigma / capacity
+
+
+def pools_headroom(observations: Sequence[PoolObservation], residuals: Mapping[str, PooledResiduals],
+                   now: int) -> dict[str, HeadroomDecision]:
+    """Whole idle nodes per NodePool, sized from the pooled forecast error at its node lead (``engine.headroom``).
+
+    Per pool: the summed median of its Deployments' forecasts at the lead and their bands; the pool's actual need now
+    (demand / capacity x GPUs per replica; a Deployment whose demand is unknown counts its median, else what its pods
+    request, and the pool's error is then not measured: a missing bin is no evidence); the realised errors of the
+    summed median, kept in ``residuals[pool]`` (an accumulator the caller keeps between decisions: it is fed here,
+    ``now`` on one clock for every pool); then ``engine.headroom.pool_headroom`` with the pool's caps."""
+    out: dict[str, HeadroomDecision] = {}
+    for obs in observations:
+        median = 0.0
+        sigmas: list[float] = []
+        actual = 0.0
+        complete = True
+        for m in obs.members:
+            got = _median_and_sigma(m.forecast, m.at, m.capacity)
+            d = m.demand
+            if math.isfinite(d):
+                actual += d / m.capacity * m.gpus_per_replica
+            else:
+                complete = False
+                actual += got[0] * m.gpus_per_replica if got is not None else m.requested * m.gpus_per_replica
+            if got is None:  # no forecast yet: the current demand, and no band
+                median += d / m.capacity * m.gpus_per_replica if math.isfinite(d) else m.requested * m.gpus_per_replica
+                continue
+            median += got[0] * m.gpus_per_replica
+            sigmas.append(got[1] * m.gpus_per_replica)
+        pooled = residuals[obs.pool]
+        if complete:
+            pooled.observe(now, actual)
+            pooled.forecast(now + obs.lead_seconds, median)
+        held = sum(m.requested * m.gpus_per_replica for m in obs.members)
+        out[obs.pool] = pool_headroom(PoolForecast(
+            obs.pool, obs.gpus_per_node, median, tuple(sigmas), pooled.snapshot(), held,
+            partial_free_gpus=obs.partial_free_gpus, busy_nodes=obs.busy_nodes, max_nodes=obs.max_nodes,
+            node_usd_per_hour=obs.node_usd_per_hour, ceiling_slack_usd_per_hour=obs.ceiling_slack_usd_per_hour,
+            quantile=obs.quantile, min_residuals=obs.min_residuals, current_gpus=actual))
+    return out
+
+
+@dataclass(frozen=True)
+class MoneyState:
+    """The money step's memory between ticks (``money_step`` returns the next one)."""
+
+    placements: PlacementCache = PlacementCache()
+    gang_held_since: Mapping[str, int] = field(default_factory=dict)  # pending gang -> when nodes were first held
+    ahead_held: Mapping[str, int] = field(default_factory=dict)  # stabilised ahead counts of the last step
+    ahead_history: Mapping[str, History] = field(default_factory=dict)  # raw ahead counts of the window
+
+
+@dataclass(frozen=True)
+class MoneySnapshot:
+    """What one money step decides from: the plans (or bare asks), the gangs, the pools, prices and ceilings.
+
+    ``planned``: the Deployments' plans (their decisions are cut, headroom and unavailable GPUs are sized for them);
+    ``asks``: the inference asks priced and cut, ``WorkloadAsk.from_decision`` of ``planned`` when None (a driver
+    without ``ScalingDecision`` values, the simulator's ledger and the fleet, passes asks alone). ``pools``: the
+    NodePools read, None when they could not be read (no limits, no headroom). ``headroom``: the kind of headroom
+    objects managed, None when off. ``queues``: Kueue's queues for pending Workloads (``domain.money.gang_headroom``).
+    ``track_gang_headroom``: whether this step's holds start the clock of ``gang_headroom_limit_seconds`` (a
+    standby or dry run holds nothing, so its clock does not run).
+    """
+
+    now: int
+    horizon_seconds: int
+    node_startup_seconds: float
+    ceilings: Ceilings
+    prices: GpuPrices
+    planned: Sequence[PlannedWorkload] = ()
+    asks: Sequence[WorkloadAsk] | None = None
+    gangs: Sequence[Gang] = ()
+    pools: Sequence[NodePoolView] | None = ()
+    shapes: Mapping[str, PoolShape] = field(default_factory=dict)
+    headroom: HeadroomKind | None = None
+    queues: KueueQueues | str | None = None
+    ahead_windows: Mapping[str, int] = field(default_factory=dict)
+    gang_forecasts: GangForecasts | None = None
+    track_gang_headroom: bool = True
+    gang_headroom_limit_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class MoneyPlan:
+    """What one money step decided (``money_step``); the drivers apply it."""
+
+    decisions: Mapping[str, ScalingDecision]  # "namespace/name" -> decision after the ceilings
+    report: CostReport
+    asks: tuple[WorkloadAsk, ...]
+    counting: tuple[Gang, ...]  # the gangs whose GPUs count now
+    asked: Mapping[str, float]
+    breaches: Mapping[str, tuple[float, float]]
+    teams: Mapping[str, str]  # ask or gang key -> team
+    placements: Mapping[str, GangPlacement]
+    placement_problems: tuple[str, ...]  # placements that fit nowhere in their window (once per start)
+    limits: Mapping[str, tuple[int, str]]  # NodePool -> (GPU limit to write, why)
+    effective_limits: Mapping[str, int]  # NodePool -> GPUs it may hold (limits written, read, static nodes)
+    unavailable: Mapping[str, int]
+    planned: tuple[PlannedWorkload, ...]  # with stabilised ahead counts when headroom is managed
+    allowed_ahead: Mapping[str, int]
+    gang_headroom: GangHeadroom
+    wants: tuple[HeadroomWant, ...]
+    alerts: tuple[Alert, ...]
+    activate: tuple[str, ...] = ()  # held Kueue Workloads to start now: their planned start came, reserved whole
+
+    @property
+    def reserved(self) -> tuple[Gang, ...]:
+        return self.report.gangs_reserved
+
+    def allowed(self, key: str, desired: int) -> int:
+        """The replicas ``key`` keeps of ``desired`` under the ceilings."""
+        outcome = self.report.outcome(key)
+        return desired if outcome is None else outcome.allowed_replicas
+
+
+def place_scheduled(
+    gangs: Sequence[Gang], cache: PlacementCache, *, now: int, node_startup_seconds: float, ceilings: Ceilings,
+    prices: GpuPrices, forecasts: GangForecasts | None, absent: frozenset[str] = frozenset(),
+) -> tuple[PlacementCache, tuple[str, ...]]:
+    """The placements of the scheduled gangs at ``now``, recomputed when due (module docstring), and the problems
+    to report (a gang no start of whose window fits, once per start). ``absent``: the pending gangs the ceiling
+    defers (``domain.money.unplaced_deferred``), not counted under the placements."""
+    keep = dict(cache.placements)
+    candidates = [g for g in gangs if scheduled(g) and (placement_window(g, now) is not None or
+                                                        (g.key in keep and keep[g.key].frozen))]
+    if not candidates:
+        return replace(cache, placements={}, signature={}), ()
+    sig = {g.key: (g.start_after, g.deadline, g.duration_seconds, g.gpus, g.nodepool, g.priority)
+           for g in candidates}
+    keep = {k: p for k, p in keep.items() if k in sig and cache.signature.get(k) == sig[k]}
+    keep = {k: replace(p, frozen=True) if not p.frozen and p.start - now <= node_startup_seconds else p
+            for k, p in keep.items()}
+    pools = sorted({g.nodepool for g in candidates}, key=lambda p: p or "")
+    versions = {pool: forecasts.version(pool) if forecasts is not None else 0 for pool in pools}
+    due = (set(sig) != set(keep) or versions != dict(cache.versions) or absent != cache.absent
+           or now - cache.placed_at >= PLACEMENT_REFRESH_SECONDS)
+    if not due:
+        return replace(cache, placements=keep), ()
+    fixed = {k: p.start for k, p in keep.items() if p.frozen}
+    inference: dict[str | None, Sequence[tuple[int, float]]] = {}
+    capacity: dict[str | None, float] = {}
+    for pool in pools:
+        members = [g for g in candidates if g.nodepool == pool]
+        end = max(latest_start(g, now, fixed) + (g.duration_seconds or 0) for g in members)
+        end = min(max(end, now + 1), now + MAX_PLACEMENT_SECONDS)
+        inference[pool] = (forecasts.points(pool, now, end) if forecasts is not None else None) or []
+        capacity[pool] = placement_capacity(pool, ceilings, prices)
+    placed = place_gangs(gangs, inference, capacity, now, fixed, absent)
+    out: dict[str, GangPlacement] = {}
+    no_fit = dict(cache.no_fit)
+    problems: list[str] = []
+    for g in candidates:
+        pl = placed.get(g.key)
+        if pl is None:
+            continue
+        cap = capacity.get(g.nodepool, math.inf)
+        out[g.key] = GangPlacement(
+            key=g.key, team=g.team, start=pl.start, peak_gpus=pl.peak_gpus, fits=pl.fits, capacity_gpus=cap,
+            frozen=g.key in fixed or pl.start - now <= node_startup_seconds,
+            counts_from=math.floor(pl.start - node_startup_seconds), detail=pl.detail,
+        )
+        if not pl.fits and no_fit.get(g.key) != pl.start:
+            no_fit[g.key] = pl.start
+            problems.append(f"{g.key}: no start in its window fits the {format_gpus(cap)} GPU(s) the ceiling buys in "
+                            f"NodePool {g.nodepool or '(none)'}; placed at the lowest peak, "
+                            f"{format_gpus(pl.peak_gpus)} GPU(s) at {utc(pl.start).isoformat()}")
+        elif pl.fits:
+            no_fit.pop(g.key, None)
+    return PlacementCache(out, sig, versions, absent, now, no_fit), tuple(problems)
+
+
+def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, MoneyState]:
+    """One tick's money decisions (module docstring) and the memory for the next one."""
+    s = snapshot
+    t = s.now
+    pools_known = s.pools is not None
+    views = list(s.pools or [])
+    asks = tuple(s.asks) if s.asks is not None else tuple(
+        WorkloadAsk.from_decision(p.spec, p.decision) for p in s.planned)
+    absent = unplaced_deferred(asks, s.gangs, s.ceilings, s.prices, t, s.horizon_seconds)
+    cache, problems = place_scheduled(s.gangs, state.placements, now=t, node_startup_seconds=s.node_startup_seconds,
+                                      ceilings=s.ceilings, prices=s.prices, forecasts=s.gang_forecasts, absent=absent)
+    placements = cache.placements
+    gangs = counting_gangs(s.gangs, placements, t, s.horizon_seconds, s.node_startup_seconds)
+
+    report = enforce_ceilings(asks, gangs, s.ceilings, s.prices, horizon_seconds=s.horizon_seconds)
+    decisions = {p.key: report.apply(p.key, p.decision) for p in s.planned}
+    asked = asked_by_scope(asks, gangs, s.prices)
+    over = breaches(asked, s.ceilings)
+    reserved = list(report.gangs_reserved)
+    teams = {a.key: a.team for a in asks} | {g.key: g.team for g in gangs}
+
+    limit_plan = pool_limits(report, s.shapes, views) if pools_known else {}
+    effective_limits = {v.name: v.gpu_limit for v in views if v.gpu_limit is not None}
+    effective_limits |= {name: limit for name, (limit, _) in limit_plan.items()}
+    # a static NodePool (spec.replicas) has the capacity of its fixed nodes: no more can be bought there
+    effective_limits |= {v.name: max(v.gpus_in_use or 0, v.nodes * s.shapes[v.name].gpus_per_node)
+                         for v in views if v.static and v.name in s.shapes}
+    planned = list(s.planned)
+    unavailable = unavailable_gpus(planned, decisions, reserved, effective_limits)
+
+    gh = GangHeadroom(tuple(reserved), {})
+    wants: list[HeadroomWant] = []
+    held_since = dict(state.gang_held_since)
+    ahead_held, ahead_history = state.ahead_held, state.ahead_history
+    kind = s.headroom if pools_known else None
+    if kind is not None:  # the ahead counts headroom stands for, with the replicas' scale-down stabilisation
+        planned, ahead_history = stabilize_ahead(planned, state.ahead_held, state.ahead_history, t, s.ahead_windows)
+        ahead_held = {p.key: p.ahead_replicas for p in planned}
+    allowed_ahead = {p.key: p.ahead_replicas for p in planned}
+    if kind is not None:
+        # Headroom is held only for what the ceiling would allow at the ahead count (priced a second time only when
+        # some workload looks further ahead than it asks now).
+        by_key = {p.key: p for p in planned}
+        ahead_asks = [replace(a, desired_replicas=max(a.desired_replicas, by_key[a.key].ahead_replicas))
+                      if a.key in by_key else a for a in asks]
+        ahead_report = report
+        if any(a.desired_replicas > b.desired_replicas for a, b in zip(ahead_asks, asks, strict=True)):
+            ahead_report = enforce_ceilings(ahead_asks, gangs, s.ceilings, s.prices,
+                                            horizon_seconds=s.horizon_seconds)
+        for a in ahead_asks:
+            if a.key in by_key:
+                outcome = ahead_report.outcome(a.key)
+                allowed_ahead[a.key] = a.desired_replicas if outcome is None else outcome.allowed_replicas
+        # every gang that counts is checked (a dry run says why a deferred one would get no nodes either); nodes are
+        # held only for those the ceiling reserved
+        gh = gang_headroom(gangs, s.queues, t, state.gang_held_since, s.gang_headroom_limit_seconds)
+        kept = {g.key for g in reserved}
+        gh = replace(gh, held=tuple(g for g in gh.held if g.key in kept))
+        if s.track_gang_headroom:  # since when nodes are held for each pending gang (the time limit's clock)
+            holding = {g.key for g in gh.held if not g.admitted} | {g.key for g in gh.expired}
+            held_since = {k: v for k, v in held_since.items() if k in holding}
+            for key in holding:
+                held_since.setdefault(key, t)
+        wants, _ = plan_headroom(planned, decisions, allowed_ahead, s.shapes, views, list(gh.held),
+                                 effective_limits, kind)
+
+    alerts = alerts_for(report, asked, s.ceilings, unavailable, teams)
+    kept = {g.key for g in reserved}
+    activate = tuple(g.key for g in s.gangs if g.kind == "Workload" and g.held and g.key in placements
+                     and t >= placements[g.key].start and g.key in kept)
+    plan = MoneyPlan(
+        decisions=decisions, report=report, asks=asks, counting=tuple(gangs), asked=asked, breaches=over,
+        teams=teams, placements=placements, placement_problems=problems, limits=limit_plan,
+        effective_limits=effective_limits, unavailable=unavailable, planned=tuple(planned),
+        allowed_ahead=allowed_ahead, gang_headroom=gh, wants=tuple(wants), alerts=tuple(alerts),
+        activate=activate,
+    )
+    return plan, MoneyState(cache, held_since, ahead_held, ahead_history)
