@@ -60,6 +60,7 @@ is a pure function of its inputs (no clock reads: the history carries its own ti
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
@@ -455,6 +456,13 @@ def _forecasts(
     return out
 
 
+def _run_pickled(payload: bytes) -> tuple[list[Candidate], float]:
+    """``_Replay.run`` of the points in ``payload`` (a pickled ``(replay, jobs)``), in a worker process."""
+    replay, jobs = pickle.loads(payload)  # written by this process's ``tune`` a moment before
+    result: tuple[list[Candidate], float] = replay.run(jobs)
+    return result
+
+
 def tune(
     history: TrafficSeries,
     base: ScalingPolicy,
@@ -558,7 +566,9 @@ def tune(
         # The points are independent replays of the same inputs: the second half in a worker while this process
         # replays the first; concatenated in order, the candidates are exactly the sequential ones.
         half = (len(jobs) + 1) // 2
-        remote = executor.submit(replay.run, jobs[half:])
+        # Pickled here, before this process replays its half: the executor pickles in a feeder thread, and the
+        # replay fills the forecasts' caches as it reads them (a dict changing size under the pickler).
+        remote = executor.submit(_run_pickled, pickle.dumps((replay, jobs[half:])))
         mine, _ = replay.run(jobs[:half])
         theirs, worker_cpu = remote.result()
         candidates = mine + theirs
