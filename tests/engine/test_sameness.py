@@ -77,11 +77,13 @@ prometheus:
 """
 
 
-class TraceSource:
-    """``MetricsSource`` over one trace: the bins that ended by the tick's time, missing before the trace began; and
-    the rate over the last minute (an instant query), from the per-tick demand the simulator replays."""
+class FleetSource:
+    """``MetricsSource`` over one trace per Deployment: the bins that ended by the tick's time, missing before the
+    trace began; and the rate over the last minute (an instant query), from the per-tick demand the simulator
+    replays (the missing samples are not there, summed as the simulator sums them, so the two agree to the last
+    bit)."""
 
-    def __init__(self, series: TrafficSeries, per_tick: np.ndarray, tick: int) -> None:
+    def __init__(self, series: Mapping[str, TrafficSeries], per_tick: Mapping[str, np.ndarray], tick: int) -> None:
         self.series = series
         self.per_tick = per_tick
         self.tick = tick
@@ -89,25 +91,29 @@ class TraceSource:
 
     def fleet_instant(self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
                       resolution_seconds: int | None = None) -> Mapping[tuple[str, str], float]:
-        k = (int(at) - self.series.start) // self.tick
-        # a rate over the window's samples: the missing ones are not there (summed as the simulator sums them, so
-        # the two agree to the last bit)
-        last = [float(v) for v in self.per_tick[max(0, k - window_seconds // self.tick):k] if np.isfinite(v)]
-        return {(NS, NAME): sum(last) / len(last)} if NS in namespaces and last else {}
+        out = {}
+        for name, series in self.series.items():
+            k = (int(at) - series.start) // self.tick
+            last = [float(v) for v in self.per_tick[name][max(0, k - window_seconds // self.tick):k] if np.isfinite(v)]
+            if NS in namespaces and last:
+                out[(NS, name)] = sum(last) / len(last)
+        return out
 
     def fleet_history(
         self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
     ) -> Mapping[tuple[str, str], TrafficSeries]:
-        assert step_seconds == self.series.step_seconds
         assert end <= self.now
         if NS not in namespaces:
             return {}
-        times = np.arange(start, end, step_seconds)
-        idx = (times - self.series.start) // step_seconds
-        ok = (idx >= 0) & (idx < len(self.series))
-        values = np.full(len(times), np.nan)
-        values[ok] = self.series.values[idx[ok]]
-        return {(NS, NAME): TrafficSeries(values, step_seconds, start)}
+        out = {}
+        for name, series in self.series.items():
+            times = np.arange(start, end, step_seconds)
+            idx = (times - series.start) // step_seconds
+            ok = (idx >= 0) & (idx < len(series))
+            values = np.full(len(times), np.nan)
+            values[ok] = series.values[idx[ok]]
+            out[(NS, name)] = TrafficSeries(values, step_seconds, start)
+        return out
 
 
 class TraceCluster:
@@ -308,7 +314,7 @@ def _replay(days: float, ceiling: float | None = None,
     placed = 0
     cuts = 0
     demand = np.repeat(series.values, STEP // tick)
-    source, kube = TraceSource(series, demand, tick), TraceCluster(SimCluster(cluster_cfg, 1))
+    source, kube = FleetSource({NAME: series}, {NAME: demand}, tick), TraceCluster(SimCluster(cluster_cfg, 1))
     controller = Controller(kube, source, lambda: cfg, money=MoneyStage(training=gangs))
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
     decisions = forecasts = 0
@@ -427,42 +433,6 @@ def test_a_gang_with_a_window_is_placed_reserved_started_and_preempted_the_same_
 
 FLEET_POOL = "gpu"
 FLEET = (("chat", "web", "production", 7), ("search", "data", "standard", 11))  # name, team, priority, trace seed
-
-
-class FleetSource:
-    """``MetricsSource`` over several traces, one per Deployment (``TraceSource`` for a fleet)."""
-
-    def __init__(self, series: Mapping[str, TrafficSeries], per_tick: Mapping[str, np.ndarray], tick: int) -> None:
-        self.series = series
-        self.per_tick = per_tick
-        self.tick = tick
-        self.now = 0
-
-    def fleet_instant(self, query: str, namespaces: Iterable[str], at: float, *, window_seconds: int = 60,
-                      resolution_seconds: int | None = None) -> Mapping[tuple[str, str], float]:
-        out = {}
-        for name, series in self.series.items():
-            k = (int(at) - series.start) // self.tick
-            last = [float(v) for v in self.per_tick[name][max(0, k - window_seconds // self.tick):k] if np.isfinite(v)]
-            if NS in namespaces and last:
-                out[(NS, name)] = sum(last) / len(last)
-        return out
-
-    def fleet_history(
-        self, query: str, namespaces: Iterable[str], start: int, end: int, step_seconds: int
-    ) -> Mapping[tuple[str, str], TrafficSeries]:
-        assert end <= self.now
-        if NS not in namespaces:
-            return {}
-        out = {}
-        for name, series in self.series.items():
-            times = np.arange(start, end, step_seconds)
-            idx = (times - series.start) // step_seconds
-            ok = (idx >= 0) & (idx < len(series))
-            values = np.full(len(times), np.nan)
-            values[ok] = series.values[idx[ok]]
-            out[(NS, name)] = TrafficSeries(values, step_seconds, start)
-        return out
 
 
 class FleetKube(TraceCluster):
