@@ -608,6 +608,11 @@ def _whole_nodes_note(pool: str, asked_gpus: int, kept_gpus: int, prices: GpuPri
             f"{_fmt(limit_micro)}: {kept_gpus} GPU(s) on {keep} node(s)")
 
 
+def _reserved(gpus: int, micro: int) -> str:
+    """Why a gang was reserved: the same words whether the whole plan fitted at once or unit by unit."""
+    return f"reserved: {gpus} GPU(s) = {_fmt(micro)} fit every ceiling"
+
+
 def fits_ceilings(asks: Iterable[WorkloadAsk], gangs: Iterable[Gang], ceilings: Ceilings, prices: GpuPrices) -> bool:
     """Whether the whole plan, priced exactly as ``enforce_ceilings`` prices it, is under every ceiling: then it cuts
     nothing (a cost only grows with GPUs, so every replica and gang fits in turn). A cheap test for the drivers that
@@ -695,15 +700,14 @@ def enforce_ceilings(
             granted[(a.key, "inference")] = a.base_replicas - a.min_replicas
             granted[(a.key, "warm_pool")] = a.warm_units
         for g in gang_list:
-            micro = _micro(prices.per_gpu_hour(g.nodepool) * g.gpus)
-            gang_fate[g.key] = (True, f"reserved: {g.gpus} GPU(s) = {_fmt(micro)} fit every ceiling")
+            gang_fate[g.key] = (True, _reserved(g.gpus, _micro(prices.per_gpu_hour(g.nodepool) * g.gpus)))
     for u in units:
         blocker = budget.blocker(u.team, u.pool, u.gpus, u.micro) if u.micro > 0 else None
         if blocker is None:
             budget.force(u.team, u.pool, u.gpus, u.micro)
             granted[(u.owner, u.kind)] = granted.get((u.owner, u.kind), 0) + 1
             if u.gang is not None:
-                gang_fate[u.owner] = (True, f"reserved: {u.gpus} GPU(s) = {_fmt(u.micro)} fit every ceiling")
+                gang_fate[u.owner] = (True, _reserved(u.gpus, u.micro))
             continue
         if u.gang is not None:
             why = "is closed (a higher-ranked replica was cut)" if blocker in budget.closed else (
