@@ -303,7 +303,9 @@ def queue_markdown(rows: list[Row]) -> list[str]:
         "and are dropped after 60 s; *SLO attained* is the share of requests that started within 2 s (dropped ones "
         "are misses), *wait p99* the 99th percentile wait (a dropped request counts at the 60 s timeout), "
         "*unserved* the capacity shortfall without a queue (as above). Anchors: `hpa-queue@10` is the HPA as the "
-        "vLLM reference deploys it (`Pods` metric `vllm:num_requests_waiting`, `averageValue: 10`), "
+        "GKE vLLM tutorial deploys it (`Pods` metric `vllm:num_requests_waiting`, `averageValue: 10`), "
+        "`prodstack-queue@1` vLLM production-stack's HPA (`Object` metric `sum(vllm:num_requests_waiting)`, "
+        "`value: 1`), `keda-queue@5` its KEDA ScaledObject (threshold 5 on the same sum), "
         "`predictive-persistence` our planner with a last-value forecast. Bins are replayed as the CLI's "
         "`--bin-shape auto` does (10-minute bins spread linearly keeping each bin's count, 1-minute bins flat; "
         "`autoscaler/simulation/traffic.py`), the same for every policy. *SLO misses cut*: the predictive "
@@ -317,8 +319,8 @@ def queue_markdown(rows: list[Row]) -> list[str]:
         runs = {run.name: run for run in r.runs}
         oracle = runs.get("oracle")
         names = [n for n in order if n in runs]
-        names += sorted((n for n in runs if n.startswith("hpa-queue@")), key=lambda n: float(n.split("@")[1]))
-        names += sorted((n for n in runs if n.startswith("reactive@")), key=lambda n: float(n.split("@")[1]))
+        for family in ("hpa-queue@", "prodstack-queue@", "keda-queue@", "reactive@"):
+            names += sorted((n for n in runs if n.startswith(family)), key=lambda n: float(n.split("@")[1]))
         first = True
         for name in names:
             run = runs[name]

@@ -975,7 +975,7 @@ def run(args: argparse.Namespace) -> int:
             retune = retuner(make_model, quantiles=profile.tune_quantiles, utilisations=profile.tune_utilisations,
                              slo_wait_seconds=config.queue.slo_wait_seconds, slo_attainment=profile.slo_attainment,
                              warmup_seconds=profile.history_seconds, gpus_per_node=config.cluster.gpus_per_node,
-                             timeout_seconds=config.queue.timeout_seconds)
+                             timeout_seconds=config.queue.timeout_seconds, horizon_seconds=profile.horizon_seconds)
         return factory(make_model, decision_interval_seconds=tune.interval_seconds, profile=profile, retune=retune)
 
     predictive = predictive_for(tune.profile) if "predictive" in config.policies else None

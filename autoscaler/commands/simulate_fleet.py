@@ -360,7 +360,8 @@ def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: s
             retune = retuner(make, quantiles=profile.tune_quantiles, utilisations=profile.tune_utilisations,
                              slo_wait_seconds=d.slo_wait_seconds, slo_attainment=d.slo_attainment,
                              warmup_seconds=profile.history_seconds, gpus_per_node=cluster.gpus_per_node,
-                             timeout_seconds=sim.queue.timeout_seconds, executor=executor)
+                             timeout_seconds=sim.queue.timeout_seconds, executor=executor,
+                             horizon_seconds=profile.horizon_seconds)
         return factory(make, decision_interval_seconds=interval_seconds, profile=profile, retune=retune)(
             d.series, sim, cluster)
 

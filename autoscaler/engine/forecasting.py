@@ -170,13 +170,20 @@ class ForecastKeeper:
         advanced (``advance``), then ``forecast_steps`` bins at ``forecast_levels``. None without evidence or
         without a model (fitting deferred)."""
         self.last = None
-        if history is None or not has_evidence(history):
+        if history is None:
             return None
-        if not self.advance(history, now, may_fit=may_fit):
-            return None
-        self.last = self.predict(forecast_steps(policy, cold, history.step_seconds, horizon_seconds),
-                                 forecast_levels(policy))
+        self.last = self.forecast_at(history, now, forecast_steps(policy, cold, history.step_seconds,
+                                                                  horizon_seconds), forecast_levels(policy),
+                                     may_fit=may_fit)
         return self.last
+
+    def forecast_at(self, history: TrafficSeries, now: int, steps: int, levels: Sequence[int], *,
+                    may_fit: bool = True) -> Forecast | None:
+        """``forecast`` for ``steps`` bins at ``levels`` chosen by the caller (a self-tuning replay asks every band
+        its operating points plan on, as far as the farthest of them looks), without touching ``last``."""
+        if not has_evidence(history) or not self.advance(history, now, may_fit=may_fit):
+            return None
+        return self.predict(steps, levels)
 
     def gpu_points(self, start: int, end: int, step_seconds: int, *, capacity_per_replica: float, min_replicas: int,
                    max_replicas: int, gpus_per_replica: int) -> list[tuple[int, float]]:

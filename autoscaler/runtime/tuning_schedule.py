@@ -127,6 +127,7 @@ class TuningSchedule(ControllerBase):
                     quantiles=job.profile.tune_quantiles, utilisations=job.profile.tune_utilisations,
                     slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=job.gpus_per_replica,
                     warmup_seconds=job.profile.history_seconds, previous=previous, running=running,
+                    horizon_seconds=job.profile.horizon_seconds,
                 )
                 took = time.perf_counter() - started
                 self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took

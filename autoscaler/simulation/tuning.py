@@ -11,10 +11,14 @@ the objective with a margin.
 
 How, and why it is cheap enough to run daily per Deployment:
 
-* the forecaster is fitted once, on the history before the replay window (never on the window itself: the
-  replay must not know its future), and then absorbs the window bin by bin with ``update``; its forecasts
-  (with every band any candidate needs) are computed **once** and shared by every candidate, because the
-  operating points differ only in the planner's knobs (``ScalingPolicy.level`` and ``warm_pool_level``);
+* the forecasts are the controller's own: a ``ForecastKeeper`` (``autoscaler.engine.forecasting``) is fed the
+  history as the running Deployment's keeper is, so it is fitted on the history before the replay window (never
+  on the window itself: the replay must not know its future), absorbs the window bin by bin with ``update`` (each
+  bin once it is no longer the newest, as the controller does), and refits where the controller would. Its
+  forecasts (with every band any candidate needs, as far as the farthest looks) are computed **once** and shared
+  by every candidate, because the operating points differ only in the planner's knobs (``ScalingPolicy.level``
+  and ``warm_pool_level``). Before, the replay forecast with its own loop, which had absorbed one bin more than
+  the controller ever has: on 10-minute bins its forecast points looked ten minutes fresher than they run;
 * each candidate then runs the planner in closed loop against the simulated cluster (pod start-up = the
   Deployment's learned lead, node start-up likewise) with the FIFO queue of ``autoscaler.simulation.queue``;
 * each day's replay is pooled with the previous days' (up to ``DEFAULT_POOL_DAYS``, the window an SLO is
@@ -69,9 +73,10 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.domain.capacity import required_horizon_steps
+from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
+from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels, forecast_steps
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for
 from autoscaler.simulation.predictive import FORECAST_ERRORS, PredictivePolicy, Retune
@@ -431,26 +436,22 @@ class _Replayed(PredictivePolicy):
 
 
 def _forecasts(
-    history: TrafficSeries, replay_from: int, make_model: Callable[[], Forecaster], horizon: int,
-    levels: Sequence[int], warmup_bins: int,
+    history: TrafficSeries, replay_from: int, make_model: Callable[[], Forecaster], steps: int,
+    levels: Sequence[int], history_seconds: int,
 ) -> list[Forecast | None]:
-    """The forecast the controller would have had at each bin of ``history[replay_from:]``: fitted on up to
-    ``warmup_bins`` bins before the window, then updated one bin at a time (forecast ``b`` has seen bins
-    ``< replay_from + b``)."""
+    """The forecast the controller would have had in each bin of ``history[replay_from:]``, from its own
+    ``ForecastKeeper`` fed as the simulator's policy feeds it: in bin ``b`` the bins ended by then (the newest of
+    them not yet absorbed), so the model is fitted on the ``history_seconds`` before the window, absorbs the window
+    bin by bin, and is refitted where the controller would refit (a young history that doubled). A bin whose
+    forecast fails has none (the planner falls back, as the controller's does), and the keeper fits afresh next."""
+    keeper = ForecastKeeper(make_model, history_seconds=history_seconds)
+    step = history.step_seconds
+    kept = max(1, history_seconds // step)
     out: list[Forecast | None] = []
-    model: Forecaster | None = None
-    try:
-        model = make_model().fit(history.slice(max(0, replay_from - warmup_bins), replay_from))
-    except FORECAST_ERRORS:
-        model = None
     for b in range(replay_from, len(history)):
-        if model is not None and b > replay_from:
-            try:
-                model.update(history.slice(b - 1, b))
-            except FORECAST_ERRORS:
-                model = None
         try:
-            out.append(model.predict(horizon, levels) if model is not None else None)
+            out.append(keeper.forecast_at(history.slice(max(0, b - kept - 1), b), history.start + b * step,
+                                          steps, levels))
         except FORECAST_ERRORS:
             out.append(None)
     return out
@@ -484,6 +485,7 @@ def tune(
     pool_days: int = DEFAULT_POOL_DAYS,
     running: tuple[int, float] | None = None,
     executor: Executor | None = None,
+    horizon_seconds: int = ForecastProfile().horizon_seconds,
 ) -> Tuning:
     """Replay the last ``replay_seconds`` of ``history`` (per-second rates) at each operating point of
     ``operating_points(quantiles, utilisations)`` and choose one (see the module docstring). ``base`` is the
@@ -495,7 +497,8 @@ def tune(
     objective and sizing) carries its replayed days: up to ``pool_days`` days, this one included, are pooled.
     ``running`` is the point that ran during the replayed day (the error budget counts its replay as lived).
     ``executor`` (a process pool of one worker, say) replays half of the points there, the other half here: the
-    same candidates, in about half the wall time on two cores (None: all here).
+    same candidates, in about half the wall time on two cores (None: all here). ``horizon_seconds``: the
+    profile's forecast horizon, which the Deployment's keeper forecasts to (``engine.forecasting.forecast_steps``).
     """
     started = time.process_time()
     qs = sorted({int(q) for q in quantiles})
@@ -514,7 +517,6 @@ def tune(
     end = history.start + len(history) * step
     need = required_attainment(slo_attainment, margin)
     replay_bins = max(1, replay_seconds // step)
-    warmup_bins = max(1, warmup_seconds // step)
     replay_from = len(history) - replay_bins
     observed = np.isfinite(history.values)
     have = float(observed.sum()) * step / 3600
@@ -536,9 +538,9 @@ def tune(
     window = history.slice(replay_from, len(history))
 
     policies = [candidate_policy(base, q, u) for q, u in points]
-    horizon = max(required_horizon_steps(p, cold_start, step) for p in policies)
-    levels = sorted({50, *(p.level for p in policies), *qs})
-    forecasts = _forecasts(history, replay_from, make_model, horizon, levels, warmup_bins)
+    horizon = max(forecast_steps(p, cold_start, step, horizon_seconds) for p in policies)
+    levels = sorted({50, *(lv for p in policies for lv in forecast_levels(p)), *qs})
+    forecasts = _forecasts(history, replay_from, make_model, horizon, levels, warmup_seconds)
     if all(f is None for f in forecasts):
         return nothing("the forecaster could not be fitted on the history before the replay window")
 
@@ -618,6 +620,7 @@ def retuner(
     slo_attainment: float, warmup_seconds: int, utilisations: Sequence[float] = (),
     hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS, gpus_per_node: int = 8,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, executor: Executor | None = None,
+    horizon_seconds: int = ForecastProfile().horizon_seconds,
 ) -> Retune:
     """The simulator's self-tuning hook (``PredictivePolicy(retune=...)``): ``tune`` on the history so far, and
     the untuned policy at the chosen operating point (unchanged while nothing could be replayed). ``executor``:
@@ -631,7 +634,7 @@ def retuner(
                       slo_attainment=slo_attainment, utilisations=utilisations, hpa_targets=hpa_targets,
                       gpus_per_replica=gpus_per_replica,
                       gpus_per_node=gpus_per_node, warmup_seconds=warmup_seconds, timeout_seconds=timeout_seconds,
-                      previous=previous, running=running, executor=executor)
+                      previous=previous, running=running, executor=executor, horizon_seconds=horizon_seconds)
         if result.chosen is None:
             return base, result
         return candidate_policy(base, result.chosen, result.chosen_utilisation), result

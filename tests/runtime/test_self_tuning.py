@@ -84,8 +84,8 @@ def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_can
     status = _status(rig.fake, "serving", "llama-chat")
     tuning = status["tuning"]
     assert tuning is not None
-    assert tuning["chosen"] in (80, 95, 99)
     points = [(c["warm_pool_quantile"], c["reactive_utilisation"]) for c in tuning["candidates"]]
+    assert (tuning["chosen"], tuning["chosen_utilisation"]) in points
     # each quantile, the lowest with a margin, and the HPA's own points (the forecast adding only the lead)
     assert [p for p in points if p[0] != 50] == [(80, 1.0), (80, 0.8), (95, 1.0), (99, 1.0)]
     assert sorted(u for q, u in points if q == 50) == [0.5, 0.6, 0.7, 0.8, 0.9]
@@ -313,39 +313,48 @@ def test_a_new_objective_after_a_restart_is_tuned_afresh(
 def test_running_as_an_hpa_started_early_is_said_once_and_so_is_the_return_to_the_forecast(
     tuning_rig: Rig, prometheus_server: PrometheusServer,
 ) -> None:
-    # On this backfill the forecast's bands are always the cheapest point that meets the objective, so the replay's
-    # outcome is swapped for one that chose an HPA point (the tuner's own choice of one is tested in test_tuning);
-    # what is tested here is what the controller says about it, and when.
+    # The backfill's own choice is said as it is; then the replay's outcome is swapped for one that chose a point of
+    # the forecast's bands and for one that chose an HPA point (the tuner's choice is tested in test_tuning): what is
+    # tested here is what the controller says about each, and when.
     rig = tuning_rig
     now = prometheus_server.now - 1800
     key = ("serving", "llama-chat")
 
-    def said(reason: str) -> list[dict[str, Any]]:
-        return [e for e in rig.events(*key) if e["reason"] == reason]
+    def said(reason: str) -> list[str]:
+        return [e["message"] for e in rig.events(*key) if e["reason"] == reason and e["type"] == "Normal"]
 
     rig.controller.tick(now)
     rig.controller.tick(now + 30)
+    rig.controller.tick(now + 45)
     memory = rig.controller._memory[key]
-    real = memory.tuning
-    assert real is not None
-    assert real.chosen != 50
-    assert said("ForecastAddsOnlyLead") == said("ForecastInUse") == [], "the forecast in use from the start: nothing"
-    hpa = next(c for c in real.candidates if c.lead_only and c.reactive_utilisation == 0.7)
-    lead_only = dataclasses.replace(real, chosen=hpa.warm_pool_quantile, chosen_utilisation=hpa.reactive_utilisation,
+    tuned = memory.tuning
+    assert tuned is not None
+    ran = next(c for c in tuned.candidates if c.point == (tuned.chosen, tuned.chosen_utilisation))
+    # the forecast is assumed in use from the start: only the HPA's own point is news
+    assert said("ForecastAddsOnlyLead") == ([tuned.reason] if ran.lead_only else [])
+    assert said("ForecastInUse") == []
+
+    band = next(c for c in tuned.candidates if not c.lead_only)
+    in_use = dataclasses.replace(tuned, chosen=band.warm_pool_quantile, chosen_utilisation=band.reactive_utilisation,
+                                 reason=f"warm_pool_quantile {band.warm_pool_quantile}: cheapest meeting the objective")
+    hpa = next(c for c in tuned.candidates if c.lead_only and c.reactive_utilisation == 0.7)
+    lead_only = dataclasses.replace(tuned, chosen=hpa.warm_pool_quantile, chosen_utilisation=hpa.reactive_utilisation,
                                     reason="a reactive autoscaler at 0.7 utilisation that starts early")
+    rig.controller._note_tuning(key, memory, in_use)
+    rig.controller.tick(now + 50)
+    assert said("ForecastInUse") == ([in_use.reason] if ran.lead_only else [])  # back to the forecast, if it left
+    leads, uses = len(said("ForecastAddsOnlyLead")), len(said("ForecastInUse"))
 
     rig.controller._note_tuning(key, memory, lead_only)
     rig.controller.tick(now + 60)
-    (event,) = said("ForecastAddsOnlyLead")
-    assert (event["type"], event["message"]) == ("Normal", lead_only.reason)
+    assert said("ForecastAddsOnlyLead")[leads:] == [lead_only.reason]
     rig.controller._note_tuning(key, memory, lead_only)  # the next day chooses it again: nothing new to say
     rig.controller.tick(now + 90)
-    assert len(said("ForecastAddsOnlyLead")) == 1
-    assert said("ForecastInUse") == []
+    assert len(said("ForecastAddsOnlyLead")) == leads + 1
+    assert len(said("ForecastInUse")) == uses
 
-    rig.controller._note_tuning(key, memory, real)  # the forecast earns its place again: said once
+    rig.controller._note_tuning(key, memory, in_use)  # the forecast earns its place again: said once
     rig.controller.tick(now + 120)
     rig.controller.tick(now + 150)
-    (back,) = said("ForecastInUse")
-    assert (back["type"], back["message"]) == ("Normal", real.reason)
-    assert len(said("ForecastAddsOnlyLead")) == 1
+    assert said("ForecastInUse")[uses:] == [in_use.reason]
+    assert len(said("ForecastAddsOnlyLead")) == leads + 1
