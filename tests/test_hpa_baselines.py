@@ -29,8 +29,25 @@ def test_scale_up_limit_is_twice_the_count_or_four_without_behavior() -> None:
     assert [scale_up_limit(n) for n in (0, 1, 2, 3, 4, 10)] == [4, 4, 4, 6, 8, 20]
 
 
-def test_a_scale_up_goes_on_towards_the_largest_recommendation_of_the_window() -> None:
+def test_the_utilisation_hpa_reads_the_rate_of_the_minute_before_the_sync() -> None:
+    # What the engine's reactive floor reads too (engine.deciding.CURRENT_DEMAND_WINDOW_SECONDS): the tick in
+    # progress is seen from the next tick on, averaged over the minute (4 ticks of 15 s) before the sync.
     hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK)
+    cluster = _cluster(1)
+    assert hpa.decide(0, cluster, 9.0) == 1  # the tick's own 9 req/s is not read yet: no metric, it holds
+    cluster.advance(1)
+    assert hpa.decide(1, cluster, 1.0) == 4  # now it is: 9 req/s on one replica, limited to max(2 * 1, 4)
+    for k in (2, 3):
+        cluster.advance(k)
+        hpa.decide(k, cluster, 1.0)
+    assert hpa.metric() == pytest.approx((9.0 + 1.0 + 1.0 + 1.0) / 4)  # the mean of the minute's four ticks
+    cluster.advance(4)
+    hpa.decide(4, cluster, 1.0)
+    assert hpa.metric() == pytest.approx(1.0)  # the 9 has left the minute
+
+
+def test_a_scale_up_goes_on_towards_the_largest_recommendation_of_the_window() -> None:
+    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK, read_seconds=0)
     cluster = _cluster(1)
     # sync 0: 1 Ready at 10 req/s -> recommends 10, limited to max(2, 4) = 4
     cluster.scale_to(0, hpa.decide(0, cluster, 10.0))
@@ -46,7 +63,7 @@ def test_a_scale_up_goes_on_towards_the_largest_recommendation_of_the_window() -
 
 
 def test_the_first_sync_records_the_count_it_found() -> None:
-    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK)
+    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK, read_seconds=0)
     cluster = _cluster(6)
     counts = []
     for k in range(22):

@@ -144,19 +144,21 @@ def _step_trace() -> TrafficSeries:
     return _series([0.5] * 120 + [3.5] * 120)
 
 
-def test_reactive_hpa_lags_a_step_by_the_pod_startup() -> None:
+def test_reactive_hpa_reads_the_last_minute_and_lags_a_step_by_it_and_the_pod_startup() -> None:
     result = simulate(_step_trace(), _config(("reactive",), targets=(1.0,)))
     hpa = result.policies["reactive@1"]
     k0 = 120 * 4  # the step's first tick
-    # at k0 the HPA sees ratio 3.5 and asks ceil(3.5 * 1) = 4 (within the +4 pods limit); Ready 8 ticks later
-    assert hpa.requested[k0 - 1] == 1
-    assert hpa.requested[k0] == 4
-    assert hpa.ready[k0 + 7] == 1
-    assert hpa.ready[k0 + 8] == 4
-    unserved = (3.5 - 1.0) * 8 * TICK
+    # at k0 the HPA's metric is the minute before the step (0.5 req/s: one replica, as it has); over the next four
+    # syncs the step fills its one-minute rate (1.25, 2.0, 2.75, 3.5 req/s) and it asks 2, then holds (2.0 over
+    # 1 Ready and 1 starting is ratio 1), then 3 and 4
+    assert hpa.requested[k0 - 1:k0 + 5].tolist() == [1, 1, 2, 2, 3, 4]
+    # each Ready one pod start-up (8 ticks) after it was asked
+    assert hpa.ready[k0:k0 + 13].tolist() == [1] * 9 + [2, 2, 3, 4]
+    unserved = ((3.5 - 1.0) * 9 + (3.5 - 2.0) * 2 + (3.5 - 3.0) * 1) * TICK
     total = (0.5 + 3.5) * 120 * STEP
     assert hpa.unserved_fraction == pytest.approx(unserved / total)
-    assert hpa.cold_start_requests == pytest.approx(unserved)  # all of it waited on the 3 starting replicas
+    # the tick the HPA had not yet read the step, nothing was starting: that shortfall is no cold start
+    assert 0 < hpa.cold_start_requests <= unserved - (3.5 - 1.0) * TICK
 
 
 def test_oracle_never_unserves_a_step_and_asks_one_lead_ahead() -> None:
@@ -279,14 +281,16 @@ def test_missing_bins_are_not_scored_and_the_hpa_holds() -> None:
 def test_hpa_tolerance_and_scale_up_limit() -> None:
     cfg = ClusterConfig(pod_startup_seconds=POD, node_startup_seconds=NODE, gpus_per_node=64)
     # 10 Ready at 5.4 req/s: utilisation 0.54 vs target 0.5 -> ratio 1.08, inside the 10% tolerance
-    assert ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK).decide(0, Cluster(cfg, 10), 5.4) == 10
+    hpa = ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK, read_seconds=0)  # the tick's own demand
+    assert hpa.decide(0, Cluster(cfg, 10), 5.4) == 10
     # 2 Ready at 20 req/s: wants ceil(20 / 0.5) = 40; without behavior limited to max(2 * 2, 4) = 4 per sync
-    assert ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK).decide(0, Cluster(cfg, 2), 20.0) == 4
+    hpa = ReactiveHPA(0.5, capacity_per_replica=1.0, tick_seconds=TICK, read_seconds=0)
+    assert hpa.decide(0, Cluster(cfg, 2), 20.0) == 4
 
 
 def test_hpa_scale_down_waits_for_the_stabilisation_window() -> None:
     cfg = ClusterConfig(pod_startup_seconds=POD, node_startup_seconds=NODE, gpus_per_node=64)
-    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK)
+    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK, read_seconds=0)
     cluster = Cluster(cfg, initial_ready=8)
     counts = []
     for k in range(30):
@@ -300,7 +304,7 @@ def test_hpa_scale_down_waits_for_the_stabilisation_window() -> None:
 
 def test_hpa_does_not_pile_up_while_replicas_start() -> None:
     cfg = ClusterConfig(pod_startup_seconds=POD, node_startup_seconds=NODE, gpus_per_node=64)
-    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK)
+    hpa = ReactiveHPA(1.0, capacity_per_replica=1.0, tick_seconds=TICK, read_seconds=0)
     cluster = Cluster(cfg, initial_ready=1)
     for k in range(8):
         cluster.advance(k)
@@ -390,9 +394,12 @@ def test_bins_that_are_not_a_multiple_of_15s_get_finer_ticks() -> None:
     assert result.tick_seconds == 5
     hpa, oracle = result.policies["reactive@1"], result.policies["oracle"]
     k0 = 60 * 2  # the step's first tick; 120 is a multiple of 3, so the HPA syncs on it
-    assert hpa.requested[k0] == 3
-    assert hpa.ready[k0 + 19] == 1
-    assert hpa.ready[k0 + 20] == 3
+    # its metric is the last minute's rate (12 ticks): at its syncs k0 + 3, k0 + 6 and k0 + 9 it reads 1.5, 2.0 and
+    # 2.5 req/s, so it asks 2, holds (2.0 over 1 Ready and 1 starting is ratio 1) and asks 3
+    assert hpa.requested[k0:k0 + 12].tolist() == [1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3]
+    assert hpa.ready[k0 + 3 + 19] == 1  # 100 s (20 ticks) after each ask
+    assert hpa.ready[k0 + 3 + 20] == 2
+    assert hpa.ready[k0 + 9 + 20] == 3
     assert oracle.requested[k0 - 21] == 1
     assert oracle.requested[k0 - 20] == 3
     assert oracle.unserved_fraction == 0.0

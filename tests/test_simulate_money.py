@@ -81,11 +81,13 @@ def test_a_ceiling_of_three_replicas_never_holds_four_and_the_cut_is_attributed_
     assert oracle.unserved_fraction == pytest.approx(0.5 * 120 * STEP / total)
     assert oracle.ceiling_unserved_fraction == pytest.approx(0.5 * 120 * STEP / total)
     hpa = result.policies["reactive@1"]
-    # the HPA asks at the step: for 8 ticks only 1 replica is Ready (2.5 req/s short, of which 0.5 above
-    # the ceiling's 3 replicas); then 3 are Ready and 0.5 req/s is short, all of it the ceiling's
-    unserved = 2.5 * 8 * TICK + 0.5 * (120 * 4 - 8) * TICK
+    # the HPA reads the step as the last minute's rate fills with it, and asks 2 one tick after it and 3 three ticks
+    # after (then 4, cut to 3): for 9 ticks only 1 replica is Ready (2.5 req/s short, of which 0.5 above the ceiling's
+    # 3 replicas), for 2 ticks 2 (1.5 short); then 3 are Ready and 0.5 req/s is short, all of it the ceiling's
+    unserved = (2.5 * 9 + 1.5 * 2 + 0.5 * (120 * 4 - 11)) * TICK
     assert hpa.unserved_fraction == pytest.approx(unserved / total)
-    assert hpa.ceiling_unserved_fraction == pytest.approx(0.5 * 120 * STEP / total)
+    # the ceiling's share starts at the tick it cut the 4 the HPA asked
+    assert hpa.ceiling_unserved_fraction == pytest.approx(0.5 * (120 * 4 - 4) * TICK / total)
 
 
 def test_without_a_ceiling_nothing_is_attributed_to_it_and_results_are_unchanged() -> None:
@@ -148,12 +150,13 @@ def test_predictive_places_a_gang_that_fits_only_in_the_trough_there() -> None:
     assert pred.gang_wait_hours == pytest.approx((reserved - (day3 + 8 * HOUR_TICKS)) * TICK / 3600)
     # the HPA has no forecast: first fit at 08:00, preempted whole when the 09:00 rise needs the budget
     assert hpa.gang_gpus[day3 + 8 * HOUR_TICKS] == 8
-    assert hpa.gang_gpus[busy].max() == 0
+    minute = 60 // TICK  # the HPA reads the last minute's rate: the rise reaches it within a minute
+    assert hpa.gang_gpus[busy.start + minute:busy.stop].max() == 0
     assert hpa.gangs_preempted == 1
     assert hpa.gangs_missed == 0
     lost = day3 + 8 * HOUR_TICKS + int(np.flatnonzero(hpa.gang_gpus[day3 + 8 * HOUR_TICKS :] == 0)[0])
     restart = lost + int(np.flatnonzero(hpa.gang_gpus[lost:])[0])
-    assert lost <= busy.start  # preempted by the rise at 09:00 (the HPA syncs on it)
+    assert busy.start < lost <= busy.start + minute  # preempted by the rise at 09:00, once the HPA reads it
     assert hpa.gang_wait_hours == pytest.approx((restart - lost) * TICK / 3600)
     # the lost hour is paid too: the HPA's gang held more GPU-ticks than the predictive policy's
     assert np.count_nonzero(hpa.gang_gpus) == lost - (day3 + 8 * HOUR_TICKS) + NODE // TICK + 2 * HOUR_TICKS

@@ -53,8 +53,14 @@ The metrics, one class each:
 With no queue the three queue metrics are 0, and their recommendation is the minimum: they scale on backlog,
 never ahead of it.
 
-Where this is generous to the HPA: it reads the current bin's demand (or the queue at the sync) with no scrape,
-``rate()`` or adapter lag. A real HPA sees it tens of seconds late, so real reactive results are worse.
+What the utilisation HPA reads: the arrival rate over the last minute before the sync
+(``engine.deciding.CURRENT_DEMAND_WINDOW_SECONDS``), which is what a prometheus-adapter rule over ``rate(...[1m])``
+serves and exactly what our controller's reactive floor reads, so both policies see the same evidence and differ
+only in what they do with it. Before, it read the demand of the tick in progress, which no metric pipeline serves
+(a scrape, a rate window and the adapter come between the traffic and the HPA): it saw a rise up to a minute before
+our controller could, and on 10-minute traces (bins spread linearly) it read the very second. Without a minute of
+samples (the first minute) it has no metric and holds, as the HPA does on a metric error. The queue HPAs read the
+queue at the sync (a gauge: no rate window, only the scrape, which is left out).
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS
 from autoscaler.simulation.cluster import Cluster
 
 _CEIL_TOLERANCE = 1e-9
@@ -162,6 +169,7 @@ class ReactiveHPA(_HPA):
         tolerance: float = 0.1,
         sync_seconds: int = 15,
         scale_down_stabilization_seconds: int = SCALE_DOWN_STABILIZATION_SECONDS,
+        read_seconds: int = CURRENT_DEMAND_WINDOW_SECONDS,
     ) -> None:
         if not (math.isfinite(target) and 0 < target <= 1):
             raise ValueError(f"reactive target utilisation must be in (0, 1], got {target!r}")
@@ -170,6 +178,23 @@ class ReactiveHPA(_HPA):
         self.name = f"reactive@{target:g}"
         self.target = float(target)
         self.capacity = float(capacity_per_replica)
+        # the per-tick demand of the ``read_seconds`` before the current tick: the rate the metric pipeline serves
+        # (0: the tick's own demand, a metric without lag, which no pipeline serves: the worked examples use it)
+        self._recent: deque[float] | None = (
+            deque(maxlen=max(1, math.ceil(read_seconds / tick_seconds))) if read_seconds > 0 else None)
+
+    def metric(self) -> float:
+        """The demand the metric pipeline serves now: the mean of the window's ticks (NaN before any)."""
+        seen = [d for d in self._recent or () if math.isfinite(d)]
+        return sum(seen) / len(seen) if seen else math.nan
+
+    def decide(self, k: int, cluster: Cluster, demand: float) -> int:
+        """The count at tick ``k``; the tick's own ``demand`` is read from the next tick on (``metric``)."""
+        if self._recent is None:
+            return super().decide(k, cluster, demand)
+        seen = self.metric()
+        self._recent.append(demand)
+        return super().decide(k, cluster, seen)
 
     def _recommendation(self, current: int, ready: int, demand: float) -> int:
         return self._plain(current, ready, demand / (ready * self.capacity) / self.target)
