@@ -143,7 +143,8 @@ class SnapshotReads(ControllerBase):
             (known if h is not None and h.step_seconds == step else fresh).append((view, spec, profile))
         plans: list[tuple[list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], int]] = []
         if fresh:
-            window = max(max(p.history_seconds for _, _, p in fresh), cfg.loop.history_seconds)
+            # the history a model fits on is of settled bins: one more, the newest ended bin, is kept on top of it
+            window = max(max(p.history_seconds for _, _, p in fresh), cfg.loop.history_seconds) + step
             plans.append((fresh, history_window(now, step, window)[0]))
         if known:
             oldest = min(self._history_end(v) for v, _, _ in known)
@@ -161,7 +162,7 @@ class SnapshotReads(ControllerBase):
                 for view, spec, profile in group:
                     key = (view.namespace, view.name)
                     memory = self._memory[key]
-                    keep = max(profile.history_seconds, cfg.loop.history_seconds)
+                    keep = max(profile.history_seconds, cfg.loop.history_seconds) + step  # as ``window`` above
                     if spec.demand_unit is DemandUnit.TOKENS:
                         prompt = series_of(tokens["input_tokens"], key, start, end, step).values
                         generated = series_of(tokens["output_tokens"], key, start, end, step).values

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autoscaler.domain import cost
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.cost import (
     DEFAULT_KEEP_ORDER,
@@ -365,3 +366,21 @@ def test_the_cheap_fit_test_says_exactly_whether_the_ceilings_cut_anything(
             assert report.team_dollars_per_hour.get("a", 0.0) <= team_a + 1e-6
     else:
         assert report.binds or report.gangs_deferred
+
+
+@settings(max_examples=150, deadline=None)
+@given(plans(), budgets, budgets, st.sampled_from([PRICES, WHOLE_NODES]))
+def test_the_fast_path_reports_exactly_what_the_unit_by_unit_path_reports(
+    plan: tuple[list[WorkloadAsk], list[Gang]], cluster: float | None, team_a: float | None, prices: GpuPrices,
+) -> None:
+    # When the whole plan fits, enforce_ceilings grants it at once instead of unit by unit: the same report either way
+    # (every grant, note, dollar and reserved gang), so the shortcut cannot change what a driver decides.
+    asks, gangs = plan
+    ceilings = Ceilings(cluster=cluster, teams={} if team_a is None else {"a": team_a})
+    fast = enforce_ceilings(asks, gangs, ceilings, prices)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cost, "fits_ceilings", lambda *_: False)  # the unit-by-unit path, whatever the plan
+        slow = enforce_ceilings(asks, gangs, ceilings, prices)
+    assert fast.to_dict() == slow.to_dict()
+    assert fast.workloads == slow.workloads
+    assert fast.gangs == slow.gangs

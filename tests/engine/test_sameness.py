@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -276,10 +276,21 @@ def _same(a: Forecast | None, b: Forecast | None) -> str | None:
     return None
 
 
-def _replay(days: float, ceiling: float | None = None,
-            gang: GangSpec | None = None) -> tuple[int, int, set[str], set[str], int, LedgerOutcome | None]:
-    """Replay ``days`` of the synthetic trace through both sides; returns (decisions compared, forecasts compared,
-    models seen, deciding steps seen, decisions the ceiling cut, the ledger's outcome). Fails at the first decision
+class Replayed(NamedTuple):
+    """What ``_replay`` compared."""
+
+    decisions: int
+    forecasts: int
+    models: set[str]
+    deciding: set[str]  # the steps that set a count
+    cuts: int  # decisions the ceiling cut
+    money: LedgerOutcome | None
+    troughs: int  # decisions that placed the gang later than it could first start (in the forecast's trough)
+
+
+def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = None,
+            series: TrafficSeries | None = None) -> Replayed:
+    """Replay ``days`` of the synthetic trace through both sides and say what was compared. Fails at the first decision
     whose forecasts or decisions differ, or the first tick at which the two simulated clusters hold different replicas.
 
     ``ceiling``: a cluster ceiling in $/h, held by the controller's money stage on one side and by the simulator's
@@ -292,7 +303,8 @@ def _replay(days: float, ceiling: float | None = None,
     text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
     cfg = parse_config_text(text, "sameness.yaml")
     profile = cfg.profile("default")
-    series = synth_trace(days=days, seed=7, step_seconds=STEP).requests
+    if series is None:
+        series = synth_trace(days=days, seed=7, step_seconds=STEP).requests
     tick = tick_seconds_for(STEP)
     sim_cfg = SimulationConfig(capacity_per_replica=CAPACITY, min_replicas=1, max_replicas=40)
     # nodes of 4 GPUs: scale-ups often need a node, so pods wait for one (Pending unschedulable) on both sides
@@ -311,7 +323,7 @@ def _replay(days: float, ceiling: float | None = None,
         min_replicas=1, tick_seconds=tick, node_startup_ticks=cluster_cfg.ticks(NODE_STARTUP), start=series.start,
         placer=policy, node_startup_seconds=float(NODE_STARTUP))
     gangs = None if gang is None else TraceGangs(gang, series.start, tick, cluster_cfg.ticks(NODE_STARTUP))
-    placed = 0
+    placed = troughs = 0
     cuts = 0
     demand = np.repeat(series.values, STEP // tick)
     source, kube = FleetSource({NAME: series}, {NAME: demand}, tick), TraceCluster(SimCluster(cluster_cfg, 1))
@@ -353,6 +365,7 @@ def _replay(days: float, ceiling: float | None = None,
                 assert reserved == ({g.key for g in plan.reserved} if plan else set()), f"reserved at t+{k * tick}s"
                 gangs.ceiling(gangs.key in reserved)
                 placed += bool(mine)
+                troughs += any(start > now + NODE_STARTUP + STEP for start in mine.values())
             keeper = controller.forecast_keeper(NS, NAME)
             theirs = None if keeper is None else keeper.last
             diff = _same(policy.forecast, theirs)
@@ -392,12 +405,12 @@ def _replay(days: float, ceiling: float | None = None,
         assert gangs.reserved, "the gang was never reserved: nothing was compared"
     if ceiling is None:
         assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
-    return decisions, forecasts, models, deciding, cuts, money
+    return Replayed(decisions, forecasts, models, deciding, cuts, money, troughs)
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models, deciding, _, _ = _replay(days=2.0)
+    decisions, forecasts, models, deciding, *_ = _replay(days=2.0)
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
@@ -409,7 +422,8 @@ def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_ov
 @pytest.mark.timeout(600)
 def test_under_a_cost_ceiling_the_two_cut_the_same_decisions_to_the_same_count() -> None:
     # $28/h at $4 a GPU-hour: 7 replicas, which the day's peaks exceed (they want up to about 12)
-    decisions, _, _, _, cuts, _ = _replay(days=1.0, ceiling=28.0)
+    replayed = _replay(days=1.0, ceiling=28.0)
+    decisions, cuts = replayed.decisions, replayed.cuts
     assert decisions == 86_400 // DECISION
     assert cuts > 0
 
@@ -421,12 +435,31 @@ def test_a_gang_with_a_window_is_placed_reserved_started_and_preempted_the_same_
     # wobbles take its budget back (preempted, re-placed, reserved again) until it runs to its end in the night.
     gang = GangSpec(gpus=4, at_seconds=20 * 3600, run_seconds=2 * 3600, window_seconds=10 * 3600,
                     priority=PRIORITY_TIERS["standard"], name="train")
-    decisions, _, _, _, _, money = _replay(days=1.5, ceiling=28.0, gang=gang)
+    replayed = _replay(days=1.5, ceiling=28.0, gang=gang)
+    decisions, money = replayed.decisions, replayed.money
     assert decisions == 36 * 3600 // DECISION
     assert money is not None
     assert len(money.reserved_ticks) >= 2
     assert money.preempted_ticks
     assert money.gangs_missed == 0  # it ran to its end
+
+
+@pytest.mark.timeout(600)
+def test_a_gang_submitted_at_the_peak_is_placed_in_the_forecasts_trough_the_same_on_both_sides() -> None:
+    # A clean daily cycle (2 to 10 req/s, peak at 15:00), whose shape the model refitted on the third day (on two
+    # days of history) forecasts, and a gang submitted at 20:00 that day with 12 h to start: inference still needs
+    # more than 3 of the 7 GPUs until late evening, so both sides place it hours ahead, in the median forecast's
+    # night trough, and re-place it as the forecast moves: the trough choice, not only the window's start, is
+    # compared.
+    t = np.arange(int(3.5 * 86_400) // STEP) * STEP
+    rng = np.random.default_rng(3)
+    values = (6.0 + 4.0 * np.cos(2 * np.pi * (t - 15 * 3600) / 86_400)) * rng.normal(1.0, 0.02, t.size)
+    gang = GangSpec(gpus=4, at_seconds=68 * 3600, run_seconds=2 * 3600, window_seconds=12 * 3600,
+                    priority=PRIORITY_TIERS["standard"], name="train")
+    replayed = _replay(days=3.5, ceiling=28.0, gang=gang, series=TrafficSeries(values, STEP, 1_709_510_400))
+    assert replayed.troughs > 0, "the gang was never placed later than its first possible start"
+    assert replayed.money is not None
+    assert replayed.money.reserved_ticks
 
 
 # ---------------------------------------------------------------------------------------------- a small fleet
