@@ -110,7 +110,7 @@ def test_a_real_tick_over_the_fake_fleet() -> None:
     assert all(w.forecast is not None and w.decision is not None for w in report.workloads)
     assert cluster.counts.statuses == 3
     assert clock.calls["_forecast"] == 3
-    assert source.queries[0][1:] == (NOW - 86_400, NOW, STEP)
+    assert source.queries[0][1:] == (NOW - 86_400 - STEP, NOW, STEP)  # a day to fit on and the newest ended bin
     report = controller.tick(NOW + 75)  # one new bin: a short re-fetch, not another day
     assert source.queries[-1][1] >= NOW - 3 * STEP
     assert datetime.fromtimestamp(report.now, UTC).second == 15

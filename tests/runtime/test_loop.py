@@ -85,10 +85,11 @@ def test_first_tick_fetches_the_fleet_once_scales_the_short_deployment_and_publi
         report = rig.controller.tick(now0)
 
     assert report.ok, report.errors
-    # One fleet query for all three Deployments in both namespaces, over the configured day of history.
+    # One fleet query for all three Deployments in both namespaces, over the configured day of history and the newest
+    # ended bin (which the model is not fitted on until it settles): a day of bins to fit on
     (query,) = rig.transport.range_queries()
     assert 'namespace=~"research|serving"' in query["query"]
-    assert int(query["start"]) == now0 - DAY + STEP  # bin [now0 - 1d, now0 - 1d + 60) is evaluated at its end
+    assert int(query["start"]) == now0 - DAY  # bin [now0 - 1d - 60, now0 - 1d) is evaluated at its end
     assert int(query["end"]) == now0
 
     # llama-chat: ~2.5 req/s against 0.4 req/s per replica -> scaled up through the scale subresource.
@@ -459,7 +460,7 @@ def test_a_deployment_that_opts_in_later_gets_its_own_full_fetch(rig: Rig, now0:
     assert report.ok, report.errors
     fresh, known = rig.transport.range_queries()[1:]
     assert 'namespace=~"research"' in fresh["query"]
-    assert (int(fresh["start"]), int(fresh["end"])) == (now - DAY + STEP, now)
+    assert (int(fresh["start"]), int(fresh["end"])) == (now - DAY, now)
     assert 'namespace=~"serving"' in known["query"]
     assert (int(known["start"]), int(known["end"])) == (now - 2 * STEP, now)  # as in any later tick
     qwen_outcome = outcome(report, "qwen-eval")
