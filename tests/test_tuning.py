@@ -547,3 +547,23 @@ def test_replaying_half_the_points_in_a_worker_process_chooses_exactly_what_one_
     assert shared.days == alone.days
     assert (shared.chosen, shared.chosen_utilisation, shared.met, shared.reason) == (
         alone.chosen, alone.chosen_utilisation, alone.met, alone.reason)
+
+
+def test_when_nothing_meets_the_objective_a_dearer_point_must_beat_the_safest_hpa_point_on_every_day() -> None:
+    """A bursty stream no point can serve at 99%: p99 out-attains the HPA's own point on the pool of two days because
+    one of them went its way, at three times the GPU-hours; it was worse on the other day, so the safest HPA point
+    runs. Where p99 attains more on each day (only the forecast's bands reach it), p99 runs."""
+    def day(end: int, q99: float, hpa: float) -> Day:
+        return Day(end, (Candidate(99, 300.0, q99, 60.0, 0.0, 10_000.0),
+                         Candidate(LEAD_ONLY_QUANTILE, 100.0, hpa, 60.0, 0.0, 10_000.0, 0.5),
+                         Candidate(LEAD_ONLY_QUANTILE, 90.0, hpa - 0.01, 60.0, 0.0, 10_000.0, 0.7)))
+
+    lucky = (day(1, 0.97, 0.90), day(2, 0.88, 0.90))
+    pooled = pool([d.candidates for d in lucky])
+    assert max(pooled, key=lambda c: c.slo_attainment).point == (99, 1.0)  # the safest on the pool
+    assert choose(pooled, 0.99) == (next(c for c in pooled if c.point == (99, 1.0)), False)  # without the days
+    chosen, met = choose(pooled, 0.99, days=lucky)
+    assert (chosen.point, met) == ((LEAD_ONLY_QUANTILE, 0.5), False)
+    every = (day(1, 0.97, 0.90), day(2, 0.93, 0.90))
+    chosen, met = choose(pool([d.candidates for d in every]), 0.99, days=every)
+    assert (chosen.point, met) == ((99, 1.0), False)

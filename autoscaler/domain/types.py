@@ -62,8 +62,9 @@ class ScalingPolicy:
     # bursty service with an objective in seconds needs on top of what a forecast can see.
     reactive_utilisation: float = 1.0
     # Added: the forecast adds only the lead. The replicas are the HPA's, ``ceil(demand / (capacity *
-    # reactive_utilisation))``, on the larger of the observed demand and the median forecast over the look-ahead
-    # window at the lead: a reactive autoscaler that starts early, with no band, warm pool or surprise headroom.
+    # reactive_utilisation))``, on the observed demand scaled by the rise of the median forecast from now to the
+    # look-ahead window at the lead (at least 1; ``domain.planner``): a reactive autoscaler that starts early, with
+    # no band, warm pool, surprise headroom or lead gap.
     # Why: where the forecast's bands buy nothing, the self-tuner must still be able to run what the HPA runs.
     lead_only: bool = False
 
