@@ -279,13 +279,16 @@ controller's own forecast keeper (``autoscaler/engine``): like the controller it
 newest bin, which may still change, so on the 10-minute ServeGen traces each forecast starts a bin (10 minutes)
 earlier than before; m_small's predictive row moved from 99.27% at 1.20x (14% fewer misses) to 99.49% at 1.23x, on
 the HPA's own line. That is the controller's real behaviour at that resolution (its own bins are a minute).
-The HPA as the vLLM reference deploys it (`hpa-queue@10`) is the worst anchor by far: it
+The HPA as the GKE vLLM tutorial deploys it (`hpa-queue@10`) is the worst anchor by far: it
 scales on backlog only, so with no queue it recommends 0 and falls to min replicas once the 300 s window has passed,
 then meets the next backlog a pod start-up late; it oscillates (13-25 thousand scale events on NASA and ServeGen)
 and 32-61% of requests start within 2 s. Its `averageValue: 10` is in requests, so how hard it swings depends on a
 replica's request rate: on ServeGen a replica serves 50-190 req/s, 10 waiting per pod is a fraction of a second of
 work, and each backlog sends it to max replicas (6-10x the oracle's GPU-hours) while it still drops 12-14%; on the
-sparse LoRA trace it rarely sees 10 waiting and sits at one replica (0.85x the oracle, 17% dropped). The last-value
+sparse LoRA trace it rarely sees 10 waiting and sits at one replica (0.85x the oracle, 17% dropped). vLLM
+production-stack's HPA (`prodstack-queue@1`) and its KEDA ScaledObject (`keda-queue@5`), in the table since
+2026-11-26, are no better: 40-65% of requests within 2 s at 0.9-15x the oracle's GPU-hours (production-stack's
+`ceil(waiting x Ready pods)` overshoots most: 14.8x on NASA). The last-value
 planner (`predictive-persistence`, our planner with a persistence forecast) is close to the default model on
 ServeGen (m_small 99.33% at 1.24x against 99.49% at 1.23x; m_mid 99.89% at 1.41x against 99.77% at 1.37x) and holds
 more on the 1-minute traces (NASA 1.88x, LoRA 1.67x) for more attainment: a different point on its own curve, to be
