@@ -116,8 +116,8 @@ def perf_fleet(days: float, n: int = PERF_DEPLOYMENTS) -> FleetConfig:
 
 
 def one_run(job: tuple[str, float, bool, float], executor: Executor | None = None) -> FleetRun:
-    """One policy over the fleet (in a worker process): ``(policy, target, perf fleet?, days)``; ``executor``: where
-    half of each self-tuning replay's points run (the same choices)."""
+    """One policy over the fleet (in a worker process): ``(policy, target, perf fleet?, days)``; ``executor``: a pool
+    of worker processes where the self-tuning replays run, those due at the same tick at once (the same choices)."""
     kind, target, perf, days = job
     config = perf_fleet(days) if perf else fleet(days)
     if kind == "reactive":
@@ -209,22 +209,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=DAYS, help=f"days replayed (default {DAYS}; other values "
                         "write nothing)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2); with --perf, 2 or more runs "
-                        "half of each self-tuning replay's points in a worker process")
+                        "the self-tuning replays in that many worker processes")
     parser.add_argument("--perf", action="store_true", help=f"time one predictive run (with headroom) of "
                         f"{PERF_DEPLOYMENTS} synthetic Deployments over --days instead")
     args = parser.parse_args(argv)
     if args.perf:
-        # The Deployments share nodes at every tick, so the fleet runs in this process; with --jobs 2 or more, half
-        # of each self-tuning replay's points run in one worker process (the same choices, exactly).
+        # The Deployments share nodes at every tick, so the fleet runs in this process; with --jobs 2 or more, the
+        # self-tuning replays run in that many worker processes, those due at one tick at once (the same choices,
+        # exactly: each is applied at the tick it fell due, as in one process).
         t0, c0 = time.perf_counter(), time.process_time()
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         with contextlib.ExitStack() as stack:
-            executor = stack.enter_context(ProcessPoolExecutor(max_workers=1)) if args.jobs >= 2 else None
+            executor = (stack.enter_context(ProcessPoolExecutor(max_workers=args.jobs)) if args.jobs >= 2
+                        else None)
             run = one_run(("predictive", 0.0, True, args.days), executor)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         worker = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
-        how = ("the fleet in one process, half of each self-tuning replay's points in one worker" if executor
+        how = (f"the fleet in one process, its self-tuning replays in {args.jobs} workers" if executor
                else "one process")
         print(f"{PERF_DEPLOYMENTS} Deployments x {args.days:g} days, predictive + headroom: {seconds:.0f} s wall, "
               f"{cpu + worker:.0f} s CPU ({how}: {cpu:.0f} s + {worker:.0f} s) "
