@@ -197,7 +197,7 @@ def test_tunings_in_worker_processes_choose_and_decide_as_in_one_process() -> No
     with ProcessPoolExecutor(max_workers=2) as pool:
         pooled = run_fleet(config, predictive_builder(profile, 30, executor=pool), "pool", headroom=True)
     tuned = [n for n in alone.notes if "self-tuned" in n]
-    assert len(tuned) == 2 and all("replays" in n for n in tuned)
+    assert len(tuned) == 2
     for a, b in zip(alone.deployments, pooled.deployments, strict=True):
         assert np.array_equal(a.decisions, b.decisions)
         assert np.array_equal(a.result.ready, b.result.ready)

@@ -38,6 +38,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.money import ahead_replicas
 from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from autoscaler.domain.values import quick_init
 from models.types import Forecast
 
 Recommendations = tuple[tuple[int, int], ...]
@@ -51,6 +52,7 @@ CURRENT_DEMAND_WIDE_WINDOW_SECONDS = 120
 CURRENT_DEMAND_RESOLUTION_SECONDS = 15  # the subquery step inside the window
 
 
+@quick_init
 @dataclass(frozen=True)
 class Observed:
     """What one tick saw of one Deployment: the snapshot ``decide`` plans on.
@@ -66,6 +68,7 @@ class Observed:
     waiting_for_node: tuple[float, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True)
 class Decided:
     """``decide``'s answer: the decision (every step explained), how many pods have waited longer than a node
