@@ -45,5 +45,5 @@ def quick_init(cls: type[T]) -> type[T]:
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = f"Fill the fields of a {cls.__name__} at once (``autoscaler.domain.values.quick_init``)."
-    cls.__init__ = init  # type: ignore[misc]
+    setattr(cls, "__init__", init)  # noqa: B010 (a method replaced on the class, as dataclasses sets it)
     return cls
