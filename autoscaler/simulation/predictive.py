@@ -89,6 +89,7 @@ class PredictivePolicy:
     """Forecast + ``plan_replicas`` every tick, on one Deployment's trace."""
 
     name = "predictive"
+    explains = True  # whether its decisions keep the planner's steps (a self-tuning replay's are never read)
 
     def __init__(
         self,
@@ -293,7 +294,7 @@ class PredictivePolicy:
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
         decided = decide(self.forecast, self.observed(k, cluster), self.policy, self.cold_start, now,
-                         self.recommendations)
+                         self.recommendations, explain=self.explains)
         decision = self.decision = decided.decision
         self.decided = decided
         self.recommendations = decision.recommendations

@@ -419,7 +419,10 @@ class _Replay:
 
 
 class _Replayed(PredictivePolicy):
-    """The simulator's predictive policy fed precomputed forecasts (one per bin) instead of its own model."""
+    """The simulator's predictive policy fed precomputed forecasts (one per bin) instead of its own model; its
+    decisions keep no steps (only their counts are scored)."""
+
+    explains = False
 
     def __init__(self, forecasts: Sequence[Forecast | None], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
