@@ -974,7 +974,11 @@ class DefaultForecaster:
             served = (1.0 - alpha) * served + alpha * last
         lam = self._power
         root = mean_counts**lam
-        qtable = self._bands_table(j)
+        # only the rows of the levels asked, every level's band in one pass over a (levels x h) table: the same
+        # arithmetic as on all 99 rows, element by element
+        asked = [int(p) for p in levels]
+        rows = np.asarray(asked, dtype=np.intp) - 1
+        qtable = self._bands_table(j)[rows]
         k_max = qtable.shape[1]
         if h <= k_max:
             qs = qtable[:, :h]
@@ -982,9 +986,10 @@ class DefaultForecaster:
             ks = np.arange(1, h + 1)
             qs = qtable[:, np.minimum(ks, k_max) - 1] * np.sqrt(np.maximum(ks / k_max, 1.0))
         if self._band_scale > 0.0:  # the calibration widens the upper bands (levels 50 and up)
-            qs = np.concatenate((qs[:49], qs[49:] * math.exp(self._band_scale)))
-        bands = {int(p): np.maximum(root + qs[int(p) - 1], 0.0) ** (1.0 / lam) / step for p in levels}
-        bands = {p: np.maximum(b, served / step) if p >= 50 else b for p, b in bands.items()}
+            qs = np.where((rows >= 49)[:, None], qs * math.exp(self._band_scale), qs)
+        table = np.maximum(root + qs, 0.0) ** (1.0 / lam) / step
+        floor = served / step
+        bands = {p: np.maximum(row, floor) if p >= 50 else row for p, row in zip(asked, table, strict=True)}
         return Forecast(start=self._end, step_seconds=step, mean=served / step, quantiles=bands, model=self.alias)
 
     # -- introspection ----------------------------------------------------------------------

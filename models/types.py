@@ -136,7 +136,9 @@ class Forecast:
 
     def with_fallbacks(self, fallbacks: tuple[str, ...]) -> Forecast:
         """This forecast saying ``fallbacks``, with what was computed of it (``is_finite``) carried over: the values
-        are the same arrays."""
+        are the same arrays; this forecast itself when it already says them (a value: nothing changes it)."""
+        if fallbacks == self.fallbacks:
+            return self
         out = replace(self, fallbacks=fallbacks)
         if "is_finite" in self.__dict__:
             out.__dict__["is_finite"] = self.__dict__["is_finite"]

@@ -182,6 +182,29 @@ def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
     assert only.result.gpu_hours == pytest.approx(alone.gpu_hours)
 
 
+def test_tunings_in_worker_processes_choose_and_decide_as_in_one_process() -> None:
+    # Two Deployments whose daily self-tuning falls due at the same ticks: in a pool of two workers the replays of
+    # one tick run at once, and each is applied at the tick it fell due, so nothing any Deployment does changes.
+    from concurrent.futures import ProcessPoolExecutor
+
+    from autoscaler.commands.simulate_fleet import predictive_builder
+
+    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 60, shape), "p", capacity_per_replica=0.5, max_replicas=80)
+                 for i, shape in enumerate(("diurnal", "bursty")))
+    config = FleetConfig(deps, (PoolSpec("p", 8, 24.0),))
+    profile = ForecastProfile()
+    alone = run_fleet(config, predictive_builder(profile, 30), "one process", headroom=True)
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        pooled = run_fleet(config, predictive_builder(profile, 30, executor=pool), "pool", headroom=True)
+    tuned = [n for n in alone.notes if "self-tuned" in n]
+    assert len(tuned) == 2
+    for a, b in zip(alone.deployments, pooled.deployments, strict=True):
+        assert np.array_equal(a.decisions, b.decisions)
+        assert np.array_equal(a.result.ready, b.result.ready)
+    assert [n.split("; met on")[0] for n in pooled.notes] == [n.split("; met on")[0] for n in alone.notes]
+    assert pooled.billed_gpu_hours == alone.billed_gpu_hours
+
+
 # -- the command ----------------------------------------------------------------------------------------------
 
 

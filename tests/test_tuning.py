@@ -226,12 +226,12 @@ def test_the_simulators_hook_runs_the_chosen_point() -> None:
     hook = retuner(lambda: make_chain("default"), quantiles=(80, 99), slo_wait_seconds=2, slo_attainment=0.99,
                    warmup_seconds=14 * DAY)
     base = _policy(capacity=5.0)
-    policy, result = hook(history, base, COLD, 1, None)
+    policy, result = hook(history, base, COLD, 1, None)()
     # one of the quantiles asked for, or the HPA's own point started early (the forecast adding only the lead)
     assert result.chosen in (80, 99, LEAD_ONLY_QUANTILE)
     assert policy.warm_pool_level == result.chosen
     assert policy.lead_only == (result.chosen == LEAD_ONLY_QUANTILE)
-    short, nothing = hook(history.slice(0, 100), base, COLD, 1, None)
+    short, nothing = hook(history.slice(0, 100), base, COLD, 1, None)()
     assert nothing.chosen is None
     assert short is base
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import sys
@@ -344,13 +345,13 @@ def check_flags(args: argparse.Namespace) -> None:
 def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: str = "default",
                        executor: Executor | None = None) -> PolicyBuilder:
     """Each Deployment on ``simulation.predictive.factory`` (self-tuned for its own objective when the profile
-    says so, as ``simulate`` builds it). ``executor``: where half of each self-tuning replay's points run
-    (``simulation.tuning.tune``; the same choices, None: all in this process)."""
+    says so, as ``simulate`` builds it). ``executor``: a pool of worker processes where the self-tuning replays
+    run, those due at the same tick at once (``simulation.tuning.retuner``; the same choices, None: each in this
+    process in turn)."""
     from autoscaler.simulation.predictive import factory
     from models import registry
 
-    def make() -> Any:
-        return registry.make_chain(model)
+    make = functools.partial(registry.make_chain, model)  # pickles, for the pool's workers
 
     def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
         retune = None

@@ -28,9 +28,10 @@ diurnal shapes of ``benchmarks/backtest.py``); the rise keeps what the forecast 
 one lead early on a ramp it sees coming) and nothing else. A fall is left to the stabilisation window, as the HPA
 leaves it.
 
-Every rule appends a ``Step`` with the count after it and the numbers it used. The function reads no
-clock (``now`` is an argument) and keeps no state: the stabilisation history travels in
-``WorkloadState.recommendations`` and comes back in ``ScalingDecision.recommendations``.
+Every rule appends a ``Step`` with the count after it and the numbers it used (unless the caller asks for no
+steps: ``explain=False``, as a self-tuning replay does). The function reads no clock (``now`` is an argument) and
+keeps no state: the stabilisation history travels in ``WorkloadState.recommendations`` and comes back in
+``ScalingDecision.recommendations``.
 While metrics are missing the *held* count is recorded in that history (not the lower evidence), so
 once metrics return a scale-down still waits a full stabilisation window: one fresh sample after an
 outage is not enough to give GPUs back. An *empty* history (a first decision, or a restart that lost
@@ -100,8 +101,13 @@ def plan_replicas(
     policy: ScalingPolicy,
     cold_start: ColdStartProfile,
     now: int,
+    *,
+    explain: bool = True,
 ) -> ScalingDecision:
-    """Decide the replica count for one workload at ``now`` (see the module docstring for the rules)."""
+    """Decide the replica count for one workload at ``now`` (see the module docstring for the rules).
+
+    ``explain=False``: the decision carries no ``steps`` (the same count and numbers). Why: a self-tuning replay
+    makes tens of thousands of decisions that nothing reads, and making the steps was a fifth of each."""
     now = int(now)
     current = state.current_replicas
     steps: list[Step] = []
@@ -110,8 +116,9 @@ def plan_replicas(
     # 1. lead time
     needs_node = state.free_gpus < state.gpus_per_replica
     lead = cold_start.lead_seconds(needs_node)
-    steps.append(Step.lazy("lead_time", current, _lead_text, lead, cold_start, needs_node, state.free_gpus,
-                           state.gpus_per_replica, state.ready_replicas, current))
+    if explain:
+        steps.append(Step.lazy("lead_time", current, _lead_text, lead, cold_start, needs_node, state.free_gpus,
+                               state.gpus_per_replica, state.ready_replicas, current))
 
     # 2. forecast need
     need: ForecastNeed | None = None
@@ -123,12 +130,14 @@ def plan_replicas(
         need = forecast_need(forecast, sizing, now, lead)
         if policy.lead_only:
             rise, here = _lead_rise(forecast, need, now, sizing.level)
-            steps.append(Step.lazy("forecast", need.replicas, _rise_text, need, rise, here))
-        else:
+            if explain:
+                steps.append(Step.lazy("forecast", need.replicas, _rise_text, need, rise, here))
+        elif explain:
             steps.append(Step.lazy("forecast", need.replicas, _detail_of, need))
     else:
         missing.append(problem or "no forecast")
-        steps.append(Step("forecast", current, f"unavailable: {problem}; no forecast evidence"))
+        if explain:
+            steps.append(Step("forecast", current, f"unavailable: {problem}; no forecast evidence"))
 
     # 3. warm pool
     warm = 0
@@ -145,14 +154,17 @@ def plan_replicas(
         # the lead-only point holds not the forecast's level, only its rise over the lead (the reactive floor below)
         forecast_total = (0 if policy.lead_only else
                           need.replicas + warm if policy.warm_pool_as == "replicas" else need.replicas)
-        steps.append(Step.lazy("warm_pool", forecast_total, _warm_text, policy, pool, warm, need.replicas,
-                               state.gpus_per_replica, forecast_total))
+        if explain:
+            steps.append(Step.lazy("warm_pool", forecast_total, _warm_text, policy, pool, warm, need.replicas,
+                                   state.gpus_per_replica, forecast_total))
     elif policy.warm_pool is not None:
         # A fixed pool does not depend on the forecast: keep honouring it.
         warm = policy.warm_pool
-        steps.append(Step("warm_pool", current, f"fixed: {warm} spare; not added without a forecast"))
+        if explain:
+            steps.append(Step("warm_pool", current, f"fixed: {warm} spare; not added without a forecast"))
     else:
-        steps.append(Step("warm_pool", current, "auto: needs a forecast; none"))
+        if explain:
+            steps.append(Step("warm_pool", current, "auto: needs a forecast; none"))
 
     # 4. reactive floor
     reactive = 0
@@ -162,8 +174,9 @@ def plan_replicas(
         reactive = reactive_floor(observed, policy.capacity_per_replica * util)
         base = forecast_total if forecast_total is not None else 0
         raw = max(base, reactive)
-        steps.append(Step.lazy("reactive_floor", raw, _reactive_text, state.current_demand,
-                               policy.capacity_per_replica, util, reactive, base, raw, rise))
+        if explain:
+            steps.append(Step.lazy("reactive_floor", raw, _reactive_text, state.current_demand,
+                                   policy.capacity_per_replica, util, reactive, base, raw, rise))
         surprise = (
             surprise_floor(forecast, policy, now, lead, state.current_demand)
             if forecast is not None and need is not None and not policy.lead_only
@@ -172,17 +185,20 @@ def plan_replicas(
         if surprise is not None and surprise.replicas > raw:
             raw = surprise.replicas
             reactive = max(reactive, surprise.replicas)
-            steps.append(Step.lazy("surprise", raw, _detail_of, surprise))
+            if explain:
+                steps.append(Step.lazy("surprise", raw, _detail_of, surprise))
     else:
         missing.append("no current demand metric")
         raw = forecast_total if forecast_total is not None else current
-        steps.append(Step("reactive_floor", raw, "unavailable: no current demand metric"))
+        if explain:
+            steps.append(Step("reactive_floor", raw, "unavailable: no current demand metric"))
 
     # 4b. lead gap: do not remove replicas the forecast needs before a replacement could be ready
     if need is not None and forecast is not None and raw < current and not missing and not policy.lead_only:
         gap = lead_gap_need(forecast, sizing, now, lead)
         kept = max(raw, min(current, gap.replicas))
-        steps.append(Step.lazy("lead_gap", kept, _lead_gap_text, gap, lead, raw, current, kept))
+        if explain:
+            steps.append(Step.lazy("lead_gap", kept, _lead_gap_text, gap, lead, raw, current, kept))
         raw = kept
 
     # 5. stabilisation, or hold on missing metrics
@@ -190,14 +206,15 @@ def plan_replicas(
     if missing:
         held = max(current, raw)
         history = update_history(state.recommendations, now, held, window)
-        steps.append(
-            Step(
-                "hold_missing_metrics",
-                held,
-                f"{'; '.join(missing)}: never scale down on missing evidence; "
-                f"max(current {current}, evidence {raw}) = {held}",
+        if explain:
+            steps.append(
+                Step(
+                    "hold_missing_metrics",
+                    held,
+                    f"{'; '.join(missing)}: never scale down on missing evidence; "
+                    f"max(current {current}, evidence {raw}) = {held}",
+                )
             )
-        )
         target = held
     else:
         history = update_history(state.recommendations, now, raw, window)
@@ -208,19 +225,22 @@ def plan_replicas(
             # second earlier so that re-planning at the same ``now`` does not replace it.
             history = ((now - 1, current), *history)
         stab = stabilize(raw, current, history, window)
-        steps.append(Step.lazy("stabilization", stab.replicas, _stabilized_text, stab, seeded))
+        if explain:
+            steps.append(Step.lazy("stabilization", stab.replicas, _stabilized_text, stab, seeded))
         target = stab.replicas
 
     # 6. step limits
     limited = limit_step(target, current, policy.max_scale_up_step, policy.max_scale_down_fraction)
-    steps.append(Step.lazy("step_limit", limited.replicas, _detail_of, limited))
+    if explain:
+        steps.append(Step.lazy("step_limit", limited.replicas, _detail_of, limited))
 
     # 7. min/max clamp
     desired = min(max(limited.replicas, policy.min_replicas), policy.max_replicas)
     # Replicas a scale-up wanted but did not get (step limit or max_replicas): reported loudly.
     blocked = max(0, target - max(desired, current))
-    steps.append(Step.lazy("min_max_clamp", desired, _clamp_text, desired, limited.replicas, policy.min_replicas,
-                           policy.max_replicas, blocked))
+    if explain:
+        steps.append(Step.lazy("min_max_clamp", desired, _clamp_text, desired, limited.replicas, policy.min_replicas,
+                               policy.max_replicas, blocked))
 
     return ScalingDecision(
         desired_replicas=desired,

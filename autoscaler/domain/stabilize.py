@@ -21,6 +21,7 @@ cold start, while an early one costs minutes of one idle replica.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import NamedTuple
 
@@ -28,9 +29,9 @@ History = tuple[tuple[int, int], ...]
 
 
 class CheckedHistory(tuple[tuple[int, int], ...]):
-    """A history ``update_history`` built: ``(int time, int replicas >= 0)`` pairs. ``WorkloadState`` trusts it
-    instead of checking every entry again at each of the planner's decisions (a self-tuning replay makes tens of
-    thousands of them)."""
+    """A history ``update_history`` built: ``(int time, int replicas >= 0)`` pairs in time order. ``WorkloadState``
+    trusts it instead of checking every entry again at each of the planner's decisions (a self-tuning replay makes
+    tens of thousands of them), and ``update_history`` drops its expired entries from the front."""
 
     __slots__ = ()
 
@@ -40,11 +41,21 @@ def update_history(history: History, now: int, raw: int, window_seconds: int) ->
     if type(raw) is not int or raw < 0 or type(now) is not int:
         raise ValueError(f"a recommendation is (int time, int replicas >= 0), got ({now!r}, {raw!r})")
     cutoff = now - window_seconds
-    if type(history) is not CheckedHistory:
-        history = tuple((int(t), int(r)) for t, r in history)
-    kept = [e for e in history if cutoff < e[0] < now]
+    if type(history) is CheckedHistory:
+        # in time order: the entries kept (``cutoff < time < now``) are one run, after the expired ones and before
+        # any at or after ``now``
+        lo, hi = 0, len(history)
+        while lo < hi and history[lo][0] <= cutoff:
+            lo += 1
+        while hi > lo and history[hi - 1][0] >= now:
+            hi -= 1
+        return CheckedHistory((*history[lo:hi], (now, raw)))
+    checked = tuple((int(t), int(r)) for t, r in history)
+    kept = [e for e in checked if cutoff < e[0] < now]
     kept.append((now, raw))
-    return CheckedHistory(kept)
+    if all(a[0] <= b[0] for a, b in itertools.pairwise(kept)):
+        return CheckedHistory(kept)
+    return tuple(kept)  # out of time order (a hand-made history): checked again when it comes back
 
 
 # ``detail`` below is written when read, from the numbers each result keeps (a self-tuning replay never reads it).
@@ -79,7 +90,7 @@ def stabilize(raw: int, current: int, history: History, window_seconds: int) -> 
     """
     if raw >= current:
         return Stabilized(raw, raw, current, raw, window_seconds)
-    window_max = max((r for _, r in history), default=raw)
+    window_max = max([r for _, r in history], default=raw)
     target = min(current, max(raw, window_max))
     return Stabilized(target, raw, current, window_max, window_seconds)
 

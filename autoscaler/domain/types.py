@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from autoscaler.domain.stabilize import CheckedHistory
+from autoscaler.domain.values import quick_init
 
 __all__ = ["ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState"]
 
@@ -134,6 +135,7 @@ class ScalingPolicy:
         )
 
 
+@quick_init
 @dataclass(frozen=True)
 class WorkloadState:
     """What is known about one workload at decision time."""
@@ -253,6 +255,7 @@ def _json_float(value: float | None) -> float | None:
     return round(float(value), 6)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ScalingDecision:
     """The planner's answer for one workload at ``now``, with the trail of steps that produced it."""

@@ -38,6 +38,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.money import ahead_replicas
 from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
+from autoscaler.domain.values import quick_init
 from models.types import Forecast
 
 Recommendations = tuple[tuple[int, int], ...]
@@ -51,6 +52,7 @@ CURRENT_DEMAND_WIDE_WINDOW_SECONDS = 120
 CURRENT_DEMAND_RESOLUTION_SECONDS = 15  # the subquery step inside the window
 
 
+@quick_init
 @dataclass(frozen=True)
 class Observed:
     """What one tick saw of one Deployment: the snapshot ``decide`` plans on.
@@ -66,6 +68,7 @@ class Observed:
     waiting_for_node: tuple[float, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True)
 class Decided:
     """``decide``'s answer: the decision (every step explained), how many pods have waited longer than a node
@@ -111,12 +114,13 @@ def stuck_pods(observed: Observed, cold: ColdStartProfile) -> int:
 
 
 def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy, cold: ColdStartProfile, now: int,
-           recommendations: Recommendations, *, capacity_unknown: str | None = None) -> Decided:
+           recommendations: Recommendations, *, capacity_unknown: str | None = None, explain: bool = True) -> Decided:
     """The replica decision for one Deployment at ``now`` (see the module docstring for the rules).
 
     ``recommendations`` is the stabilisation history the previous decision returned (``decision.recommendations``
     is the one to keep for the next). ``capacity_unknown``: why the capacity per replica is not known yet (then the
-    replicas are held); None when ``policy.capacity_per_replica`` is the capacity to plan with.
+    replicas are held); None when ``policy.capacity_per_replica`` is the capacity to plan with. ``explain=False``:
+    the planner's steps are not kept (``plan_replicas``; a self-tuning replay reads none).
     """
     now = int(now)
     if capacity_unknown is not None:
@@ -130,7 +134,7 @@ def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy,
             gpus_per_replica=observed.gpus_per_replica,
             recommendations=recommendations,
         )
-        decision = plan_replicas(forecast, state, policy, cold, now)
+        decision = plan_replicas(forecast, state, policy, cold, now, explain=explain)
     stuck = stuck_pods(observed, cold)
     if stuck and decision.desired_replicas > observed.replicas:
         held = observed.replicas

@@ -60,7 +60,11 @@ def forecast_levels(policy: ScalingPolicy) -> tuple[int, ...]:
 
 def has_evidence(history: TrafficSeries | None) -> bool:
     """Whether ``history`` can be forecast from: at least one settled bin with an observed value."""
-    return history is not None and len(history) >= 2 and bool(np.any(np.isfinite(history.values[:-1])))
+    if history is None or len(history) < 2:
+        return False
+    values = history.values
+    # the newest settled bin first: observed nearly always, and asked at every decision over up to 14 days of bins
+    return math.isfinite(values[-2]) or bool(np.any(np.isfinite(values[:-1])))
 
 
 class ForecastKeeper:

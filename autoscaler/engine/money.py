@@ -34,6 +34,7 @@ is due (the costly long forecast); the drivers implement it over their cached mo
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -161,6 +162,12 @@ class PoolObservation:
     min_residuals: int = DEFAULT_MIN_RESIDUALS
 
 
+@functools.cache
+def _z(level: int) -> float:
+    """The standard normal's quantile at ``level`` percent (asked for every Deployment at every headroom decision)."""
+    return NormalDist().inv_cdf(level / 100.0)
+
+
 def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
     """The forecast's median and one standard deviation (from its highest band) at time ``at``, in replicas."""
     if forecast is None or forecast.horizon == 0:
@@ -172,7 +179,7 @@ def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tu
     sigma = 0.0
     if levels:
         top = max(levels)
-        sigma = max(0.0, float(forecast.quantiles[top][i]) - median) / NormalDist().inv_cdf(top / 100.0)
+        sigma = max(0.0, float(forecast.quantiles[top][i]) - median) / _z(top)
     if not (math.isfinite(median) and math.isfinite(sigma)):
         return None
     return max(0.0, median) / capacity, sigma / capacity

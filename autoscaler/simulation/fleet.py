@@ -11,7 +11,9 @@ Each Deployment is a ``cluster.Cluster`` on its NodePool's shared ``cluster.Node
 
 1. every Deployment's pods that finished starting become Ready; each pool consolidates empty nodes past its
    ``consolidateAfter`` (reserved headroom nodes excepted) and places Pending pods where they now fit;
-2. every Deployment's policy decides (its own clock: its trace's start + tick);
+2. every Deployment's policy decides (its own clock: its trace's start + tick); a policy with ``prepare(k)`` (the
+   predictive one) is first asked to prepare on every Deployment (its forecast, and the self-tuning replay that
+   falls due started, in a worker process when its tuner has a pool), so the replays due at one tick run at once;
 3. when the fleet's asks, priced in whole nodes per pool (perfect packing, ``domain.cost.GpuPrices``), break the
    cluster or a team ceiling, ``engine.money.money_step`` (the controller's money step) cuts them by priority; the
    Deployments scale;
@@ -401,12 +403,17 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     notes: list[str] = []
     capped_notes: dict[str, HeadroomDecision] = {}
     demand_cols = [dem.tolist() for dem in demands]
+    prepares = [f for pol in policies if callable(f := getattr(pol, "prepare", None))]
 
     for k in range(n_ticks):
         if progress is not None and k % 1000 == 0:
             progress(k, n_ticks)
         for c in clusters:
             c.advance(k)
+        # every policy's forecast first, and the self-tuning replays due at this tick started (they may run in
+        # worker processes, all at once); each Deployment's decision then waits for its own replay
+        for prepare in prepares:
+            prepare(k)
         wanted = []
         for i, (pol, c) in enumerate(zip(policies, clusters, strict=True)):
             w = pol.decide(k, c, demand_cols[i][k])

@@ -73,9 +73,13 @@ class TuningOutcome(Protocol):
     def slo_wait_seconds(self) -> float: ...
 
 
+# A self-tuning replay under way: calling it waits for it and returns the policy to run and the replay's outcome.
+PendingTuning = Callable[[], tuple[ScalingPolicy, TuningOutcome]]
 # Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning it returned) ->
-# the policy to run and the replay's outcome (``autoscaler.simulation.tuning.retuner`` builds one).
-Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, Any], tuple[ScalingPolicy, TuningOutcome]]
+# the replay, started (``autoscaler.simulation.tuning.retuner`` builds one). Why started and not done: a fleet starts
+# the replays that fall due at one tick on every Deployment before it waits for the first (they may run in worker
+# processes meanwhile), and applies each at that tick, as one Deployment alone would.
+Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, Any], PendingTuning]
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
 FORECAST_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError)
@@ -85,6 +89,7 @@ class PredictivePolicy:
     """Forecast + ``plan_replicas`` every tick, on one Deployment's trace."""
 
     name = "predictive"
+    explains = True  # whether its decisions keep the planner's steps (a self-tuning replay's are never read)
 
     def __init__(
         self,
@@ -133,6 +138,9 @@ class PredictivePolicy:
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
         self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0, "tune": 0.0}
+        self._prepared = -1  # the decision tick ``prepare`` last ran for
+        # the replay started at this tick: (it, its bin, its time, the history the forecast was made from)
+        self._tuning: tuple[PendingTuning, int, int, TrafficSeries] | None = None
 
     @property
     def model(self) -> Forecaster | None:
@@ -143,9 +151,21 @@ class PredictivePolicy:
     def fits(self) -> int:
         return self.keeper.fits
 
+    def prepare(self, k: int) -> None:
+        """The first half of decision tick ``k``: the keeper's forecast, and the self-tuning replay started when it
+        is due (``decide`` waits for it and applies it at this tick). A fleet calls this on every Deployment
+        before any decides, so the replays that fall due at one tick run at once; ``decide`` calls it when no one
+        did. Other ticks: nothing."""
+        if k % self.decide_every or self._prepared == k:
+            return
+        self._prepared = k
+        t0 = time.perf_counter()
+        self._refresh(k)
+        self.timings["forecast"] += time.perf_counter() - t0
+
     def _refresh(self, k: int) -> None:
         """Decision tick ``k``: the keeper's forecast from the bins ended by then (``[0, b)``), and a self-tuning
-        replay after a refit."""
+        replay started after a refit (``_start_tuning``)."""
         b = k // self.per_bin
         now = self.series.start + k * self.tick
         # The newest history_seconds of bins and the one not yet settled: what the keeper fits on, and more than
@@ -162,33 +182,46 @@ class PredictivePolicy:
         self.forecast = forecast
         if self.retune is not None and self.keeper.model is not None and tuning_due(
                 now, self.tuned_at, self.chose, self.keeper.fitted_at):
-            policy = self.policy
-            self._retune(b, now)
-            if self.policy is not policy:  # the chosen point may plan on other bands: forecast them now, as the
-                # controller's next tick would (the model is not refitted; only the levels asked for change)
-                try:
-                    self.forecast = self.keeper.forecast(history, now, self.policy, self.cold_start,
-                                                         self.horizon_seconds)
-                except FORECAST_ERRORS as exc:
-                    self.errors.append(f"bin {b}: {exc}")
-                    self.forecast = None
+            self._start_tuning(b, now, history)
 
-    def _retune(self, b: int, now: int) -> None:
-        """Replay the history so far and run the chosen point (when ``engine.retuning.tuning_due`` says, as the
-        controller's schedule does)."""
+    def _start_tuning(self, b: int, now: int, history: TrafficSeries) -> None:
+        """Start a replay of the history so far (when ``engine.retuning.tuning_due`` says, as the controller's
+        schedule does); ``_finish_tuning`` runs the point it chooses."""
         if self.retune is None:
             return
         self.tuned_at = now
         t0 = time.perf_counter()
-        policy, tuning = self.retune(self.series.slice(max(0, b - self.history_bins), b), self.base_policy,
-                                     self.cold_start, self.gpus_per_replica,
-                                     self.tunings[-1] if self.tunings else None)
+        pending = self.retune(self.series.slice(max(0, b - self.history_bins), b), self.base_policy,
+                              self.cold_start, self.gpus_per_replica, self.tunings[-1] if self.tunings else None)
+        self.timings["tune"] += time.perf_counter() - t0
+        self._tuning = (pending, b, now, history)
+
+    def _finish_tuning(self) -> None:
+        """Wait for the replay started at this tick, if any, and run the point it chose, as the controller would
+        (from the same decision; the controller applies it from its next tick)."""
+        if self._tuning is None:
+            return
+        pending, b, now, history = self._tuning
+        self._tuning = None
+        t0 = time.perf_counter()
+        policy, tuning = pending()
         self.timings["tune"] += time.perf_counter() - t0
         self.chose = tuning.chosen is not None
         if tuning.chosen is None:
             return  # too little history yet: retried an hour later (``engine.retuning``)
         self.tunings.append(tuning)
+        if policy is self.policy:
+            return
         self.policy = policy
+        # the chosen point may plan on other bands: forecast them now, as the controller's next tick would (the
+        # model is not refitted; only the levels asked for change)
+        t0 = time.perf_counter()
+        try:
+            self.forecast = self.keeper.forecast(history, now, self.policy, self.cold_start, self.horizon_seconds)
+        except FORECAST_ERRORS as exc:
+            self.errors.append(f"bin {b}: {exc}")
+            self.forecast = None
+        self.timings["forecast"] += time.perf_counter() - t0
 
     def notes(self) -> list[str]:
         """What the forecaster did: models used (bins served) and failures, for the report."""
@@ -256,13 +289,12 @@ class PredictivePolicy:
         if k % self.decide_every:
             self._recent.append(demand)
             return cluster.requested
-        t0 = time.perf_counter()
-        self._refresh(k)
-        self.timings["forecast"] += time.perf_counter() - t0
+        self.prepare(k)
+        self._finish_tuning()
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
         decided = decide(self.forecast, self.observed(k, cluster), self.policy, self.cold_start, now,
-                         self.recommendations)
+                         self.recommendations, explain=self.explains)
         decision = self.decision = decided.decision
         self.decided = decided
         self.recommendations = decision.recommendations

@@ -80,7 +80,7 @@ from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels, forecast_steps
 from autoscaler.simulation.cluster import Cluster, ClusterConfig
 from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for
-from autoscaler.simulation.predictive import FORECAST_ERRORS, PredictivePolicy, Retune
+from autoscaler.simulation.predictive import FORECAST_ERRORS, PendingTuning, PredictivePolicy, Retune
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.reactive import SCALE_DOWN_STABILIZATION_SECONDS
 from autoscaler.simulation.traffic import resolve, spread
@@ -450,7 +450,10 @@ class _Replay:
 
 
 class _Replayed(PredictivePolicy):
-    """The simulator's predictive policy fed precomputed forecasts (one per bin) instead of its own model."""
+    """The simulator's predictive policy fed precomputed forecasts (one per bin) instead of its own model; its
+    decisions keep no steps (only their counts are scored)."""
+
+    explains = False
 
     def __init__(self, forecasts: Sequence[Forecast | None], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -649,20 +652,66 @@ def retuner(
     horizon_seconds: int = ForecastProfile().horizon_seconds,
 ) -> Retune:
     """The simulator's self-tuning hook (``PredictivePolicy(retune=...)``): ``tune`` on the history so far, and
-    the untuned policy at the chosen operating point (unchanged while nothing could be replayed). ``executor``:
-    see ``tune``."""
+    the untuned policy at the chosen operating point (unchanged while nothing could be replayed).
+
+    ``executor`` (a pool of worker processes; ``make_model`` must then pickle, e.g. a module-level function or a
+    ``functools.partial`` of one): each replay runs there, whole, while the caller goes on, which is how a fleet
+    replays the Deployments whose tuning falls due at the same tick at once (the same choices, applied at the same
+    tick). None: each replay runs in this process when it is started."""
 
     def hook(history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
-             gpus_per_replica: int, previous: Tuning | None) -> tuple[ScalingPolicy, Tuning]:
+             gpus_per_replica: int, previous: Tuning | None) -> PendingTuning:
         running = ((previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen
                    is not None else (base.warm_pool_level, base.reactive_utilisation))
-        result = tune(history, base, cold_start, make_model, quantiles=quantiles, slo_wait_seconds=slo_wait_seconds,
-                      slo_attainment=slo_attainment, utilisations=utilisations, hpa_targets=hpa_targets,
-                      gpus_per_replica=gpus_per_replica,
-                      gpus_per_node=gpus_per_node, warmup_seconds=warmup_seconds, timeout_seconds=timeout_seconds,
-                      previous=previous, running=running, executor=executor, horizon_seconds=horizon_seconds)
-        if result.chosen is None:
-            return base, result
-        return candidate_policy(base, result.chosen, result.chosen_utilisation), result
+        job = _TuneJob(history, base, cold_start, make_model, tuple(quantiles), slo_wait_seconds, slo_attainment,
+                       tuple(utilisations), tuple(hpa_targets), gpus_per_replica, gpus_per_node, warmup_seconds,
+                       timeout_seconds, previous, running, horizon_seconds)
+        if executor is None:
+            done = job.run()
+            return lambda: done
+        # Pickled here, before the caller goes on: nothing the job holds may change under the executor's feeder
+        # thread (see ``tune``).
+        future = executor.submit(_run_pickled_job, pickle.dumps(job))
+        return future.result
 
     return hook
+
+
+@dataclass(frozen=True)
+class _TuneJob:
+    """One self-tuning replay as the hook starts it: ``tune``'s arguments, picklable (for a worker process)."""
+
+    history: TrafficSeries
+    base: ScalingPolicy
+    cold_start: ColdStartProfile
+    make_model: Callable[[], Forecaster]
+    quantiles: tuple[int, ...]
+    slo_wait_seconds: float
+    slo_attainment: float
+    utilisations: tuple[float, ...]
+    hpa_targets: tuple[float, ...]
+    gpus_per_replica: int
+    gpus_per_node: int
+    warmup_seconds: int
+    timeout_seconds: float
+    previous: Tuning | None
+    running: tuple[int, float]
+    horizon_seconds: int
+
+    def run(self) -> tuple[ScalingPolicy, Tuning]:
+        """The replay, and the untuned policy at the point it chose (``base`` while nothing could be replayed)."""
+        result = tune(self.history, self.base, self.cold_start, self.make_model, quantiles=self.quantiles,
+                      slo_wait_seconds=self.slo_wait_seconds, slo_attainment=self.slo_attainment,
+                      utilisations=self.utilisations, hpa_targets=self.hpa_targets,
+                      gpus_per_replica=self.gpus_per_replica, gpus_per_node=self.gpus_per_node,
+                      warmup_seconds=self.warmup_seconds, timeout_seconds=self.timeout_seconds,
+                      previous=self.previous, running=self.running, horizon_seconds=self.horizon_seconds)
+        if result.chosen is None:
+            return self.base, result
+        return candidate_policy(self.base, result.chosen, result.chosen_utilisation), result
+
+
+def _run_pickled_job(payload: bytes) -> tuple[ScalingPolicy, Tuning]:
+    """``_TuneJob.run`` of a pickled job, in a worker process."""
+    job: _TuneJob = pickle.loads(payload)  # written by the hook in the parent a moment before
+    return job.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -303,6 +304,22 @@ def test_replicas_always_within_min_max_and_trail_is_consistent(
     assert decision.steps[-1].replicas == decision.desired_replicas
     assert {s.name for s in decision.steps} <= STEP_NAMES
     assert json.loads(json.dumps(decision.to_dict(), allow_nan=False)) == decision.to_dict()
+
+
+@given(fc=st.none() | forecasts(), ws=states(), policy=policies(), cold=colds, now=st.integers(0, 10_000))
+@settings(deadline=None)
+def test_a_decision_without_steps_is_the_same_decision(
+    fc: Forecast | None, ws: WorkloadState, policy: ScalingPolicy, cold: ColdStartProfile, now: int
+) -> None:
+    explained = plan_replicas(fc, ws, policy, cold, now)
+    bare = plan_replicas(fc, ws, policy, cold, now, explain=False)
+    assert bare.steps == ()
+    assert bare == dataclasses.replace(explained, steps=())
+    # and the history it hands back plans the next decision the same way
+    later = WorkloadState(ws.current_replicas, ws.ready_replicas, ws.current_demand, ws.free_gpus,
+                          ws.gpus_per_replica, bare.recommendations)
+    assert plan_replicas(fc, later, policy, cold, now + 30, explain=False).desired_replicas == plan_replicas(
+        fc, later, policy, cold, now + 30).desired_replicas
 
 
 @given(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from autoscaler.domain.stabilize import limit_step, stabilize, update_history
+from autoscaler.domain.stabilize import CheckedHistory, limit_step, stabilize, update_history
 
 
 def test_history_drops_stale_future_and_same_time_entries() -> None:
@@ -52,3 +54,29 @@ def test_limit_step(target: int, current: int, up: int | None, frac: float, expe
     assert limited.blocked == blocked
     if blocked:
         assert "LIMITED" in limited.detail
+
+
+@given(
+    times=st.lists(st.integers(0, 2_000), max_size=30),
+    raws=st.lists(st.integers(0, 50), min_size=30, max_size=30),
+    now=st.integers(0, 2_000),
+    window=st.integers(0, 900),
+    raw=st.integers(0, 50),
+)
+@settings(deadline=None)
+def test_a_checked_history_is_updated_as_any_history(times: list[int], raws: list[int], now: int, window: int,
+                                                     raw: int) -> None:
+    # a history the planner built is in time order; dropping its expired entries from the front must keep exactly
+    # what filtering every entry keeps
+    ordered = tuple(zip(sorted(times), raws, strict=False))
+    fast = update_history(CheckedHistory(ordered), now, raw, window)
+    plain = update_history(ordered, now, raw, window)
+    assert type(fast) is CheckedHistory
+    assert fast == plain
+    assert fast == (*(e for e in ordered if now - window < e[0] < now), (now, raw))
+
+
+def test_a_history_out_of_time_order_is_not_marked_checked() -> None:
+    out = update_history(((100, 3), (90, 2)), 110, 1, 600)
+    assert out == ((100, 3), (90, 2), (110, 1))
+    assert type(out) is not CheckedHistory

@@ -136,3 +136,31 @@ def test_a_planned_decision_reads_the_same_every_time_and_as_json() -> None:
     assert [s.detail for s in decision.steps] == first
     assert json.loads(json.dumps(decision.to_dict()))["steps"] == [
         {"name": s.name, "replicas": s.replicas, "detail": d} for s, d in zip(decision.steps, first, strict=True)]
+
+
+def test_values_filled_at_once_are_still_frozen_dataclasses() -> None:
+    # ``quick_init``: the same signature and defaults, __post_init__ still checks, the instance stays frozen
+    import dataclasses
+
+    from autoscaler.domain.values import quick_init
+
+    @quick_init
+    @dataclasses.dataclass(frozen=True)
+    class Point:
+        x: int
+        y: int = 2
+
+        def __post_init__(self) -> None:
+            if self.x < 0:
+                raise ValueError("x must be >= 0")
+
+    p = Point(1)
+    assert (p.x, p.y) == (1, 2)
+    assert p == Point(x=1, y=2)
+    assert dataclasses.replace(p, y=5) == Point(1, 5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.x = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="x must be"):
+        Point(-1)
+    with pytest.raises(TypeError):
+        quick_init(dataclasses.make_dataclass("Slotted", [("a", int)], frozen=True, slots=True))
