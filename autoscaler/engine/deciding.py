@@ -3,7 +3,7 @@
 Why it exists: the controller's tick and the simulator each used to turn a forecast and an observation into a
 replica count in their own code, and they fed the planner different things: the simulator showed it the demand
 of the bin still in progress (which no Prometheus query can answer yet) and the free GPUs of its node model
-(which the controller never reads), and it had no "capacity not learned yet" hold and no hold for pods that no
+(which the controller did not read then), and it had no "capacity not learned yet" hold and no hold for pods that no
 node came for. So ``simulate`` scored a better-informed controller than the one that runs. Both drivers now build
 an ``Observed`` from their own world (the controller from the Kubernetes API and Prometheus, the simulator from
 its trace and simulated cluster) and call ``decide``; what differs between them is only how the snapshot is read.
