@@ -94,9 +94,11 @@ def test_free_gpus_for_every_new_replica_plan_with_the_pod_lead_alone() -> None:
     no_room = decide(early, free(free_gpus=0), POLICY, COLD, NOW, ())
     room = decide(early, free(free_gpus=8), POLICY, COLD, NOW, ())
     assert blind.decision.desired_replicas == no_room.decision.desired_replicas == 10  # a node lead ahead
-    assert blind.decision.needs_node and blind.decision.lead_seconds == COLD.lead_seconds(True)
+    assert blind.decision.needs_node
+    assert blind.decision.lead_seconds == COLD.lead_seconds(True)
     assert room.decision.desired_replicas == 4  # a pod start-up is enough: it asks later
-    assert not room.decision.needs_node and room.decision.lead_seconds == COLD.lead_seconds(False)
+    assert not room.decision.needs_node
+    assert room.decision.lead_seconds == COLD.lead_seconds(False)
     assert "8 free GPU(s) >= 1 per replica" in room.decision.steps[0].detail
 
 

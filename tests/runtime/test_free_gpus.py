@@ -54,7 +54,8 @@ def test_free_gpus_of_the_named_pool_make_new_replicas_a_pod_start_up_away(rig: 
     assert not llama.needs_node
     assert "40 free GPU(s) >= 1 per replica: no node needed" in llama.steps[0].detail
     others = [w.decision for w in report.workloads if w.name != "llama-chat" and w.decision is not None]
-    assert others and all(d.needs_node for d in others)  # they name no NodePool: nothing read for them
+    assert others
+    assert all(d.needs_node for d in others)
     (listed,) = rig.fake.calls("GET", r"^/api/v1/nodes$")
     assert listed.query["labelSelector"] == [f"{NODEPOOL_LABEL} in (gpu)"]
 
