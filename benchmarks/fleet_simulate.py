@@ -73,9 +73,10 @@ READING = """Reading the fleet frontier (measured 2026-11-25 on the one engine: 
 the controller's `decide` on what the controller observes, the free GPUs of its NodePool included). **The GPU-hour \
 target is met; the SLO-miss target is not, at any operating point.** The self-tuned default needs 39% fewer billed \
 GPU-hours than the HPA + Karpenter curve at its attainment (16,788 at 99.704%, which the HPA reaches between its \
-targets 0.3 and 0.4) and has 49% fewer misses at its GPU-hours. Along our frontier the cut grows with the band: -29% at p80 \
-(more misses than the HPA at its GPU-hours), 18% at p90, 59% at p95, 78% at p99 (19,766 GPU-h for 99.910%, all four objectives met, more than the HPA attains at \
-any target, for at least 36% fewer GPU-hours than its best); 90% at p99's GPU-hours would need 99.959%. **Where the \
+targets 0.3 and 0.4) and has 49% fewer misses at its GPU-hours. Along our frontier the cut grows with the band: \
+-29% at p80 (more misses than the HPA at its GPU-hours), 18% at p90, 59% at p95, 78% at p99 (19,766 GPU-h for \
+99.910%, all four objectives met, more than the HPA attains at any target, for at least 36% fewer GPU-hours than \
+its best); 90% at p99's GPU-hours would need 99.959%. **Where the \
 misses come from**: pod start-up (replicas asked for but still loading) 52% of the self-tuned default's and 57% \
 of p99's, the backlog an earlier shortfall leaves 29-34%, replicas not asked for 11-13%, **node waits 2-7%** \
 (the HPA's: 8-20%). Our planner asks a node start-up ahead whenever it sees no free GPU, so the only misses a node \
