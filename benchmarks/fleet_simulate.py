@@ -94,9 +94,11 @@ off it. Tried and measured on those runs, and dropped: the self-tuner's replays 
 # Measured 2026-11-25 with --perf on the project's shared 2-core machine.
 PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, \
 bursty and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-25 on the \
-one engine: 559 s wall on the shared machine, 488 s of CPU in one process (before the engine's self-tuning \
+one engine with the free-GPU read: 676 s wall on the shared machine, 552 s of CPU in one process (488 s before \
+that read: a decision whose new replicas may fit on free GPUs is planned twice, at the node lead to see whether they \
+fit and at the pod lead, and the synthetic pools nearly always hold some free GPUs; before the engine's self-tuning \
 schedule: 1023 s wall under a heavier load, about 560 s of CPU). **The target (under 3 minutes on 2 cores) is not \
-met, by 2.7x.** Where the time goes (cProfile, 4 Deployments x 3 days, before that schedule): the self-tuning \
+met, by 3.1x.** Where the time goes (cProfile, 4 Deployments x 3 days, before that schedule): the self-tuning \
 replays about 60% (the schedule now retries an unchoosable replay hourly, and a replay with less than two days of \
 history returns at once), the forecast and the engine's decision at each 30 s decision about a third (about 1 ms a \
 decision, most of it building the decision's explained steps), the fleet's own loop, bill and headroom about 5%. \
