@@ -5,6 +5,8 @@ deploy/rbac.yaml, and a real Prometheus."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from autoscaler.adapters.kube import NODEPOOL_LABEL
@@ -80,3 +82,26 @@ def test_a_failed_read_plans_as_waiting_for_a_node_and_says_so(rig: Rig, now0: i
     assert llama.needs_node  # never planned closer on a read that failed
     assert any("reading the free GPUs of NodePool(s) gpu failed" in e for e in report.errors), report.errors
     assert rig.metric("predictive_autoscaler_errors_total", {"kind": "kube_read"}) == 1.0
+
+
+def test_deployments_of_one_pool_are_not_shown_the_gpus_an_earlier_plan_took(rig: Rig, now0: int) -> None:
+
+
+    for name in ("llama-chat", "mistral-code"):
+        name_pool(rig, "serving", name, "gpu")
+    add_nodes(rig, "gpu", 1)  # 8 free GPUs for both
+
+    report = rig.controller.tick(now0)
+
+    assert report.ok, report.errors
+    shown = {}
+    for name in ("llama-chat", "mistral-code"):
+        decision = outcome(report, name).decision
+        assert decision is not None
+        found = re.search(r"(\d+) free GPU\(s\)", decision.steps[0].detail)
+        assert found is not None
+        took = min(int(found.group(1)), max(0, decision.desired_replicas - outcome(report, name).current_replicas))
+        shown[name] = (int(found.group(1)), took)
+    # planned in listing order while no model is staler than another: llama-chat first, which scales up onto 6
+    assert shown["llama-chat"] == (8, 6)
+    assert shown["mistral-code"][0] == 8 - 6  # what llama-chat left, not the 8 it was shown
