@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 EventType = Literal["Normal", "Warning"]
 
@@ -183,6 +183,18 @@ class Cluster(Protocol):
         now: datetime,
     ) -> None:
         """Record an Event on the Deployment (``kubectl describe`` shows it to the team)."""
+        ...
+
+
+@runtime_checkable
+class PoolNodes(Protocol):
+    """Free GPUs on the nodes of Karpenter NodePools (``KubeCluster`` implements it; a cluster port without it reads
+    none, and the engine then plans every new replica as waiting for a node)."""
+
+    def free_gpus(self, pools: Sequence[str]) -> Mapping[str, int]:
+        """Per NodePool of ``pools``: the ``nvidia.com/gpu`` allocatable on its Ready, schedulable nodes (labelled
+        ``karpenter.sh/nodepool=<name>``) minus the GPUs requested by the pods bound to them (0: no such node).
+        Raises on failure."""
         ...
 
 

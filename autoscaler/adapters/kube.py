@@ -37,6 +37,11 @@ Choices, and why:
   derived from the (injected, possibly frozen) clock.
 * Start-up durations are ``Ready.lastTransitionTime - creationTimestamp`` for Ready pods whose containers
   never restarted: after a restart the Ready transition time measures the restart, not the start-up.
+* Free GPUs of a NodePool (``free_gpus``, for the engine's lead: a replica that finds a free GPU waits for no node)
+  are counted as the scheduler counts them: a Ready, schedulable node's allocatable ``nvidia.com/gpu`` minus the
+  requests of the pods bound to it (terminating ones included: they hold their GPUs until they are gone). Nodes are
+  found by Karpenter's ``karpenter.sh/nodepool`` label, their pods by ``spec.nodeName`` (one list per node, not every
+  pod of the cluster); ``list`` on nodes is the one grant this adds.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, fit_event_message
+from autoscaler.domain.annotations import ENABLED_LABEL, GPU_RESOURCE, STATUS_ANNOTATION, fit_event_message
 from autoscaler.domain.scaledown import MARK_LABEL
 from autoscaler.domain.status import (
     DEPLOYMENT_LABEL,
@@ -76,6 +81,7 @@ from autoscaler.ports import (
 )
 
 MERGE_PATCH = "application/merge-patch+json"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"  # Karpenter puts it on every node it launches for a NodePool
 COMPONENT = "predictive-autoscaler"
 ENABLED_SELECTOR = f"{ENABLED_LABEL}=true"
 
@@ -245,8 +251,51 @@ def api_write(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+def _whole_gpus(raw: Any) -> int:
+    """An ``nvidia.com/gpu`` quantity as a whole count (extended resources are whole numbers; junk counts as 0)."""
+    try:
+        value = float(str(raw))
+    except (TypeError, ValueError):
+        return 0
+    return max(0, int(value)) if value == value else 0
+
+
+def node_gpus(node: client.V1Node) -> int:
+    """The node's allocatable GPUs (0: none advertised)."""
+    allocatable = (node.status.allocatable if node.status is not None else None) or {}
+    return _whole_gpus(allocatable.get(GPU_RESOURCE, 0))
+
+
+def node_schedulable(node: client.V1Node) -> bool:
+    """Ready, not cordoned and not being deleted: a node a new pod can land on now."""
+    if node.metadata is not None and node.metadata.deletion_timestamp is not None:
+        return False
+    if node.spec is not None and node.spec.unschedulable:
+        return False
+    conditions = (node.status.conditions if node.status is not None else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def pod_gpus(pod: client.V1Pod) -> int:
+    """The GPUs a pod holds on its node: its containers' requests summed (a limit alone is the request, as the API
+    server defaults it), or its largest init container's when that is more."""
+    def of(containers: Sequence[client.V1Container] | None) -> list[int]:
+        out = []
+        for c in containers or []:
+            res = c.resources
+            requests = (res.requests if res is not None else None) or {}
+            limits = (res.limits if res is not None else None) or {}
+            out.append(_whole_gpus(requests.get(GPU_RESOURCE, limits.get(GPU_RESOURCE, 0))))
+        return out
+
+    spec = pod.spec
+    if spec is None:
+        return 0
+    return max(sum(of(spec.containers)), max(of(spec.init_containers), default=0))
+
+
 class KubeCluster:
-    """The ``Cluster`` port over one ``ApiClient``."""
+    """The ``Cluster`` port (and ``PoolNodes``) over one ``ApiClient``."""
 
     def __init__(
         self,
@@ -407,6 +456,33 @@ class KubeCluster:
             labels=dict(meta.labels or {}),
             namespace=meta.namespace or "",
         )
+
+    def free_gpus(self, pools: Sequence[str]) -> dict[str, int]:
+        """Free GPUs per NodePool (``ports.PoolNodes``): one list of the pools' nodes (label selector), then one list
+        of the pods bound to each Ready, schedulable node among them (field selector ``spec.nodeName``: the API
+        server answers it from its watch cache, indexed by node)."""
+        free = dict.fromkeys(pools, 0)
+        if not free:
+            return free
+        selector = f"{NODEPOOL_LABEL} in ({','.join(sorted(free))})"
+        nodes = self._read(f"list nodes with label {selector!r}",
+                           lambda: self._core.list_node(label_selector=selector, _request_timeout=self._timeout))
+        for node in nodes.items or []:
+            meta = node.metadata
+            pool = (meta.labels or {}).get(NODEPOOL_LABEL) if meta is not None else None
+            allocatable = node_gpus(node)
+            if meta is None or pool not in free or allocatable <= 0 or not node_schedulable(node):
+                continue
+            name = meta.name
+            pods = self._read(
+                f"list pods on node {name}",
+                lambda name=name: self._core.list_pod_for_all_namespaces(  # type: ignore[misc]
+                    field_selector=f"spec.nodeName={name}", _request_timeout=self._timeout),
+            )
+            used = sum(pod_gpus(p) for p in pods.items or []
+                       if (p.status is None or p.status.phase not in ("Succeeded", "Failed")))
+            free[pool] += max(0, allocatable - used)
+        return free
 
     # ---- writes ----------------------------------------------------------------------------------
 

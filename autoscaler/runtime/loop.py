@@ -221,6 +221,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._replay_seconds = 0.0  # running mean wall time of one replay (0: none run yet)
         self._deferred_fits = 0
         self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
+        self._free_gpus: dict[str, int] = {}  # this tick's free GPUs per NodePool (``_read_free_gpus``)
 
     # ------------------------------------------------------------------ tick
 
@@ -261,6 +262,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             self._sweep_marks(cfg, in_care, listed, now, errors)
         self._forget({(v.namespace, v.name) for v in views})
         self._read_statuses(views, write, errors)
+        self._free_gpus = self._read_free_gpus(cfg, valid, errors)
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         if metrics_ok:
@@ -382,11 +384,14 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         observed = Observed(
             replicas=view.replicas, ready=view.ready_replicas, demand=current, gpus_per_replica=spec.gpus_per_replica,
             waiting_for_node=tuple(p.age_seconds for p in startups.not_ready if not p.scheduled),
+            free_gpus=self._free_gpus.get(spec.nodepool) if spec.nodepool else None,
         )
         decided = decide(forecast, observed, policy, cold, int(now), memory.recommendations,
                          capacity_unknown=None if capacity is not None else self._capacity_reason(memory, spec))
         decision = decided.decision
         memory.recommendations = decision.recommendations
+        if decided.claimed_gpus and spec.nodepool:  # the pool's next Deployment is not shown the GPUs this one takes
+            self._free_gpus[spec.nodepool] -= decided.claimed_gpus
         if decided.stuck and decision.steps[-1].name == "gpus_unavailable":
             self.metrics.errors.labels("gpu_unavailable").inc()
         summary = self._forecast_summary(forecast, profile, now)

@@ -111,7 +111,7 @@ class NodePool:
 
     def __init__(self, gpus_per_node: int, node_startup_seconds: int, consolidate_after_seconds: int,
                  tick_seconds: int, max_nodes: int | None = None,
-                 may_add_node: Callable[[], bool] | None = None) -> None:
+                 may_add_node: Callable[[], bool] | None = None, name: str | None = None) -> None:
         if gpus_per_node < 1:
             raise ValueError(f"gpus per node must be an integer >= 1, got {gpus_per_node!r}")
         self.gpus_per_node = gpus_per_node
@@ -120,6 +120,10 @@ class NodePool:
         self.consolidate_ticks = math.ceil(consolidate_after_seconds / tick_seconds - 1e-9)
         self.max_nodes = max_nodes
         self.may_add_node = may_add_node
+        # the Karpenter NodePool's name (None: a Deployment's private pool, which names no NodePool, so the
+        # controller reads no free GPUs for it: ``ready_free_gpus`` is what it would read of a named one)
+        self.name = name
+        self._claimed = (-1, 0)  # (tick, free GPUs the decisions of that tick took: ``claim``)
         self.nodes: list[_Node] = []
         self.pending: list[tuple[_Replica, int]] = []  # (replica, pod start-up seconds), oldest first
         self.nodes_created = 0
@@ -148,6 +152,20 @@ class NodePool:
         """GPUs on existing or provisioning nodes usable by replicas of ``gpus_per_replica`` GPUs."""
         g = self.gpus_per_node
         return sum((g - n.used) // gpus_per_replica for n in self.nodes) * gpus_per_replica
+
+    def ready_free_gpus(self, k: int, gpus_per_replica: int) -> int:
+        """What the controller reads of the pool at tick ``k`` (``ports.PoolNodes``): free GPUs on the nodes that are
+        Ready (a node still provisioning is no Node object yet), usable by replicas of ``gpus_per_replica`` GPUs."""
+        g, now = self.gpus_per_node, k * self.tick_seconds
+        free = sum((g - n.used) // gpus_per_replica for n in self.nodes if n.ready_seconds <= now) * gpus_per_replica
+        taken = self._claimed[1] if self._claimed[0] == k else 0
+        return max(0, free - taken)
+
+    def claim(self, k: int, gpus: int) -> None:
+        """Free GPUs a decision at tick ``k`` took (``engine.deciding.Decided.claimed_gpus``): not shown to the next
+        Deployment deciding at ``k``, as the controller's tick takes them off before planning the next one."""
+        taken = self._claimed[1] if self._claimed[0] == k else 0
+        self._claimed = (k, taken + max(0, gpus))
 
     def can_add_node(self) -> bool:
         if self.max_nodes is not None and len(self.nodes) >= self.max_nodes:

@@ -233,6 +233,7 @@ class DeploymentRun:
     result: PolicyResult  # gpu_hours: GPUs its placed pods held; cost_usd: that share at the pool's GPU price
     requests: float  # requests (or tokens) that arrived
     decisions: IntArray = field(repr=False)  # what the policy decided each tick (before any ceiling)
+    node_waits: IntArray | None = field(default=None, repr=False)  # replicas without a Ready node, each tick
 
     @property
     def work_hours(self) -> float:
@@ -359,7 +360,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
 
     for p in config.pools:
         pools[p.name] = NodePool(p.gpus_per_node, p.node_startup_seconds, p.consolidate_after_seconds, tick,
-                                 max_nodes=p.max_nodes, may_add_node=guard(p.node_usd_per_hour))
+                                 max_nodes=p.max_nodes, may_add_node=guard(p.node_usd_per_hour), name=p.name)
     prices = config.prices()
     ceilings = Ceilings(cluster=ceiling, teams=dict(config.team_ceilings))
     deps = config.deployments
@@ -384,6 +385,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     ready = np.zeros((len(deps), n_ticks), dtype=np.int64)
     placed = np.zeros((len(deps), n_ticks), dtype=np.int64)
     decided = np.zeros((len(deps), n_ticks), dtype=np.int64)
+    node_waits = np.zeros((len(deps), n_ticks), dtype=np.int64)
     nodes = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
     idle_asked = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
     teams = sorted({d.team for d in deps})
@@ -438,6 +440,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         for i, c in enumerate(clusters):
             requested[i, k] = c.requested
             ready[i, k] = c.ready
+            if c.starting:
+                node_waits[i, k] = len(c.waiting_for_node(k))
             held = c.placed
             placed[i, k] = held
             usd = held * gpr[i] * gpu_price[i]
@@ -462,7 +466,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         gpu_hours = float(placed[i].sum()) * d.gpus_per_replica * tick / 3600.0
         r = replace(r, gpu_hours=gpu_hours, cost_usd=gpu_hours * gpu_price[i])
         total = float(np.nan_to_num(demands[i], nan=0.0).sum()) * tick
-        runs.append(DeploymentRun(d, r, total, decided[i]))
+        runs.append(DeploymentRun(d, r, total, decided[i], node_waits[i]))
         describe = getattr(policies[i], "notes", None)
         if callable(describe):
             notes.extend(f"{d.name}: {n}" for n in describe())

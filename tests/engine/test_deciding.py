@@ -8,6 +8,7 @@ waiting for the node Karpenter is provisioning for it is the normal path of a sc
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
@@ -73,3 +74,68 @@ def test_the_headroom_ahead_looks_one_node_start_up_past_the_plan() -> None:
     decided = decide(forecast(band, start=1_000_000_000), observed(), POLICY, COLD, NOW, ())
     assert decided.decision.desired_replicas < 12
     assert decided.ahead == 12
+
+
+def free(replicas: int = 4, free_gpus: int | None = 8) -> Observed:
+    return Observed(replicas=replicas, ready=replicas, demand=4.0, gpus_per_replica=1, free_gpus=free_gpus)
+
+
+def step_up_at(minutes: int) -> Forecast:
+    """A p90 band of 4 replicas that rises to 10 ``minutes`` after the forecast's start, for two hours."""
+    band = np.full(120, 4.0)
+    band[minutes:] = 10.0
+    return forecast(band, start=1_000_000_000)
+
+
+def test_free_gpus_for_every_new_replica_plan_with_the_pod_lead_alone() -> None:
+    # the rise lands 9 minutes out: past the pod lead + look-ahead (2 + 5 min), within the node lead's (6 + 5)
+    early = step_up_at(9)
+    blind = decide(early, free(free_gpus=None), POLICY, COLD, NOW, ())
+    no_room = decide(early, free(free_gpus=0), POLICY, COLD, NOW, ())
+    room = decide(early, free(free_gpus=8), POLICY, COLD, NOW, ())
+    assert blind.decision.desired_replicas == no_room.decision.desired_replicas == 10  # a node lead ahead
+    assert blind.decision.needs_node
+    assert blind.decision.lead_seconds == COLD.lead_seconds(True)
+    assert room.decision.desired_replicas == 4  # a pod start-up is enough: it asks later
+    assert not room.decision.needs_node
+    assert room.decision.lead_seconds == COLD.lead_seconds(False)
+    assert "8 free GPU(s) >= 1 per replica" in room.decision.steps[0].detail
+
+
+def test_more_new_replicas_than_free_gpus_keep_the_node_lead() -> None:
+    # 6 new replicas wanted a node lead ahead, 5 fit: the sixth waits for a node, so the whole plan keeps that lead
+    early = step_up_at(9)
+    short = decide(early, free(free_gpus=5), POLICY, COLD, NOW, ())
+    assert short.decision.desired_replicas == 10
+    assert short.decision.needs_node
+    two_gpu = Observed(replicas=4, ready=4, demand=4.0, gpus_per_replica=2, free_gpus=11)  # 5 replicas of 2 fit
+    assert decide(early, two_gpu, POLICY, COLD, NOW, ()).decision.needs_node
+
+
+def test_unread_free_gpus_plan_as_no_free_gpu() -> None:
+    # not read (no NodePool named, or the read failed) is the assumption made before nodes were read: a node is needed
+    band = np.full(120, 10.0)
+    band[4:] = 2.0
+    for fc in (step_up_at(9), forecast(band, start=1_000_000_000)):
+        history = ((NOW - 4000, 2),)
+        blind = decide(fc, free(replicas=6, free_gpus=None), POLICY, COLD, NOW, history)
+        assert decide(fc, free(replicas=6, free_gpus=0), POLICY, COLD, NOW, history).decision == blind.decision
+        assert blind.decision.needs_node
+
+
+def test_free_gpus_are_never_negative() -> None:
+    with pytest.raises(ValueError, match="free_gpus"):
+        Observed(replicas=1, ready=1, demand=1.0, gpus_per_replica=1, free_gpus=-1)
+
+
+def test_new_replicas_claim_the_free_gpus_they_land_on() -> None:
+    # 6 new replicas on 8 free GPUs take 6; on 3 free GPUs they take the 3 (the rest wait for a node); none read, none
+    rise = rising()
+    assert decide(rise, free(free_gpus=8), POLICY, COLD, NOW, ()).claimed_gpus == 6
+    assert decide(rise, free(free_gpus=3), POLICY, COLD, NOW, ()).claimed_gpus == 3
+    assert decide(rise, free(free_gpus=None), POLICY, COLD, NOW, ()).claimed_gpus == 0
+    two = Observed(replicas=4, ready=4, demand=4.0, gpus_per_replica=2, free_gpus=16)
+    assert decide(rise, two, POLICY, COLD, NOW, ()).claimed_gpus == 12
+    held = decide(forecast(np.full(120, 4.0), start=1_000_000_000), free(free_gpus=8), POLICY, COLD, NOW, ())
+    assert held.decision.desired_replicas == 4
+    assert held.claimed_gpus == 0

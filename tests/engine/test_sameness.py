@@ -125,6 +125,12 @@ class TraceCluster:
         self.sim = sim
         self.k = 0
         self.statuses: dict[str, StatusObject] = {}
+        self.free_reads = 0
+
+    def free_gpus(self, pools: Sequence[str]) -> Mapping[str, int]:
+        """``ports.PoolNodes``: the free GPUs on the Ready nodes of the simulated cluster's pool (the only one)."""
+        self.free_reads += 1
+        return {p: self.sim.pool.ready_free_gpus(self.k, 1) for p in pools}
 
     def list_workloads(self) -> list[WorkloadView]:
         return [WorkloadView(
@@ -132,7 +138,8 @@ class TraceCluster:
             labels={"app": NAME, ENABLED_LABEL: "true"},
             annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40",
                          PREFIX + "priority": "production", PREFIX + "capacity-per-replica": str(CAPACITY),
-                         PREFIX + "cold-start": f"{POD_STARTUP}s"},
+                         PREFIX + "cold-start": f"{POD_STARTUP}s",
+                         **({} if self.sim.pool.name is None else {PREFIX + "nodepool": self.sim.pool.name})},
             replicas=self.sim.requested, ready_replicas=self.sim.ready, selector=f"app={NAME}",
             pod_template={"spec": {"containers": [{"name": "server",
                                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
@@ -277,9 +284,11 @@ def _same(a: Forecast | None, b: Forecast | None) -> str | None:
 
 
 def _replay(days: float, ceiling: float | None = None,
-            gang: GangSpec | None = None) -> tuple[int, int, set[str], set[str], int, LedgerOutcome | None]:
+            gang: GangSpec | None = None, nodepool: str | None = None,
+            ) -> tuple[int, int, set[str], set[str], int, LedgerOutcome | None, set[bool]]:
     """Replay ``days`` of the synthetic trace through both sides; returns (decisions compared, forecasts compared,
-    models seen, deciding steps seen, decisions the ceiling cut, the ledger's outcome). Fails at the first decision
+    models seen, deciding steps seen, decisions the ceiling cut, the ledger's outcome, the ``needs_node`` seen: whether
+    decisions planned with a node lead). Fails at the first decision
     whose forecasts or decisions differ, or the first tick at which the two simulated clusters hold different replicas.
 
     ``ceiling``: a cluster ceiling in $/h, held by the controller's money stage on one side and by the simulator's
@@ -288,7 +297,10 @@ def _replay(days: float, ceiling: float | None = None,
 
     ``gang``: a training gang with a window, a held Kueue Workload (``TraceGangs``) on the controller's side and the
     ledger's gang on the simulator's; both must place it at the same start at every decision, reserve and start it
-    at the same decisions, and preempt it at the same ones."""
+    at the same decisions, and preempt it at the same ones.
+
+    ``nodepool``: the Deployment names this NodePool, so the controller reads its free GPUs (``ports.PoolNodes``, here
+    the Ready nodes of its simulated cluster) and the simulator's pool carries the name, so it observes the same."""
     text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
     cfg = parse_config_text(text, "sameness.yaml")
     profile = cfg.profile("default")
@@ -304,7 +316,13 @@ def _replay(days: float, ceiling: float | None = None,
         refit_seconds=profile.refit_seconds, history_seconds=profile.history_seconds,
         horizon_seconds=profile.horizon_seconds,
     )
-    sim = SimCluster(cluster_cfg, 1)
+
+    def simulated() -> SimCluster:
+        pool = NodePool.for_config(cluster_cfg)
+        pool.name = nodepool
+        return SimCluster(cluster_cfg, 1, pool)
+
+    sim = simulated()
     ledger = None if ceiling is None and gang is None else MoneyLedger(
         MoneyConfig(ceiling_usd_per_hour=ceiling, gangs=() if gang is None else (gang,)), policy_name="predictive",
         gpu_hour_price=cfg.pricing.default_gpu_hour, gpus_per_replica=1, gpus_per_node=cluster_cfg.gpus_per_node,
@@ -314,7 +332,8 @@ def _replay(days: float, ceiling: float | None = None,
     placed = 0
     cuts = 0
     demand = np.repeat(series.values, STEP // tick)
-    source, kube = FleetSource({NAME: series}, {NAME: demand}, tick), TraceCluster(SimCluster(cluster_cfg, 1))
+    source, kube = FleetSource({NAME: series}, {NAME: demand}, tick), TraceCluster(simulated())
+    needs_node: set[bool] = set()
     controller = Controller(kube, source, lambda: cfg, money=MoneyStage(training=gangs))
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
     decisions = forecasts = 0
@@ -373,6 +392,7 @@ def _replay(days: float, ceiling: float | None = None,
             assert policy.decided is not None
             assert report.money.ahead[f"{NS}/{NAME}"][0] == policy.decided.ahead, f"ahead at t+{k * tick}s"
             aheads.add(policy.decided.ahead > outcome.decision.desired_replicas)
+            needs_node.add(outcome.decision.needs_node)
             steps = outcome.decision.steps  # the rule that set the count: the first step after which it held
             last_other = max((i for i, st in enumerate(steps) if st.replicas != outcome.decision.desired_replicas),
                              default=-1)
@@ -392,24 +412,26 @@ def _replay(days: float, ceiling: float | None = None,
         assert gangs.reserved, "the gang was never reserved: nothing was compared"
     if ceiling is None:
         assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
-    return decisions, forecasts, models, deciding, cuts, money
+    assert (kube.free_reads > 0) == (nodepool is not None)
+    return decisions, forecasts, models, deciding, cuts, money, needs_node
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models, deciding, _, _ = _replay(days=2.0)
+    decisions, forecasts, models, deciding, _, _, needs_node = _replay(days=2.0)
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
     assert forecasts >= decisions - 2 * STEP // DECISION
     assert len(models) > 1, models
     assert {"forecast", "reactive_floor"} <= deciding, deciding
+    assert needs_node == {True}  # no NodePool named: no free GPUs read, every new replica planned to wait for a node
 
 
 @pytest.mark.timeout(600)
 def test_under_a_cost_ceiling_the_two_cut_the_same_decisions_to_the_same_count() -> None:
     # $28/h at $4 a GPU-hour: 7 replicas, which the day's peaks exceed (they want up to about 12)
-    decisions, _, _, _, cuts, _ = _replay(days=1.0, ceiling=28.0)
+    decisions, _, _, _, cuts, _, _ = _replay(days=1.0, ceiling=28.0)
     assert decisions == 86_400 // DECISION
     assert cuts > 0
 
@@ -421,7 +443,7 @@ def test_a_gang_with_a_window_is_placed_reserved_started_and_preempted_the_same_
     # wobbles take its budget back (preempted, re-placed, reserved again) until it runs to its end in the night.
     gang = GangSpec(gpus=4, at_seconds=20 * 3600, run_seconds=2 * 3600, window_seconds=10 * 3600,
                     priority=PRIORITY_TIERS["standard"], name="train")
-    decisions, _, _, _, _, money = _replay(days=1.5, ceiling=28.0, gang=gang)
+    decisions, _, _, _, _, money, _ = _replay(days=1.5, ceiling=28.0, gang=gang)
     assert decisions == 36 * 3600 // DECISION
     assert money is not None
     assert len(money.reserved_ticks) >= 2
@@ -442,6 +464,13 @@ class FleetKube(TraceCluster):
         self.sims = sims
         self.k = 0
         self.statuses: dict[str, StatusObject] = {}
+        self.free_reads = 0
+
+    def free_gpus(self, pools: Sequence[str]) -> Mapping[str, int]:
+        """``ports.PoolNodes``: the free GPUs on the Ready nodes of the shared pool, as ``run_fleet`` shows them."""
+        self.free_reads += 1
+        pool = next(iter(self.sims.values())).pool
+        return {p: pool.ready_free_gpus(self.k, 1) for p in pools}
 
     def list_workloads(self) -> list[WorkloadView]:
         return [WorkloadView(
@@ -542,3 +571,12 @@ def test_a_small_fleet_under_a_cluster_ceiling_decides_the_same_through_the_cont
     decisions, cuts = _fleet_replay(days=1.0, ceiling=96.0)
     assert decisions == 86_400 // DECISION
     assert cuts > 0
+
+
+@pytest.mark.timeout(600)
+def test_a_deployment_naming_its_nodepool_is_planned_on_the_same_free_gpus_by_both() -> None:
+    # both read the free GPUs of the pool's Ready nodes: decisions with the pod lead alone (room for every new
+    # replica) and with the node lead (not enough room) are both compared
+    decisions, _, _, _, _, _, needs_node = _replay(days=1.0, nodepool="gpu")
+    assert decisions == 86_400 // DECISION
+    assert needs_node == {False, True}
