@@ -186,15 +186,35 @@ class Cluster(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PoolGpus:
+    """What the nodes of one Karpenter NodePool hold, as one read sees them (``PoolNodes.pool_gpus``).
+
+    ``free``: GPUs free on its Ready, schedulable nodes (allocatable ``nvidia.com/gpu`` minus the GPUs requested by
+    the pods bound there; our own headroom placeholders excepted: every real replica preempts them); ``busy_nodes``:
+    those of its Ready, schedulable nodes where pods hold GPUs; ``partial_free``: the GPUs free on them (room without
+    an idle node); ``nodes``: every node of the pool in any state (what Karpenter bills).
+    """
+
+    free: int = 0
+    busy_nodes: int = 0
+    partial_free: int = 0
+    nodes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("free", "busy_nodes", "partial_free", "nodes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PoolGpus.{name} must be >= 0, got {getattr(self, name)}")
+
+
 @runtime_checkable
 class PoolNodes(Protocol):
-    """Free GPUs on the nodes of Karpenter NodePools (``KubeCluster`` implements it; a cluster port without it reads
-    none, and the engine then plans every new replica as waiting for a node)."""
+    """The GPUs on the nodes of Karpenter NodePools (``KubeCluster`` implements it; a cluster port without it reads
+    none: the engine then plans every new replica as waiting for a node, and no node headroom is sized)."""
 
-    def free_gpus(self, pools: Sequence[str]) -> Mapping[str, int]:
-        """Per NodePool of ``pools``: the ``nvidia.com/gpu`` allocatable on its Ready, schedulable nodes (labelled
-        ``karpenter.sh/nodepool=<name>``) minus the GPUs requested by the pods bound to them (0: no such node).
-        Raises on failure."""
+    def pool_gpus(self, pools: Sequence[str]) -> Mapping[str, PoolGpus]:
+        """Per NodePool of ``pools`` (nodes labelled ``karpenter.sh/nodepool=<name>``): ``PoolGpus`` (all zero: no
+        such node). Raises on failure."""
         ...
 
 

@@ -37,11 +37,13 @@ Choices, and why:
   derived from the (injected, possibly frozen) clock.
 * Start-up durations are ``Ready.lastTransitionTime - creationTimestamp`` for Ready pods whose containers
   never restarted: after a restart the Ready transition time measures the restart, not the start-up.
-* Free GPUs of a NodePool (``free_gpus``, for the engine's lead: a replica that finds a free GPU waits for no node)
+* The GPUs of a NodePool's nodes (``pool_gpus``: the free GPUs give the engine's lead, since a replica that finds a
+  free GPU waits for no node; the busy nodes, the free GPUs on them and the node count size the pool's node headroom)
   are counted as the scheduler counts them: a Ready, schedulable node's allocatable ``nvidia.com/gpu`` minus the
-  requests of the pods bound to it (terminating ones included: they hold their GPUs until they are gone). Nodes are
-  found by Karpenter's ``karpenter.sh/nodepool`` label, their pods by ``spec.nodeName`` (one list per node, not every
-  pod of the cluster); ``list`` on nodes is the one grant this adds.
+  requests of the pods bound to it (terminating ones included: they hold their GPUs until they are gone; our own
+  headroom placeholders excepted: real replicas preempt them). Nodes are found by Karpenter's
+  ``karpenter.sh/nodepool`` label, their pods by ``spec.nodeName`` (one list per node, not every pod of the
+  cluster); ``list`` on nodes is the one grant this adds.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from autoscaler.ports import (
     NotReadyPod,
     PodStartups,
     PodView,
+    PoolGpus,
     StatusObject,
     StatusWrite,
     WorkloadView,
@@ -83,6 +86,8 @@ from autoscaler.ports import (
 MERGE_PATCH = "application/merge-patch+json"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"  # Karpenter puts it on every node it launches for a NodePool
 COMPONENT = "predictive-autoscaler"
+NAME_LABEL = "app.kubernetes.io/name"
+PLACEHOLDER_NAME = "predictive-autoscaler-headroom"  # the name label of our headroom placeholders (karpenter.py)
 ENABLED_SELECTOR = f"{ENABLED_LABEL}=true"
 
 T = TypeVar("T")
@@ -294,6 +299,12 @@ def pod_gpus(pod: client.V1Pod) -> int:
     return max(sum(of(spec.containers)), max(of(spec.init_containers), default=0))
 
 
+def _placeholder(pod: client.V1Pod) -> bool:
+    """Whether ``pod`` is one of our headroom placeholders (``autoscaler.adapters.karpenter``)."""
+    labels = (pod.metadata.labels if pod.metadata is not None else None) or {}
+    return labels.get(NAME_LABEL) == PLACEHOLDER_NAME and labels.get(MANAGED_BY_LABEL) == COMPONENT
+
+
 class KubeCluster:
     """The ``Cluster`` port (and ``PoolNodes``) over one ``ApiClient``."""
 
@@ -457,21 +468,26 @@ class KubeCluster:
             namespace=meta.namespace or "",
         )
 
-    def free_gpus(self, pools: Sequence[str]) -> dict[str, int]:
-        """Free GPUs per NodePool (``ports.PoolNodes``): one list of the pools' nodes (label selector), then one list
-        of the pods bound to each Ready, schedulable node among them (field selector ``spec.nodeName``: the API
-        server answers it from its watch cache, indexed by node)."""
-        free = dict.fromkeys(pools, 0)
-        if not free:
-            return free
-        selector = f"{NODEPOOL_LABEL} in ({','.join(sorted(free))})"
+    def pool_gpus(self, pools: Sequence[str]) -> dict[str, PoolGpus]:
+        """The GPUs of each NodePool's nodes (``ports.PoolNodes``): one list of the pools' nodes (label selector),
+        then one list of the pods bound to each Ready, schedulable node among them (field selector ``spec.nodeName``:
+        the API server answers it from its watch cache, indexed by node). Our headroom placeholder pods hold no GPU
+        here: every real replica preempts them, so their GPUs are free to it and their node is idle headroom."""
+        counts = {pool: [0, 0, 0, 0] for pool in pools}  # free, busy nodes, free on busy nodes, nodes
+        if not counts:
+            return {}
+        selector = f"{NODEPOOL_LABEL} in ({','.join(sorted(counts))})"
         nodes = self._read(f"list nodes with label {selector!r}",
                            lambda: self._core.list_node(label_selector=selector, _request_timeout=self._timeout))
         for node in nodes.items or []:
             meta = node.metadata
             pool = (meta.labels or {}).get(NODEPOOL_LABEL) if meta is not None else None
+            if meta is None or pool not in counts:
+                continue
+            c = counts[pool]
+            c[3] += 1
             allocatable = node_gpus(node)
-            if meta is None or pool not in free or allocatable <= 0 or not node_schedulable(node):
+            if allocatable <= 0 or not node_schedulable(node):
                 continue
             name = meta.name
             pods = self._read(
@@ -480,9 +496,14 @@ class KubeCluster:
                     field_selector=f"spec.nodeName={name}", _request_timeout=self._timeout),
             )
             used = sum(pod_gpus(p) for p in pods.items or []
-                       if (p.status is None or p.status.phase not in ("Succeeded", "Failed")))
-            free[pool] += max(0, allocatable - used)
-        return free
+                       if (p.status is None or p.status.phase not in ("Succeeded", "Failed"))
+                       and not _placeholder(p))
+            free = max(0, allocatable - used)
+            c[0] += free
+            if used > 0:
+                c[1] += 1
+                c[2] += free
+        return {pool: PoolGpus(*c) for pool, c in counts.items()}
 
     # ---- writes ----------------------------------------------------------------------------------
 

@@ -32,18 +32,17 @@ The rules, given the forecast the ``ForecastKeeper`` served and the tick's obser
   NodePool limit, a quota, no GPU of that kind to be had): a scale-up is held at the current count so Pending
   replicas do not pile up (a ``gpus_unavailable`` step). Pods younger than that are waiting for the node
   Karpenter is provisioning for them, which is the normal path of every scale-up onto a new node; holding
-  then would freeze scale-ups for a node start-up after each one that needed a node;
-* ``ahead``: the replicas the forecast needs one node start-up beyond the plan's own lead (what the money stage
-  keeps node headroom for), the decision itself while scale-ups are held.
+  then would freeze scale-ups for a node start-up after each one that needed a node.
+
+Node headroom is not decided here: the pool's idle nodes are sized from the pooled forecast error of its
+Deployments (``engine.money.pools_headroom``), from each decision's forecast and node lead (``Decided``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.money import ahead_replicas
 from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from models.types import Forecast
@@ -84,8 +83,8 @@ class Observed:
 @dataclass(frozen=True)
 class Decided:
     """``decide``'s answer: the decision (every step explained), how many pods have waited longer than a node
-    start-up for a node (0: none; then scale-ups are held), and ``ahead``, the replicas one node start-up ahead
-    (worked out when asked: a self-tuning replay never asks, and it is a second pass over the forecast)."""
+    start-up for a node (0: none; then scale-ups are held), the forecast and policy it was made from, and its node
+    lead (node start-up + pod start-up: what the pool's node headroom looks ahead by, ``engine.money``)."""
 
     decision: ScalingDecision
     stuck: int
@@ -94,12 +93,6 @@ class Decided:
     node_lead_seconds: float
 
     claimed_gpus: int = 0  # free GPUs its new replicas take (what the pool's next Deployment is not shown)
-
-    @cached_property
-    def ahead(self) -> int:
-        if self.stuck:
-            return self.decision.desired_replicas
-        return ahead_replicas(self.forecast, self.policy, self.decision, self.node_lead_seconds, self.decision.now)
 
 
 def capacity_hold(replicas: int, min_replicas: int, max_replicas: int, reason: str, recommendations: Recommendations,

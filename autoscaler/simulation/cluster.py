@@ -42,6 +42,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autoscaler.ports import PoolGpus
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -161,6 +163,18 @@ class NodePool:
         taken = self._claimed[1] if self._claimed[0] == k else 0
         return max(0, free - taken)
 
+    def pool_gpus(self, k: int) -> PoolGpus:
+        """What the controller reads of the pool at tick ``k`` (``ports.PoolNodes.pool_gpus``): on the Ready nodes (a
+        node still provisioning is no Node object yet) the free GPUs less what this tick's decisions claimed, the
+        nodes where replicas hold GPUs and the free GPUs on them; and every node, provisioning ones included (what
+        Karpenter bills). Reserved headroom nodes are empty here, as our placeholders hold no GPU in the read."""
+        g, now = self.gpus_per_node, k * self.tick_seconds
+        ready = [n for n in self.nodes if n.ready_seconds <= now]
+        busy = [n for n in ready if n.used > 0]
+        partial = sum(g - n.used for n in busy)
+        return PoolGpus(free=self.ready_free_gpus(k, 1), busy_nodes=len(busy), partial_free=partial,
+                        nodes=len(self.nodes))
+
     def claim(self, k: int, gpus: int) -> None:
         """Free GPUs a decision at tick ``k`` took (``engine.deciding.Decided.claimed_gpus``): not shown to the next
         Deployment deciding at ``k``, as the controller's tick takes them off before planning the next one."""
@@ -216,6 +230,14 @@ class NodePool:
             node.empty_since = k
             made += 1
         return made
+
+    def hold_idle(self, k: int, nodes: int) -> None:
+        """What Karpenter does with ``nodes`` whole-node placeholders at tick ``k``: that many empty nodes are kept
+        from consolidation and provisioned when missing; the rest are left to consolidate."""
+        self.reserve = nodes
+        empty = self.empty_nodes()
+        if empty < nodes:
+            self.provision(k, nodes - empty)
 
     # -- placement ------------------------------------------------------------------------------
     def new_node(self, ready_seconds: float) -> _Node:

@@ -130,7 +130,8 @@ class PredictivePolicy:
         self.decision: ScalingDecision | None = None  # the last decision, every step explained
         # the per-tick demand of the last minute before the current tick (the controller's instant rate query)
         self._recent: deque[float] = deque(maxlen=max(1, math.ceil(CURRENT_DEMAND_WINDOW_SECONDS / self.tick)))
-        self.decided: Decided | None = None  # the last decision with what it implies ahead (``Decided.ahead``)
+        self.demand_seen = math.nan  # the demand the last decision observed (what node headroom reads of it)
+        self.decided: Decided | None = None  # the last decision (its node lead is what pool headroom reads)
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
@@ -265,8 +266,9 @@ class PredictivePolicy:
         self.timings["forecast"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
-        decided = decide(self.forecast, self.observed(k, cluster), self.policy, self.cold_start, now,
-                         self.recommendations)
+        observed = self.observed(k, cluster)
+        self.demand_seen = math.nan if observed.demand is None else observed.demand
+        decided = decide(self.forecast, observed, self.policy, self.cold_start, now, self.recommendations)
         decision = self.decision = decided.decision
         self.decided = decided
         if decided.claimed_gpus:

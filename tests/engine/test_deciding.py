@@ -1,4 +1,4 @@
-"""The engine's decision on one tick's observation: pods waiting for a node, an unknown capacity, the headroom ahead.
+"""The engine's decision on one tick's observation: pods waiting for a node, an unknown capacity, free GPUs.
 
 Why: this is the step both the controller and the simulator call, so its rules are pinned here once: a pod
 waiting for the node Karpenter is provisioning for it is the normal path of a scale-up, a pod no node came for
@@ -39,11 +39,10 @@ def test_a_pod_waiting_for_its_node_less_than_a_node_start_up_does_not_hold_the_
     assert "gpus_unavailable" not in [s.name for s in waiting.decision.steps]
 
 
-def test_a_pod_no_node_came_for_holds_the_scale_up_and_the_headroom_ahead() -> None:
+def test_a_pod_no_node_came_for_holds_the_scale_up() -> None:
     decided = decide(rising(), observed(waiting=(200.0, 300.0)), POLICY, COLD, NOW, ())
     assert decided.stuck == 1
     assert decided.decision.desired_replicas == 4
-    assert decided.ahead == 4
     last = decided.decision.steps[-1]
     assert last.name == "gpus_unavailable"
     assert "1 pod(s) Pending unschedulable for longer than a node start-up (240s)" in last.detail
@@ -59,21 +58,12 @@ def test_a_stuck_pod_does_not_stop_a_scale_down() -> None:
     assert "gpus_unavailable" not in [s.name for s in decided.decision.steps]
 
 
-def test_an_unknown_capacity_holds_the_replicas_within_bounds_and_asks_for_nothing_ahead() -> None:
+def test_an_unknown_capacity_holds_the_replicas_within_bounds() -> None:
     policy = ScalingPolicy(capacity_per_replica=1.0, min_replicas=6, max_replicas=50, level=90, warm_pool=0)
     decided = decide(rising(), observed(), policy, COLD, NOW, (), capacity_unknown="2 of 6 saturated hours")
     assert decided.decision.desired_replicas == 6  # held at 4, clamped up to min 6: never sized on a guess
     assert [s.name for s in decided.decision.steps] == ["capacity_unknown", "min_max_clamp"]
     assert decided.decision.missing_metrics == ("capacity not learned yet: 2 of 6 saturated hours",)
-    assert decided.ahead == 6
-
-
-def test_the_headroom_ahead_looks_one_node_start_up_past_the_plan() -> None:
-    band = np.full(120, 3.0)
-    band[13:] = 12.0  # 13 minutes out: past the plan (6 min lead + 5 min look-ahead), within one more node start-up
-    decided = decide(forecast(band, start=1_000_000_000), observed(), POLICY, COLD, NOW, ())
-    assert decided.decision.desired_replicas < 12
-    assert decided.ahead == 12
 
 
 def free(replicas: int = 4, free_gpus: int | None = 8) -> Observed:

@@ -80,7 +80,7 @@ def test_a_failed_read_plans_as_waiting_for_a_node_and_says_so(rig: Rig, now0: i
     llama = outcome(report, "llama-chat").decision
     assert llama is not None
     assert llama.needs_node  # never planned closer on a read that failed
-    assert any("reading the free GPUs of NodePool(s) gpu failed" in e for e in report.errors), report.errors
+    assert any("reading the nodes of NodePool(s) gpu failed" in e for e in report.errors), report.errors
     assert rig.metric("predictive_autoscaler_errors_total", {"kind": "kube_read"}) == 1.0
 
 
