@@ -70,9 +70,10 @@ SLO_WAIT, SLO_SHARE = 2.0, 0.99
 SAVING_TARGET, MISS_CUT_TARGET = 0.30, 0.90
 PERF_DEPLOYMENTS = 20
 
-# Measured 2026-11-25 with the runs above; kept next to the code that prints it.
-READING = """Reading the fleet frontier (measured 2026-11-25 on the one engine: every Deployment decides through \
-the controller's `decide` on what the controller observes, the free GPUs of its NodePool included). **The GPU-hour \
+# Measured 2026-11-26 with the runs above; kept next to the code that prints it.
+READING = """Reading the fleet frontier (measured 2026-11-26 on the one engine: every Deployment decides through \
+the controller's `decide` on what the controller observes, the free GPUs of its NodePool included, and the pool's \
+node headroom is sized by the controller's own `pools_headroom`). **The GPU-hour \
 target is met; the SLO-miss target is not, at any operating point.** The self-tuned default needs 39% fewer billed \
 GPU-hours than the HPA + Karpenter curve at its attainment (16,788 at 99.704%, which the HPA reaches between its \
 targets 0.3 and 0.4) and has 49% fewer misses at its GPU-hours. Along our frontier the cut grows with the band: \
@@ -83,8 +84,12 @@ misses come from**: pod start-up (replicas asked for but still loading) 52% of t
 of p99's, the backlog an earlier shortfall leaves 29-34%, replicas not asked for 11-13%, **node waits 2-7%** \
 (the HPA's: 8-20%). Our planner asks a node start-up ahead whenever it sees no free GPU, so the only misses a node \
 buffer removes are already rare; the rest need Ready replicas (a higher band: p99's misses are a quarter of p95's), \
-or starts faster than 120 s. **Forecast-sized headroom still does not pay**: at every point it costs 9-11% more \
-billed GPU-hours (half an idle 8-GPU node on average, 11 at the most) for at most +0.03 points of attainment. \
+or starts faster than 120 s. **Forecast-sized headroom still does not pay**: at every point it costs 8-10% more \
+billed GPU-hours (half an idle 8-GPU node on average, 10-12 at the most) for at most +0.03 points of attainment. \
+Since it is sized on what the controller reads (`engine.money.observe_pools`: the pool's Ready nodes as read before \
+the tick's decisions, the demand each decision observed, each decision's node lead) rather than on the trace's \
+demand and every node: 0.6-0.8% fewer billed GPU-hours with headroom (18,279 -> 18,171 at the self-tuned default, \
+0.52 -> 0.48 idle nodes on average), attainment within 0.01 points; the runs without it are the same to the digit. \
 Reading free GPUs (the pod lead for replicas that fit on them; new replicas claim the GPUs they take, so two \
 Deployments never plan on the same one): at the self-tuned default 0.7% fewer billed GPU-hours (16,911 before) at \
 the same attainment; on 6 days of this fleet 7,648 -> 7,645 GPU-h and 99.64% -> 99.59%, and on 3 days of the \
@@ -93,24 +98,27 @@ off it. Tried and measured on those runs, and dropped: the self-tuner's replays 
 7,684 GPU-h, 99.59%, no change); headroom with the free-GPU read on the synthetic fleet (20,023 GPU-h against \
 18,522 without, 98.97% against 98.95%)."""
 
-# Measured 2026-11-25 with --perf on the project's shared 2-core machine (the numbers before and after in one session).
+# Measured 2026-11-26 with --perf on the project's shared 2-core machine; the run before the merge as published then.
 PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
-and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-25 after the \
-decision path's speed-ups, on the shared machine (load average 4-7 on its 2 cores from other jobs): 441 s wall, 326 \
-s of CPU, 230 s in the fleet's process and 96 s in one worker process that replays half of each self-tuning replay's \
-points (`--jobs 2`, the default; the candidates, the choices and the fleet's results are exactly those of one \
-process: 80,245 billed GPU-h at 99.510% both ways). Before them, in the same session: 1,254 s wall, 531 s of CPU in \
-one process (published before: 559 s wall, 488 s of CPU under a lighter load). **The target (under 3 minutes on 2 \
-cores) is not met**: the fleet's own process alone is 230 s of CPU. What changed: the planner writes each step's \
-explanation only when something reads it (a replay's decisions never are read) and builds its intermediate results \
-as named tuples; it reads a forecast's bands as lists made once per forecast; a forecast's finiteness is checked in \
-one pass, and once instead of twice; a lead-only point's sizing is made once per policy. One replay (a day of \
-1-minute bins, twelve points) fell from 1.65 s to 0.84 s of CPU. Where the time goes now (cProfile, 4 Deployments x \
-3 days): the self-tuning replays about three quarters (of which the forecasts a replay shares among its points, \
-computed before the points are split, about a tenth), the fleet's own forecasts and decisions about a fifth, the \
-fleet's loop, bill and headroom about 5%. What is left is spread thin: the planner's rules at about 17 µs a \
-decision, the forecaster's update and predict per bin, the cluster model per tick. The Deployments share nodes at \
-every tick, so their forecasts and decisions stay in one process."""
+and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the merge of \
+the free-GPU read with the decision path's speed-ups, node headroom sized by `pools_headroom` on what the controller \
+reads, on the shared machine (load average 4-7 on its 2 cores from other jobs, and this project's test suite running \
+alongside for most of it): 805 s wall, 400 s of CPU, 295 s in the fleet's process and 105 s in one worker process \
+that replays half of each self-tuning replay's points (`--jobs 2`, the default); 79,018 billed GPU-h at 99.488%. \
+Before the merge (the speed-ups without the free-GPU read): 441 s wall, 326 s of CPU (230 s + 96 s), 80,245 billed \
+GPU-h at 99.510%. The fleet's process costs 28% more CPU with the read: a decision whose new replicas may fit on \
+free GPUs is planned twice, at the node lead to see whether they fit and at the pod lead, and the synthetic pools \
+nearly always hold some free GPUs (measured before the speed-ups, the read cost 13%: 488 -> 552 s in one process); \
+part of the rest may be the test suite sharing the cores. **The target (under 3 minutes on 2 cores) is not met**: \
+the fleet's own process alone is 295 s of CPU. The speed-ups: the planner writes each step's explanation only when \
+something reads it (a replay's decisions never are read) and builds its intermediate results as named tuples; it \
+reads a forecast's bands as lists made once per forecast; a forecast's finiteness is checked in one pass, and once \
+instead of twice; a lead-only point's sizing is made once per policy. One replay (a day of 1-minute bins, twelve \
+points) fell from 1.65 s to 0.84 s of CPU. Where the time went before the merge (cProfile, 4 Deployments x 3 days): \
+the self-tuning replays about three quarters (of which the forecasts a replay shares among its points, computed \
+before the points are split, about a tenth), the fleet's own forecasts and decisions about a fifth, the fleet's \
+loop, bill and headroom about 5%. The Deployments share nodes at every tick, so their forecasts and decisions stay \
+in one process."""
 
 
 def fleet(days: float) -> FleetConfig:
