@@ -299,22 +299,49 @@ class HeadroomWant:
         return ("Deployment", self.target.pool.name)
 
 
+@dataclass(frozen=True)
+class BufferHolder:
+    """The Deployment a NodePool's idle nodes are held as a CapacityBuffer of (``headroom_wants``), and the room its
+    pool's busy nodes already have (a buffer is satisfied there first)."""
+
+    target: DeploymentHeadroom
+    gpus_per_replica: int
+    partial_free_gpus: int = 0
+
+
+def buffer_holders(planned: Sequence[PlannedWorkload], partial_free: Mapping[str, int]) -> dict[str, BufferHolder]:
+    """Per NodePool, its highest-priority Deployment that we scale and whose pods hold GPUs (ties: by key)."""
+    out: dict[str, BufferHolder] = {}
+    ranked = sorted(planned, key=lambda p: (-p.spec.priority, p.key))
+    for p in ranked:
+        pool = p.spec.nodepool
+        if not pool or pool in out or p.spec.advisory or p.spec.gpus_per_replica <= 0:
+            continue
+        out[pool] = BufferHolder(DeploymentHeadroom(p.view.namespace, p.view.name, p.view.uid or None),
+                                 p.spec.gpus_per_replica, partial_free.get(pool, 0))
+    return out
+
+
 def headroom_wants(
     idle: Mapping[str, tuple[int, str]],
     gangs: Sequence[Gang],
     shapes: Mapping[str, PoolShape],
     views: Sequence[NodePoolView],
     limits: Mapping[str, int],
+    buffers: Mapping[str, BufferHolder] | None = None,
 ) -> list[HeadroomWant]:
-    """The placeholder nodes to hold now, per NodePool.
+    """The headroom objects to hold now, per NodePool.
 
     ``idle``: pool -> (idle nodes, why), what the pool's forecast-sized headroom asks for its Deployments
     (``engine.money.pools_headroom``, already capped by the pool's limit and the ceiling as billed); plus whole nodes
     for each reserved pending gang of the pool (``gangs``: the reserved ones that count now; an admitted gang's pods
     request its GPUs, a pending one has no pods yet, so nodes are held ahead for it), capped by the room under the
-    pool's GPU limit (``limits``) beyond the GPUs it runs. Held as placeholder pods in either headroom kind: the
-    pool's idle nodes are no one Deployment's (a CapacityBuffer scales one Deployment's pods), nor are a gang's. A
-    static NodePool (``spec.replicas``: Karpenter adds no node) and a pool that was not read get none.
+    pool's GPU limit (``limits``) beyond the GPUs it runs. Placeholder pods of one whole node each, unless
+    ``buffers`` names a holder for the pool (the CapacityBuffer kind): then the pool's idle nodes are a CapacityBuffer
+    of its holder's pods, as many as fill the idle nodes and the room its busy nodes already have (Karpenter and
+    Cluster Autoscaler keep room for pods of that exact shape, on the same pool, for any of its Deployments' pods);
+    a gang's nodes stay placeholders (a buffer needs a workload to scale). A static NodePool (``spec.replicas``:
+    Karpenter adds no node) and a pool that was not read get none.
     """
     by_view = {v.name: v for v in views}
     for_gangs: dict[str, int] = {}
@@ -333,9 +360,14 @@ def headroom_wants(
         if gang_nodes and pool in limits:
             gang_nodes = min(gang_nodes, max(0, (limits[pool] - (view.gpus_in_use or 0)) // per_node))
         nodes, why = idle.get(pool, (0, ""))
-        parts = [why] if nodes else []
-        if gang_nodes:
-            parts.append(f"{gang_nodes} node(s) for pending gang(s) placed to start within one node start-up")
+        gang_why = f"{gang_nodes} node(s) for pending gang(s) placed to start within one node start-up"
+        holder = (buffers or {}).get(pool)
+        if holder is not None and nodes > 0:
+            replicas = math.ceil((nodes * per_node + holder.partial_free_gpus) / holder.gpus_per_replica)
+            room = f"room for {replicas} pod(s) of this shape, {holder.partial_free_gpus} GPU(s) of it on busy nodes"
+            wants.append(HeadroomWant(holder.target, replicas, f"{why} ({room})"))
+            nodes = 0
+        parts = ([why] if nodes else []) + ([gang_why] if gang_nodes else [])
         if nodes + gang_nodes > 0:
             wants.append(HeadroomWant(PoolHeadroom(view, per_node), nodes + gang_nodes, "; ".join(parts)))
     return wants

@@ -13,8 +13,8 @@ tests answer them the same way:
   broken by a guess.
 * ``pool_demand``: GPUs per pool (replicas x GPUs per replica + warm pools kept as nodes + reserved gangs) in
   whole nodes (``ceil(gpus / gpus_per_node)``). The spare nodes asked of Karpenter *before* the pods exist are
-  sized from the pooled forecast error (``autoscaler.engine.headroom``) and held as low-priority placeholder pods
-  of one whole node each (a preempted placeholder frees a node, not a fragment).
+  sized from the pooled forecast error (``autoscaler.engine.headroom``) in whole nodes, held as a CapacityBuffer or
+  as low-priority placeholder pods of one whole node each (a preempted placeholder frees a node, not a fragment).
 * ``nodepool_limit``: the ``spec.limits["nvidia.com/gpu"]`` value that lets the pool grow to what the
   cost ceiling allows and no further, but never below what is running (a limit under the current
   capacity would not remove nodes; it would only make the controller's own plan look impossible).

@@ -22,9 +22,9 @@ What one step decides, in order:
    (``domain.money.unavailable_gpus``);
 4. with headroom managed and the pools' nodes read, each NodePool's idle nodes sized from the pooled forecast error at
    its node lead (``pools_headroom``, the function the fleet simulator calls too, on ``observe_pools`` of what the
-   driver read), the gangs nodes are held for (``domain.money.gang_headroom``) and the placeholder nodes wanted
-   (``domain.money.headroom_wants``); with the nodes not read, no headroom is sized or lowered (never from missing
-   data as if the pools were empty);
+   driver read), the gangs nodes are held for (``domain.money.gang_headroom``) and the headroom objects wanted
+   (``domain.money.headroom_wants``: placeholder nodes, or a CapacityBuffer of the pool's top Deployment); with
+   the nodes not read, no headroom is sized or lowered (never from missing data as if the pools were empty);
 5. the alerts the state calls for (``domain.money.alerts_for``), and the held Kueue Workloads to start now (their
    planned start has come and the ceiling reserves them whole).
 
@@ -62,6 +62,7 @@ from autoscaler.domain.money import (
     alerts_for,
     asked_by_scope,
     breaches,
+    buffer_holders,
     counting_gangs,
     gang_headroom,
     headroom_wants,
@@ -100,6 +101,7 @@ __all__ = [
     "observe_pools",
     "place_scheduled",
     "pools_headroom",
+    "within_commitment",
 ]
 
 PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
@@ -202,6 +204,18 @@ def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[
             node_usd_per_hour=t.node_usd_per_hour, ceiling_slack_usd_per_hour=slack, quantile=quantile,
             min_residuals=min_residuals))
     return out
+
+
+def within_commitment(observations: Sequence[PoolObservation], ceiling_usd_per_hour: float | None,
+                      committed_usd_per_hour: float) -> list[PoolObservation]:
+    """``observations`` with the ceiling's slack never above what the plan itself leaves (its kept GPUs priced in
+    whole nodes, ``committed_usd_per_hour``): nodes not up yet for pods the plan keeps are spent all the same, so
+    idle nodes are bought only with what neither the running nodes nor the plan take."""
+    if ceiling_usd_per_hour is None:
+        return list(observations)
+    left = ceiling_usd_per_hour - committed_usd_per_hour
+    return [replace(o, ceiling_slack_usd_per_hour=left if o.ceiling_slack_usd_per_hour is None
+                    else min(o.ceiling_slack_usd_per_hour, left)) for o in observations]
 
 
 def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
@@ -449,9 +463,12 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
                      for p in s.planned}
             observations = [replace(o, members=tuple(replace(m, requested=after[m.key]) if m.key in after else m
                                                      for m in o.members)) for o in s.pool_observations]
+            observations = within_commitment(observations, s.ceilings.cluster, report.cluster_dollars_per_hour)
             sized = pools_headroom(observations, s.residuals, t)
         idle = {pool: (d.idle_nodes, d.detail) for pool, d in sized.items()}
-        wants = tuple(headroom_wants(idle, list(gh.held), s.shapes, views, effective_limits))
+        partial = {o.pool: o.partial_free_gpus for o in s.pool_observations or ()}
+        buffers = buffer_holders(s.planned, partial) if kind == "capacitybuffer" else None
+        wants = tuple(headroom_wants(idle, list(gh.held), s.shapes, views, effective_limits, buffers))
 
     alerts = alerts_for(report, asked, s.ceilings, unavailable, teams)
     kept = {g.key for g in reserved}

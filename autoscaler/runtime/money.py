@@ -19,12 +19,12 @@ Between planning every workload and applying the plans, ``Controller.tick`` hand
    reserved pending gangs Kueue can admit now (``domain.money.gang_headroom``: its LocalQueue and ClusterQueue
    quota, read with ``TrainingGangs.list_kueue_queues``), for at most ``GANG_HEADROOM_LIMIT_STARTUPS`` node
    start-ups (then released, with a ``GangHeadroomExpired`` Event on the gang and a metric). Held as placeholder
-   pods of one whole node each in either headroom kind (a pool's idle nodes are no one Deployment's; a
-   CapacityBuffer left from before is removed). When the pools' nodes were not read (the read failed, the
-   controller is confined to namespaces, the cluster port has no such read) no headroom is sized or lowered that
-   tick (the gangs' nodes may still raise it), and why is told once (a log line; a failed read is also a tick
-   error, counted); a GPU Deployment that names no NodePool has no pool to hold nodes in, also told once.
-   Headroom nobody needs any more is removed;
+   pods of one whole node each, or, where CapacityBuffers are served, as a CapacityBuffer of the pool's
+   highest-priority Deployment's pods filling the same idle nodes (a gang's nodes stay placeholders). When the
+   pools' nodes were not read (the read failed, the controller is confined to namespaces, the cluster port has no
+   such read) no headroom is sized or lowered that tick (the gangs' nodes may still raise it), and why is told
+   once (a log line; a failed read is also a tick error, counted); a GPU Deployment that names no NodePool has no
+   pool to hold nodes in, also told once. Headroom nobody needs any more is removed;
 5. exports the cost metrics and pushes alerts (projected breach *before* cuts, cuts hitting inference,
    GPUs unavailable) to Alertmanager, resolving each when its condition clears.
 

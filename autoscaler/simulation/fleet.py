@@ -62,6 +62,7 @@ from autoscaler.engine.money import (
     money_step,
     observe_pools,
     pools_headroom,
+    within_commitment,
 )
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
@@ -431,9 +432,15 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             members = {pname: [_member(k, i, deps[i], specs[pname], policies[i], clusters[i], starts[i], tick,
                                        caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
                        for pname in pools}
-            sized = pools_headroom(observe_pools(reads, members, terms, config.cluster_ceiling,
-                                                 quantile=config.headroom_quantile,
-                                                 min_residuals=config.headroom_min_residuals), residuals, k * tick)
+            observations = observe_pools(reads, members, terms, config.cluster_ceiling,
+                                         quantile=config.headroom_quantile,
+                                         min_residuals=config.headroom_min_residuals)
+            if ceiling is not None:  # what the kept plan commits, as the controller's money step prices it
+                kept: dict[str | None, int] = {}
+                for i, c in enumerate(clusters):
+                    kept[deps[i].pool] = kept.get(deps[i].pool, 0) + c.requested * gpr[i]
+                observations = within_commitment(observations, ceiling, prices.bill(kept))
+            sized = pools_headroom(observations, residuals, k * tick)
             for pname, decision in sized.items():
                 pools[pname].hold_idle(k, decision.idle_nodes)
                 idle_asked[pname][k] = decision.idle_nodes

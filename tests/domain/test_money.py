@@ -10,6 +10,7 @@ from autoscaler.domain.money import (
     PlannedWorkload,
     asked_by_scope,
     breaches,
+    buffer_holders,
     headroom_wants,
     pool_shapes,
     unavailable_gpus,
@@ -122,6 +123,27 @@ def test_gpus_unavailable_counts_unschedulable_pods_and_a_pools_shortfall_lowest
     got = unavailable_gpus(plans, decisions, [], {"l4": 10})
     assert got == {"serving/hi": 2, "serving/lo": 2, "serving/stuck": 8}
     assert unavailable_gpus(plans, decisions, [], {"l4": 14})["serving/lo"] == 0
+
+
+def test_as_capacity_buffers_the_pools_idle_nodes_are_room_for_its_top_deployments_pods() -> None:
+    plans = [planned("low", replicas=1, desired=1, priority=10, pool="g8", gpus=2),
+             planned("high", replicas=1, desired=1, priority=100, pool="g8", gpus=2),
+             planned("watch", replicas=1, desired=1, priority=1000, pool="g8", mode="advisory"),
+             planned("nopool", replicas=1, desired=1, priority=1000, pool=None)]
+    holders = buffer_holders(plans, {"g8": 4})
+    assert set(holders) == {"g8"}  # an advisory Deployment is not ours to scale; one naming no pool holds none
+    assert (holders["g8"].target.deployment, holders["g8"].target.uid, holders["g8"].gpus_per_replica) == (
+        "high", "uid-high", 2)
+    pending = Gang("Workload", "t", "ft", 8, 2, False, 50, nodepool="g8")
+    view = pool_view("g8", gpus_in_use=12, gpu_count="8")
+    buffer, placeholder = headroom_wants({"g8": (2, "pooled")}, [pending], {"g8": G8}, [view], {}, holders)
+    # two idle nodes of 8 GPUs and the 4 free on busy nodes: room for 10 pods of 2 GPUs; the gang's node stays a
+    # placeholder (a buffer needs a workload to scale)
+    assert (buffer.ident, buffer.amount) == (("CapacityBuffer", "serving/high"), 10)
+    assert buffer.detail.startswith("pooled (room for 10 pod(s)")
+    assert (placeholder.ident, placeholder.amount) == (("Deployment", "g8"), 1)
+    # no idle node asked: no buffer
+    assert [w.ident for w in headroom_wants({"g8": (0, "x")}, [], {"g8": G8}, [view], {}, holders)] == []
 
 
 def test_a_static_pool_gets_no_placeholder_nodes() -> None:

@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from autoscaler.adapters.alertmanager import ALERT_NAMES, AlertmanagerSink
-from autoscaler.adapters.karpenter import GPU, KarpenterCapacity, placeholder_name
+from autoscaler.adapters.karpenter import GPU, KarpenterCapacity, buffer_name, placeholder_name
 from autoscaler.adapters.kube import NODEPOOL_LABEL, KubeCluster
 from autoscaler.adapters.training import TrainingReader
 from autoscaler.config.parser import parse_config
@@ -348,7 +348,7 @@ def bound_pod(name: str, node_name: str, gpus: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("buffers_served", [True, False], ids=["capacitybuffer", "placeholder"])
-def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_placeholder_nodes(
+def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_buffer_or_placeholder_nodes(
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
     rig = money_rig
@@ -373,15 +373,21 @@ def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_placeholde
     assert report.money is not None
     idle = report.money.pool_headroom["l4"]
     assert idle > 0  # the pooled forecast one node lead ahead rises above what the pods hold
-    # in either headroom kind the pool's idle nodes are placeholder nodes: they are no one Deployment's
-    dep = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4"))
-    assert dep is not None
-    assert dep["spec"]["replicas"] == idle  # one placeholder pod per idle node
-    container = dep["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["requests"][GPU] == "1"
-    assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "l4"}
-    assert rig.fake.all("capacitybuffers.autoscaling.x-k8s.io", "serving") == []
-    assert report.money.headroom == {"Deployment l4": idle}
+    if buffers_served:  # room for as many of the pool's top Deployment's pods (1 GPU each, none free on busy nodes)
+        buf = rig.fake.get("capacitybuffers.autoscaling.x-k8s.io", "serving", buffer_name("llama-chat"))
+        assert buf is not None
+        assert buf["spec"] == {"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "llama-chat"},
+                               "replicas": idle}
+        assert rig.fake.all("deployments", CONTROLLER_NS) == []
+        assert report.money.headroom == {"CapacityBuffer serving/llama-chat": idle}
+    else:  # one placeholder pod per idle node
+        dep = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4"))
+        assert dep is not None
+        assert dep["spec"]["replicas"] == idle
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        assert container["resources"]["requests"][GPU] == "1"
+        assert dep["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "l4"}
+        assert report.money.headroom == {"Deployment l4": idle}
 
     # The pools' nodes cannot be read (a controller confined to namespaces lists no nodes): no headroom is sized,
     # and what is held stays as it is (never resized as if the pool were empty), told once.
@@ -389,7 +395,8 @@ def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_placeholde
     report = rig.tick(TROUGH + 1)
     assert report.money is not None
     assert report.money.pool_headroom == {}
-    held = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4"))
+    held = (rig.fake.get("capacitybuffers.autoscaling.x-k8s.io", "serving", buffer_name("llama-chat"))
+            if buffers_served else rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4")))
     assert held is not None
     assert held["spec"]["replicas"] == idle
 
