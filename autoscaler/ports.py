@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 EventType = Literal["Normal", "Warning"]
 
@@ -183,6 +183,38 @@ class Cluster(Protocol):
         now: datetime,
     ) -> None:
         """Record an Event on the Deployment (``kubectl describe`` shows it to the team)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PoolGpus:
+    """What the nodes of one Karpenter NodePool hold, as one read sees them (``PoolNodes.pool_gpus``).
+
+    ``free``: GPUs free on its Ready, schedulable nodes (allocatable ``nvidia.com/gpu`` minus the GPUs requested by
+    the pods bound there; our own headroom placeholders excepted: every real replica preempts them); ``busy_nodes``:
+    those of its Ready, schedulable nodes where pods hold GPUs; ``partial_free``: the GPUs free on them (room without
+    an idle node); ``nodes``: every node of the pool in any state (what Karpenter bills).
+    """
+
+    free: int = 0
+    busy_nodes: int = 0
+    partial_free: int = 0
+    nodes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("free", "busy_nodes", "partial_free", "nodes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PoolGpus.{name} must be >= 0, got {getattr(self, name)}")
+
+
+@runtime_checkable
+class PoolNodes(Protocol):
+    """The GPUs on the nodes of Karpenter NodePools (``KubeCluster`` implements it; a cluster port without it reads
+    none: the engine then plans every new replica as waiting for a node, and no node headroom is sized)."""
+
+    def pool_gpus(self, pools: Sequence[str]) -> Mapping[str, PoolGpus]:
+        """Per NodePool of ``pools`` (nodes labelled ``karpenter.sh/nodepool=<name>``): ``PoolGpus`` (all zero: no
+        such node). Raises on failure."""
         ...
 
 

@@ -36,6 +36,35 @@ def _cfg(gpr: int = 1, pod: int = 120) -> ClusterConfig:
 # -- shared nodes ---------------------------------------------------------------------------------------------
 
 
+def test_the_free_gpus_read_are_on_ready_nodes_less_what_this_tick_claimed() -> None:
+    """What the controller reads of a named pool (``ports.PoolNodes``): a node still provisioning is no Node yet, and
+    the free GPUs a Deployment's decision took this tick are not shown to the next one."""
+    pool = _pool()
+    pool.name = "gpu"
+    Cluster(_cfg(), 3, pool).advance(0)  # one Ready node, 3 of its 8 GPUs used
+    pool.provision(0, 1)  # Ready at 180 s (tick 12)
+    assert pool.ready_free_gpus(0, 1) == 5
+    assert pool.ready_free_gpus(0, 2) == 4  # two 2-GPU replicas fit in 5 free GPUs
+    pool.claim(0, 4)
+    pool.claim(0, 4)
+    assert pool.ready_free_gpus(0, 1) == 0  # never below zero
+    assert pool.ready_free_gpus(1, 1) == 5  # claims last one tick
+    assert pool.ready_free_gpus(12, 1) == 13  # the provisioned node is Ready
+
+
+def test_policies_of_a_named_pool_observe_its_free_gpus_and_a_private_pool_none() -> None:
+    series = synth_trace(days=0.2, seed=3, step_seconds=60).requests
+    sim = SimulationConfig(capacity_per_replica=float(np.nanmax(series.values)) / 10)
+    build = factory(lambda: registry.make_chain("persistence"), profile=ForecastProfile(self_tune=False))
+    named = _pool()
+    named.name = "gpu"
+    for pool, expect in ((named, 7), (None, None)):
+        cluster = Cluster(_cfg(), 1, pool)
+        cluster.advance(0)
+        policy = build(series, sim, _cfg())
+        assert policy.observed(0, cluster).free_gpus == expect
+
+
 def test_two_deployments_pods_share_a_node() -> None:
     pool = _pool()
     a = Cluster(_cfg(gpr=2), 2, pool)  # 4 GPUs on one node
@@ -157,10 +186,12 @@ def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
 
 
 def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
+    # the fleet's Deployment names its NodePool, so the single replay names it too: both observe its free GPUs
     series = _series(3, 10)
     cap = float(np.nanmax(series.values)) / 20
     cluster = ClusterConfig()  # simulate's defaults: 120 s pod, 180 s node, 8 GPUs a node, consolidateAfter 60 s
-    single = SimulationConfig(capacity_per_replica=cap, cluster=cluster, policies=("predictive",), bin_shape="flat")
+    single = SimulationConfig(capacity_per_replica=cap, cluster=cluster, policies=("predictive",), bin_shape="flat",
+                              nodepool="p")
     profile = ForecastProfile()
     make = factory(lambda: registry.make_chain("default"), profile=profile)
     alone = simulate(series, single, predictive=make).policies["predictive"]

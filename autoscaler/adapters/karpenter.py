@@ -53,6 +53,8 @@ from kubernetes.utils import parse_quantity
 from autoscaler.adapters.kube import (
     COMPONENT,
     MERGE_PATCH,
+    NAME_LABEL,
+    PLACEHOLDER_NAME,
     KubeReadError,
     KubeWriteError,
     api_message,
@@ -87,8 +89,6 @@ GPU_COUNT_LABELS = (
 )
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-NAME_LABEL = "app.kubernetes.io/name"
-PLACEHOLDER_NAME = "predictive-autoscaler-headroom"
 POOL_LABEL = "predictive-autoscaler.io/headroom-pool"
 TARGET_ANNOTATION = "predictive-autoscaler.io/headroom-for"
 SPEC_HASH_ANNOTATION = "predictive-autoscaler.io/headroom-spec-hash"

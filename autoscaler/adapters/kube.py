@@ -37,6 +37,13 @@ Choices, and why:
   derived from the (injected, possibly frozen) clock.
 * Start-up durations are ``Ready.lastTransitionTime - creationTimestamp`` for Ready pods whose containers
   never restarted: after a restart the Ready transition time measures the restart, not the start-up.
+* The GPUs of a NodePool's nodes (``pool_gpus``: the free GPUs give the engine's lead, since a replica that finds a
+  free GPU waits for no node; the busy nodes, the free GPUs on them and the node count size the pool's node headroom)
+  are counted as the scheduler counts them: a Ready, schedulable node's allocatable ``nvidia.com/gpu`` minus the
+  requests of the pods bound to it (terminating ones included: they hold their GPUs until they are gone; our own
+  headroom placeholders excepted: real replicas preempt them). Nodes are found by Karpenter's
+  ``karpenter.sh/nodepool`` label, their pods by ``spec.nodeName`` (one list per node, not every pod of the
+  cluster); ``list`` on nodes is the one grant this adds.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, fit_event_message
+from autoscaler.domain.annotations import ENABLED_LABEL, GPU_RESOURCE, STATUS_ANNOTATION, fit_event_message
 from autoscaler.domain.scaledown import MARK_LABEL
 from autoscaler.domain.status import (
     DEPLOYMENT_LABEL,
@@ -70,13 +77,17 @@ from autoscaler.ports import (
     NotReadyPod,
     PodStartups,
     PodView,
+    PoolGpus,
     StatusObject,
     StatusWrite,
     WorkloadView,
 )
 
 MERGE_PATCH = "application/merge-patch+json"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"  # Karpenter puts it on every node it launches for a NodePool
 COMPONENT = "predictive-autoscaler"
+NAME_LABEL = "app.kubernetes.io/name"
+PLACEHOLDER_NAME = "predictive-autoscaler-headroom"  # the name label of our headroom placeholders (karpenter.py)
 ENABLED_SELECTOR = f"{ENABLED_LABEL}=true"
 
 T = TypeVar("T")
@@ -245,8 +256,57 @@ def api_write(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+def _whole_gpus(raw: Any) -> int:
+    """An ``nvidia.com/gpu`` quantity as a whole count (extended resources are whole numbers; junk counts as 0)."""
+    try:
+        value = float(str(raw))
+    except (TypeError, ValueError):
+        return 0
+    return max(0, int(value)) if value == value else 0
+
+
+def node_gpus(node: client.V1Node) -> int:
+    """The node's allocatable GPUs (0: none advertised)."""
+    allocatable = (node.status.allocatable if node.status is not None else None) or {}
+    return _whole_gpus(allocatable.get(GPU_RESOURCE, 0))
+
+
+def node_schedulable(node: client.V1Node) -> bool:
+    """Ready, not cordoned and not being deleted: a node a new pod can land on now."""
+    if node.metadata is not None and node.metadata.deletion_timestamp is not None:
+        return False
+    if node.spec is not None and node.spec.unschedulable:
+        return False
+    conditions = (node.status.conditions if node.status is not None else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def pod_gpus(pod: client.V1Pod) -> int:
+    """The GPUs a pod holds on its node: its containers' requests summed (a limit alone is the request, as the API
+    server defaults it), or its largest init container's when that is more."""
+    def of(containers: Sequence[client.V1Container] | None) -> list[int]:
+        out = []
+        for c in containers or []:
+            res = c.resources
+            requests = (res.requests if res is not None else None) or {}
+            limits = (res.limits if res is not None else None) or {}
+            out.append(_whole_gpus(requests.get(GPU_RESOURCE, limits.get(GPU_RESOURCE, 0))))
+        return out
+
+    spec = pod.spec
+    if spec is None:
+        return 0
+    return max(sum(of(spec.containers)), max(of(spec.init_containers), default=0))
+
+
+def _placeholder(pod: client.V1Pod) -> bool:
+    """Whether ``pod`` is one of our headroom placeholders (``autoscaler.adapters.karpenter``)."""
+    labels = (pod.metadata.labels if pod.metadata is not None else None) or {}
+    return labels.get(NAME_LABEL) == PLACEHOLDER_NAME and labels.get(MANAGED_BY_LABEL) == COMPONENT
+
+
 class KubeCluster:
-    """The ``Cluster`` port over one ``ApiClient``."""
+    """The ``Cluster`` port (and ``PoolNodes``) over one ``ApiClient``."""
 
     def __init__(
         self,
@@ -407,6 +467,43 @@ class KubeCluster:
             labels=dict(meta.labels or {}),
             namespace=meta.namespace or "",
         )
+
+    def pool_gpus(self, pools: Sequence[str]) -> dict[str, PoolGpus]:
+        """The GPUs of each NodePool's nodes (``ports.PoolNodes``): one list of the pools' nodes (label selector),
+        then one list of the pods bound to each Ready, schedulable node among them (field selector ``spec.nodeName``:
+        the API server answers it from its watch cache, indexed by node). Our headroom placeholder pods hold no GPU
+        here: every real replica preempts them, so their GPUs are free to it and their node is idle headroom."""
+        counts = {pool: [0, 0, 0, 0] for pool in pools}  # free, busy nodes, free on busy nodes, nodes
+        if not counts:
+            return {}
+        selector = f"{NODEPOOL_LABEL} in ({','.join(sorted(counts))})"
+        nodes = self._read(f"list nodes with label {selector!r}",
+                           lambda: self._core.list_node(label_selector=selector, _request_timeout=self._timeout))
+        for node in nodes.items or []:
+            meta = node.metadata
+            pool = (meta.labels or {}).get(NODEPOOL_LABEL) if meta is not None else None
+            if meta is None or pool not in counts:
+                continue
+            c = counts[pool]
+            c[3] += 1
+            allocatable = node_gpus(node)
+            if allocatable <= 0 or not node_schedulable(node):
+                continue
+            name = meta.name
+            pods = self._read(
+                f"list pods on node {name}",
+                lambda name=name: self._core.list_pod_for_all_namespaces(  # type: ignore[misc]
+                    field_selector=f"spec.nodeName={name}", _request_timeout=self._timeout),
+            )
+            used = sum(pod_gpus(p) for p in pods.items or []
+                       if (p.status is None or p.status.phase not in ("Succeeded", "Failed"))
+                       and not _placeholder(p))
+            free = max(0, allocatable - used)
+            c[0] += free
+            if used > 0:
+                c[1] += 1
+                c[2] += free
+        return {pool: PoolGpus(*c) for pool, c in counts.items()}
 
     # ---- writes ----------------------------------------------------------------------------------
 

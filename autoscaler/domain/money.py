@@ -1,5 +1,5 @@
 """The money decisions of a tick, as pure functions of data: what the plan asks, which ceilings it breaks,
-which gangs count, each NodePool's GPU limit, the headroom to hold, the GPUs workloads wait for, the alerts.
+which gangs count, each NodePool's GPU limit, the headroom objects to hold, the GPUs workloads wait for, the alerts.
 
 Why a module of its own: ``autoscaler.runtime.money.MoneyStage`` reads the NodePools and the training gangs,
 calls these functions and applies what they return (limits, headroom, gang patches, alerts), the way the replica
@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from autoscaler.domain.annotations import WorkloadSpec
-from autoscaler.domain.capacity import forecast_need
 from autoscaler.domain.cost import Ceilings, CostReport, GpuPrices, PriceTable, WorkloadAsk, enforce_ceilings
 from autoscaler.domain.gangs import Gang, holds_gpus, placement_window, scheduled
 from autoscaler.domain.kueue import KueueQueues, admission_block
@@ -27,14 +26,11 @@ from autoscaler.domain.nodes import (
     NodePoolError,
     PoolShape,
     ceiling_gpus,
-    headroom_plan,
     nodepool_limit,
     pool_shape,
 )
-from autoscaler.domain.stabilize import History, stabilize, update_history
-from autoscaler.domain.types import ScalingDecision, ScalingPolicy
+from autoscaler.domain.types import ScalingDecision
 from autoscaler.ports import Alert, DeploymentHeadroom, HeadroomTarget, NodePoolView, PoolHeadroom, WorkloadView
-from models.types import Forecast
 
 # The alert names deploy/prometheusrule.yaml also raises (autoscaler.adapters.alertmanager.ALERT_NAMES); spelled
 # here so the domain does not import an HTTP adapter, and tests/runtime/test_money.py keeps the two equal.
@@ -57,37 +53,18 @@ def utc(ts: float) -> datetime:
 class PlannedWorkload:
     """One Deployment's plan as the money stage needs it (built by the loop from ``engine.deciding.decide``).
 
-    ``ahead_replicas``: the replicas the plan needs by ``now + node start-up + lead`` (``ahead_replicas()``),
-    what headroom is asked for; ``unschedulable``: its pods Pending unschedulable for longer than a node start-up
-    (no node is coming for them; younger ones wait for the node being provisioned).
+    ``unschedulable``: its pods Pending unschedulable for longer than a node start-up (no node is coming for them;
+    younger ones wait for the node being provisioned).
     """
 
     view: WorkloadView
     spec: WorkloadSpec
     decision: ScalingDecision
-    ahead_replicas: int
     unschedulable: int = 0
 
     @property
     def key(self) -> str:
         return f"{self.view.namespace}/{self.view.name}"
-
-
-def ahead_replicas(
-    forecast: Forecast | None, policy: ScalingPolicy, decision: ScalingDecision, node_lead_seconds: float, now: int
-) -> int:
-    """Replicas the forecast needs one node start-up beyond the plan's own lead: the peak over
-    ``[now + lead + node start-up, + look-ahead]`` plus the warm pool kept as replicas, never below the
-    decision and clamped to ``[min, max]`` of the policy. Without a usable forecast: the decision."""
-    desired = decision.desired_replicas
-    if forecast is None or decision.missing_metrics or policy.level not in forecast.quantiles:
-        return desired
-    try:
-        need = forecast_need(forecast, policy, now, decision.lead_seconds + max(0.0, node_lead_seconds))
-    except (KeyError, ValueError):
-        return desired
-    warm = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
-    return max(desired, min(max(need.replicas + warm, policy.min_replicas), policy.max_replicas))
 
 
 # ---------------------------------------------------------------------------------------------- pure helpers
@@ -322,92 +299,78 @@ class HeadroomWant:
         return ("Deployment", self.target.pool.name)
 
 
-def plan_headroom(
-    planned: Sequence[PlannedWorkload],
-    decisions: Mapping[str, ScalingDecision],
-    allowed_ahead: Mapping[str, int],
+@dataclass(frozen=True)
+class BufferHolder:
+    """The Deployment a NodePool's idle nodes are held as a CapacityBuffer of (``headroom_wants``), and the room its
+    pool's busy nodes already have (a buffer is satisfied there first)."""
+
+    target: DeploymentHeadroom
+    gpus_per_replica: int
+    partial_free_gpus: int = 0
+
+
+def buffer_holders(planned: Sequence[PlannedWorkload], partial_free: Mapping[str, int]) -> dict[str, BufferHolder]:
+    """Per NodePool, its highest-priority Deployment that we scale and whose pods hold GPUs (ties: by key)."""
+    out: dict[str, BufferHolder] = {}
+    ranked = sorted(planned, key=lambda p: (-p.spec.priority, p.key))
+    for p in ranked:
+        pool = p.spec.nodepool
+        if not pool or pool in out or p.spec.advisory or p.spec.gpus_per_replica <= 0:
+            continue
+        out[pool] = BufferHolder(DeploymentHeadroom(p.view.namespace, p.view.name, p.view.uid or None),
+                                 p.spec.gpus_per_replica, partial_free.get(pool, 0))
+    return out
+
+
+def headroom_wants(
+    idle: Mapping[str, tuple[int, str]],
+    gangs: Sequence[Gang],
     shapes: Mapping[str, PoolShape],
     views: Sequence[NodePoolView],
-    gangs: Sequence[Gang],
     limits: Mapping[str, int],
-    kind: HeadroomKind,
-) -> tuple[list[HeadroomWant], dict[str, int]]:
-    """The headroom to hold now, and per workload the extra replicas it was asked for.
+    buffers: Mapping[str, BufferHolder] | None = None,
+) -> list[HeadroomWant]:
+    """The headroom objects to hold now, per NodePool.
 
-    Per workload, extra = ``allowed_ahead - max(spec.replicas, desired now)`` (advisory workloads and
-    workloads without GPUs ask nothing). Per pool, the GPUs those extras need beyond what the pods request
-    and the pool's nodes already have (``headroom_plan``, capped by the pool's limit) become placeholder
-    nodes, or are shared out as CapacityBuffer replicas, higher priority first. A workload whose pool is
-    unknown gets its whole extra as a buffer (its node size is unknown, a buffer of pods is still right).
-    ``gangs`` are the reserved ones that count now: an admitted gang's GPUs are requested by its pods, a
-    pending one's (placed, within one node start-up of its start) are planned but not yet requested, so
-    placeholder nodes are held for it, in both modes (a CapacityBuffer needs a workload to scale). A static
-    NodePool (``spec.replicas``: a fixed node count, Karpenter adds none) gets no placeholder nodes; the caller gives
-    it the GPUs of its nodes as its limit, so a buffer there only takes the room its nodes have.
+    ``idle``: pool -> (idle nodes, why), what the pool's forecast-sized headroom asks for its Deployments
+    (``engine.money.pools_headroom``, already capped by the pool's limit and the ceiling as billed); plus whole nodes
+    for each reserved pending gang of the pool (``gangs``: the reserved ones that count now; an admitted gang's pods
+    request its GPUs, a pending one has no pods yet, so nodes are held ahead for it), capped by the room under the
+    pool's GPU limit (``limits``) beyond the GPUs it runs. Placeholder pods of one whole node each, unless
+    ``buffers`` names a holder for the pool (the CapacityBuffer kind): then the pool's idle nodes are a CapacityBuffer
+    of its holder's pods, as many as fill the idle nodes and the room its busy nodes already have (Karpenter and
+    Cluster Autoscaler keep room for pods of that exact shape, on the same pool, for any of its Deployments' pods);
+    a gang's nodes stay placeholders (a buffer needs a workload to scale). A static NodePool (``spec.replicas``:
+    Karpenter adds no node) and a pool that was not read get none.
     """
     by_view = {v.name: v for v in views}
-    extra: dict[str, int] = {}
-    planned_gpus: dict[str, int] = {}
-    requested: dict[str, int] = {}
-    members: dict[str, list[PlannedWorkload]] = {}
-    for p in planned:
-        gpr = p.spec.gpus_per_replica
-        pool = p.spec.nodepool or ""
-        now_count = max(p.view.replicas, decisions[p.key].desired_replicas)
-        wanted = 0 if p.spec.advisory or gpr == 0 else max(0, allowed_ahead.get(p.key, 0) - now_count)
-        extra[p.key] = wanted
-        planned_gpus[pool] = planned_gpus.get(pool, 0) + (now_count + wanted) * gpr
-        requested[pool] = requested.get(pool, 0) + now_count * gpr
-        if wanted:
-            members.setdefault(pool, []).append(p)
-    for g in gangs:  # an admitted gang's pods request its GPUs; a pending one has no pods yet: nodes ahead
-        pool = g.nodepool or ""
-        planned_gpus[pool] = planned_gpus.get(pool, 0) + g.gpus
-        if g.admitted:
-            requested[pool] = requested.get(pool, 0) + g.gpus
-    have = {pool: max(gpus, by_view[pool].gpus_in_use or 0) if pool in by_view else gpus
-            for pool, gpus in requested.items()}
-    known = {pool: s for pool, s in shapes.items() if pool in planned_gpus}
-    plan = headroom_plan(known, planned_gpus, have, dict(limits))
-    wants: list[HeadroomWant] = []
-    if kind == "placeholder":
-        for pool, room in plan.items():
-            if room.spare_nodes > 0 and pool in by_view and not by_view[pool].static:
-                wants.append(HeadroomWant(PoolHeadroom(by_view[pool], room.gpus_per_node), room.spare_nodes,
-                                          room.detail))
-        return wants, extra
-    # CapacityBuffer mode: a buffer scales a Deployment's pods, and a pending gang has no workload to point one at,
-    # so its nodes are held as placeholder pods on its pool (whole nodes, first: the ceiling has already reserved
-    # the gang whole, and an inference buffer can use what is left).
-    gang_nodes: dict[str, int] = {}
+    for_gangs: dict[str, int] = {}
     for g in gangs:
         pool = g.nodepool or ""
-        h = plan.get(pool)
-        if not g.admitted and h is not None and h.spare_nodes > 0 and pool in by_view and not by_view[pool].static:
-            gang_nodes[pool] = gang_nodes.get(pool, 0) + math.ceil(g.gpus / h.gpus_per_node)
-    for pool, nodes in sorted(gang_nodes.items()):
-        h = plan[pool]
-        nodes = min(nodes, h.spare_nodes)
-        gang_nodes[pool] = nodes
-        wants.append(HeadroomWant(PoolHeadroom(by_view[pool], h.gpus_per_node), nodes,
-                                  f"{nodes} node(s) for pending gang(s) placed to start within one node start-up; "
-                                  f"{h.detail}"))
-    for pool, ps in members.items():
-        h = plan.get(pool)
-        remaining = None if h is None else h.spare_gpus if h.spare_nodes > 0 else 0
-        if remaining is not None and h is not None:
-            remaining = max(0, remaining - gang_nodes.get(pool, 0) * h.gpus_per_node)
-        for p in sorted(ps, key=lambda q: (-q.spec.priority, q.key)):
-            amount = extra[p.key]
-            if remaining is not None:
-                amount = min(amount, math.ceil(remaining / p.spec.gpus_per_replica))
-                remaining = max(0, remaining - amount * p.spec.gpus_per_replica)
-            if amount > 0:
-                why = (f"{extra[p.key]} replica(s) needed by now + node start-up + lead; "
-                       + (h.detail if h is not None else "pool unknown: whole extra buffered"))
-                wants.append(HeadroomWant(DeploymentHeadroom(p.view.namespace, p.view.name, p.view.uid or None),
-                                          amount, why))
-    return wants, extra
+        if g.admitted or pool not in shapes:
+            continue
+        for_gangs[pool] = for_gangs.get(pool, 0) + math.ceil(g.gpus / shapes[pool].gpus_per_node)
+    wants: list[HeadroomWant] = []
+    for pool in sorted(set(idle) | set(for_gangs)):
+        view = by_view.get(pool)
+        if view is None or view.static or pool not in shapes:
+            continue
+        per_node = shapes[pool].gpus_per_node
+        gang_nodes = for_gangs.get(pool, 0)
+        if gang_nodes and pool in limits:
+            gang_nodes = min(gang_nodes, max(0, (limits[pool] - (view.gpus_in_use or 0)) // per_node))
+        nodes, why = idle.get(pool, (0, ""))
+        gang_why = f"{gang_nodes} node(s) for pending gang(s) placed to start within one node start-up"
+        holder = (buffers or {}).get(pool)
+        if holder is not None and nodes > 0:
+            replicas = math.ceil((nodes * per_node + holder.partial_free_gpus) / holder.gpus_per_replica)
+            room = f"room for {replicas} pod(s) of this shape, {holder.partial_free_gpus} GPU(s) of it on busy nodes"
+            wants.append(HeadroomWant(holder.target, replicas, f"{why} ({room})"))
+            nodes = 0
+        parts = ([why] if nodes else []) + ([gang_why] if gang_nodes else [])
+        if nodes + gang_nodes > 0:
+            wants.append(HeadroomWant(PoolHeadroom(view, per_node), nodes + gang_nodes, "; ".join(parts)))
+    return wants
 
 
 def unavailable_gpus(
@@ -487,34 +450,3 @@ def alerts_for(
                 {"namespace": namespace, "deployment": name},
             ))
     return alerts
-
-
-
-def stabilize_ahead(
-    planned: Sequence[PlannedWorkload],
-    held: Mapping[str, int],
-    history: Mapping[str, History],
-    now: int,
-    windows: Mapping[str, int],
-) -> tuple[list[PlannedWorkload], dict[str, History]]:
-    """``planned`` with each ``ahead_replicas`` given the replicas' scale-down stabilisation (``domain.stabilize``),
-    so the headroom asked for ahead of them does not churn nodes.
-
-    What headroom stands for is the replicas the forecast needs one node start-up ahead; that count is what wobbles
-    with the forecast, so it is what is stabilised (per workload, with its profile's ``scale_down_stabilization``
-    window from ``windows``): a rise applies at once, a fall only to the highest count of the window, so a buffer is
-    not created and deleted a minute later, nor resized 2 -> 3 -> 2. The headroom is then what that count needs
-    beyond the pods and nodes already there: when the replicas land it goes at once (fulfilled, not a forecast
-    wobble), and the ceiling and the pool's limit still cap it every tick (``plan_headroom``). ``held``: the
-    stabilised counts of the last tick. Returns the adjusted plans and the new histories (of these workloads only:
-    a gone workload's memory is dropped)."""
-    out: list[PlannedWorkload] = []
-    new_history: dict[str, History] = {}
-    for p in planned:
-        window = windows.get(p.key, 0)
-        hist = update_history(history.get(p.key, ()), now, p.ahead_replicas, window)
-        new_history[p.key] = hist
-        count = stabilize(p.ahead_replicas, held.get(p.key, p.ahead_replicas), hist, window).replicas
-        count = max(count, p.decision.desired_replicas)
-        out.append(p if count == p.ahead_replicas else replace(p, ahead_replicas=count))
-    return out, new_history

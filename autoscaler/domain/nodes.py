@@ -11,12 +11,10 @@ tests answer them the same way:
   When a pool allows several instance types the *smallest* GPU count and the *highest* GPU-hour
   price are used: more nodes and more dollars than reality, never fewer, so a ceiling is never
   broken by a guess.
-* ``pool_demand`` and ``headroom_plan``: GPUs per pool (replicas x GPUs per replica + warm pools kept
-  as nodes + reserved gangs) in whole nodes (``ceil(gpus / gpus_per_node)``), and the spare nodes to
-  ask Karpenter for *before* the pods exist: the nodes the plan needs by the end of the node
-  start-up time minus the nodes the pods already requested will get. The adapter turns that into
-  a CapacityBuffer or low-priority placeholder pods of one whole node each (so a buffer is whole
-  nodes and a preempted placeholder frees a node, not a fragment).
+* ``pool_demand``: GPUs per pool (replicas x GPUs per replica + warm pools kept as nodes + reserved gangs) in
+  whole nodes (``ceil(gpus / gpus_per_node)``). The spare nodes asked of Karpenter *before* the pods exist are
+  sized from the pooled forecast error (``autoscaler.engine.headroom``) in whole nodes, held as a CapacityBuffer or
+  as low-priority placeholder pods of one whole node each (a preempted placeholder frees a node, not a fragment).
 * ``nodepool_limit``: the ``spec.limits["nvidia.com/gpu"]`` value that lets the pool grow to what the
   cost ceiling allows and no further, but never below what is running (a limit under the current
   capacity would not remove nodes; it would only make the controller's own plan look impossible).
@@ -41,13 +39,11 @@ __all__ = [
     "GPU_COUNT_KEY",
     "GPU_NAME_KEY",
     "INSTANCE_TYPE_KEY",
-    "Headroom",
     "NodePoolError",
     "PoolDemand",
     "PoolShape",
     "ceiling_gpus",
     "gpu_prices",
-    "headroom_plan",
     "nodepool_limit",
     "nodes_for",
     "pool_demand",
@@ -234,65 +230,6 @@ def pool_demand(
         shape = shapes.get(pool)
         gpn = shape.gpus_per_node if shape is not None else None
         out[pool] = PoolDemand(pool, rep, warm, gang, gpn, nodes_for(rep + warm + gang, gpn) if gpn else None)
-    return out
-
-
-@dataclass(frozen=True)
-class Headroom:
-    """Spare capacity to hold in one pool ahead of the pods: ``spare_nodes`` placeholders of one node each."""
-
-    pool: str
-    spare_gpus: int  # GPUs the plan needs that no pod requests yet
-    spare_nodes: int
-    gpus_per_node: int
-    capped_by_limit: bool
-    detail: str
-
-    @property
-    def placeholder_pods(self) -> int:
-        """Low-priority placeholder pods (or CapacityBuffer replicas), one whole node each."""
-        return self.spare_nodes
-
-    @property
-    def gpus_per_placeholder(self) -> int:
-        return self.gpus_per_node
-
-
-def headroom_plan(
-    shapes: Mapping[str, PoolShape],
-    planned_gpus: Mapping[str, int],
-    requested_gpus: Mapping[str, int],
-    limit_gpus: Mapping[str, int] | None = None,
-) -> dict[str, Headroom]:
-    """Spare nodes per pool so that the plan's pods find nodes already started.
-
-    ``planned_gpus``: per pool, the most GPUs the plan needs within the node start-up time from now
-    (the peak of ``pool_demand`` over ``[now, now + node start-up]``; pods are created later, when the
-    planner's pod lead time says so, but their nodes must already be starting now).
-    ``requested_gpus``: GPUs that existing pods (running or Pending) already request in the pool;
-    Karpenter provisions for those by itself. ``limit_gpus``: the pool's GPU limit, which a buffer
-    never exceeds. Spare nodes = ``nodes_for(planned) - nodes_for(requested)`` (>= 0). Pools without a
-    shape are skipped (their node size is unknown; ``pool_shape`` said why).
-    """
-    out: dict[str, Headroom] = {}
-    for pool in sorted(set(planned_gpus) | set(requested_gpus)):
-        shape = shapes.get(pool)
-        if shape is None:
-            continue
-        gpn = shape.gpus_per_node
-        planned = max(0, planned_gpus.get(pool, 0))
-        requested = max(0, requested_gpus.get(pool, 0))
-        have = nodes_for(requested, gpn)
-        spare = max(0, nodes_for(planned, gpn) - have)
-        capped = False
-        detail = f"plan {planned} GPU(s) = {nodes_for(planned, gpn)} node(s) of {gpn}; pods request {requested} " \
-                 f"= {have} node(s) -> {spare} spare"
-        if limit_gpus is not None and pool in limit_gpus:
-            room = max(0, limit_gpus[pool] // gpn - have)
-            if spare > room:
-                spare, capped = room, True
-                detail += f"; capped to {room} by the limit {limit_gpus[pool]} GPU(s)"
-        out[pool] = Headroom(pool, max(0, planned - requested), spare, gpn, capped, detail)
     return out
 
 

@@ -3,7 +3,7 @@
 Why it exists: the controller's tick and the simulator each used to turn a forecast and an observation into a
 replica count in their own code, and they fed the planner different things: the simulator showed it the demand
 of the bin still in progress (which no Prometheus query can answer yet) and the free GPUs of its node model
-(which the controller never reads), and it had no "capacity not learned yet" hold and no hold for pods that no
+(which the controller did not read then), and it had no "capacity not learned yet" hold and no hold for pods that no
 node came for. So ``simulate`` scored a better-informed controller than the one that runs. Both drivers now build
 an ``Observed`` from their own world (the controller from the Kubernetes API and Prometheus, the simulator from
 its trace and simulated cluster) and call ``decide``; what differs between them is only how the snapshot is read.
@@ -14,9 +14,17 @@ The rules, given the forecast the ``ForecastKeeper`` served and the tick's obser
   of the arrival rate answers, as fresh as an HPA adapter's metric; over two minutes where scrapes are a minute
   apart), or the newest *ended* bin when that cannot be read (None when both are missing): the reactive floor and
   the surprise check use it;
-* free GPUs are not read: a new replica is assumed to wait for a node, so the lead includes a node start-up.
-  The controller does not list nodes; the warm headroom it keeps ahead of forecast rises is what makes a
-  replica start sooner than that, and the plan does not count on it;
+* free GPUs are those of the Deployment's NodePool, read by each driver (the controller from the pool's Ready
+  nodes and the pods bound to them, the fleet simulator from its shared pool): when every replica the plan adds
+  at the node lead fits on them, the plan is made again with the pod lead alone (a replica placed on a free GPU
+  is Ready one pod start-up after it is asked for), so it asks later and lets go sooner; when the plan adds more
+  than fit, those beyond wait for a node and the node-lead plan stands. Free GPUs not read (``None``: the
+  Deployment names no NodePool, or the read failed) are never a reason to plan closer: a new replica is assumed
+  to wait for a node, as before nodes were read. The Deployments of one pool share its free GPUs: each decision's
+  new replicas take free GPUs first (``Decided.claimed_gpus``: the scheduler places them where GPUs are free), and
+  the drivers take those off what the next Deployment of the pool is shown in the same tick, so two Deployments
+  never plan a pod start-up away on the same GPU (the one that lost the race would wait for a node it did not plan
+  for);
 * a Deployment whose capacity per replica is ``auto`` and not learned yet holds its replicas (within its
   min/max), never scaled on a guessed capacity (``capacity_hold``);
 * otherwise ``domain.planner.plan_replicas``;
@@ -24,18 +32,17 @@ The rules, given the forecast the ``ForecastKeeper`` served and the tick's obser
   NodePool limit, a quota, no GPU of that kind to be had): a scale-up is held at the current count so Pending
   replicas do not pile up (a ``gpus_unavailable`` step). Pods younger than that are waiting for the node
   Karpenter is provisioning for them, which is the normal path of every scale-up onto a new node; holding
-  then would freeze scale-ups for a node start-up after each one that needed a node;
-* ``ahead``: the replicas the forecast needs one node start-up beyond the plan's own lead (what the money stage
-  keeps node headroom for), the decision itself while scale-ups are held.
+  then would freeze scale-ups for a node start-up after each one that needed a node.
+
+Node headroom is not decided here: the pool's idle nodes are sized from the pooled forecast error of its
+Deployments (``engine.money.pools_headroom``), from each decision's forecast and node lead (``Decided``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.money import ahead_replicas
 from autoscaler.domain.planner import plan_replicas
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step, WorkloadState
 from autoscaler.domain.values import quick_init
@@ -59,6 +66,8 @@ class Observed:
 
     ``demand``: the demand over the last minute, else the newest ended bin's (None: missing or not read).
     ``waiting_for_node``: the ages, in seconds, of its pods Pending unschedulable (no node to run on yet).
+    ``free_gpus``: GPUs free on the Ready nodes of its NodePool (None: not read; then a new replica is planned as
+    waiting for a node).
     """
 
     replicas: int
@@ -66,14 +75,19 @@ class Observed:
     demand: float | None
     gpus_per_replica: int
     waiting_for_node: tuple[float, ...] = ()
+    free_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.free_gpus is not None and self.free_gpus < 0:
+            raise ValueError(f"Observed.free_gpus must be None or >= 0, got {self.free_gpus}")
 
 
 @quick_init
 @dataclass(frozen=True)
 class Decided:
     """``decide``'s answer: the decision (every step explained), how many pods have waited longer than a node
-    start-up for a node (0: none; then scale-ups are held), and ``ahead``, the replicas one node start-up ahead
-    (worked out when asked: a self-tuning replay never asks, and it is a second pass over the forecast)."""
+    start-up for a node (0: none; then scale-ups are held), the forecast and policy it was made from, and its node
+    lead (node start-up + pod start-up: what the pool's node headroom looks ahead by, ``engine.money``)."""
 
     decision: ScalingDecision
     stuck: int
@@ -81,11 +95,7 @@ class Decided:
     policy: ScalingPolicy
     node_lead_seconds: float
 
-    @cached_property
-    def ahead(self) -> int:
-        if self.stuck:
-            return self.decision.desired_replicas
-        return ahead_replicas(self.forecast, self.policy, self.decision, self.node_lead_seconds, self.decision.now)
+    claimed_gpus: int = 0  # free GPUs its new replicas take (what the pool's next Deployment is not shown)
 
 
 def capacity_hold(replicas: int, min_replicas: int, max_replicas: int, reason: str, recommendations: Recommendations,
@@ -105,6 +115,13 @@ def capacity_hold(replicas: int, min_replicas: int, max_replicas: int, reason: s
         warm_pool_as="replicas", reactive_replicas=0, steps=tuple(steps), recommendations=recommendations, now=now,
         raw_replicas=replicas, missing_metrics=(why,),
     )
+
+
+def fitting_replicas(observed: Observed) -> int:
+    """New replicas that fit on the free GPUs observed (0 when none were read)."""
+    if observed.free_gpus is None or observed.gpus_per_replica < 1:
+        return 0
+    return observed.free_gpus // observed.gpus_per_replica
 
 
 def stuck_pods(observed: Observed, cold: ColdStartProfile) -> int:
@@ -135,6 +152,11 @@ def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy,
             recommendations=recommendations,
         )
         decision = plan_replicas(forecast, state, policy, cold, now, explain=explain)
+        fit = fitting_replicas(observed)
+        if fit and decision.desired_replicas - observed.replicas <= fit:
+            # every replica the node-lead plan adds fits on a free GPU: a pod start-up is the whole lead
+            decision = plan_replicas(forecast, replace(state, free_gpus=fit * observed.gpus_per_replica), policy,
+                                     cold, now, explain=explain)
     stuck = stuck_pods(observed, cold)
     if stuck and decision.desired_replicas > observed.replicas:
         held = observed.replicas
@@ -144,4 +166,8 @@ def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy,
             f"({cold.node_lead_seconds():.0f}s): holding at {held} instead of {decision.desired_replicas} so "
             "Pending replicas do not pile up",
         )))
-    return Decided(decision, stuck, forecast, policy, cold.node_lead_seconds())
+    claimed = 0
+    if observed.free_gpus:
+        claimed = min(observed.free_gpus,
+                      max(0, decision.desired_replicas - observed.replicas) * observed.gpus_per_replica)
+    return Decided(decision, stuck, forecast, policy, cold.node_lead_seconds(), claimed)

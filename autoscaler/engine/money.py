@@ -20,14 +20,17 @@ What one step decides, in order:
    (``domain.cost.enforce_ceilings``), every cut decision getting its ``cost_ceiling`` step;
 3. each NodePool's GPU limit (``domain.money.pool_limits``) and the GPUs workloads wait for
    (``domain.money.unavailable_gpus``);
-4. with headroom managed, the replicas ahead with their scale-down stabilisation (``domain.money.stabilize_ahead``),
-   what the ceiling allows of them, the gangs nodes are held for (``domain.money.gang_headroom``) and the headroom
-   objects wanted (``domain.money.plan_headroom``);
+4. with headroom managed and the pools' nodes read, each NodePool's idle nodes sized from the pooled forecast error at
+   its node lead (``pools_headroom``, the function the fleet simulator calls too, on ``observe_pools`` of what the
+   driver read), the gangs nodes are held for (``domain.money.gang_headroom``) and the headroom objects wanted
+   (``domain.money.headroom_wants``: placeholder nodes, or a CapacityBuffer of the pool's top Deployment); with
+   the nodes not read, no headroom is sized or lowered (never from missing data as if the pools were empty);
 5. the alerts the state calls for (``domain.money.alerts_for``), and the held Kueue Workloads to start now (their
    planned start has come and the ceiling reserves them whole).
 
-The memory between steps (placements, since when nodes are held for a pending gang, the stabilised ahead counts) is
-a ``MoneyState`` value: passed in, returned anew, never changed in place. Time is ``MoneySnapshot.now``; no clock is
+The memory between steps (placements, since when nodes are held for a pending gang) is a ``MoneyState`` value:
+passed in, returned anew, never changed in place; the pools' realised forecast errors are an accumulator the driver
+keeps (``PooledResiduals``, fed by ``pools_headroom``). Time is ``MoneySnapshot.now``; no clock is
 read and nothing is read or written but the arguments. ``GangForecasts`` is asked for points only when a placement
 is due (the costly long forecast); the drivers implement it over their cached models.
 """
@@ -60,19 +63,18 @@ from autoscaler.domain.money import (
     alerts_for,
     asked_by_scope,
     breaches,
+    buffer_holders,
     counting_gangs,
     gang_headroom,
+    headroom_wants,
     latest_start,
     placement_capacity,
-    plan_headroom,
     pool_limits,
-    stabilize_ahead,
     unavailable_gpus,
     unplaced_deferred,
     utc,
 )
 from autoscaler.domain.nodes import PoolShape
-from autoscaler.domain.stabilize import History
 from autoscaler.domain.types import ScalingDecision
 from autoscaler.engine.headroom import (
     DEFAULT_MIN_RESIDUALS,
@@ -82,7 +84,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
-from autoscaler.ports import Alert, NodePoolView
+from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
 __all__ = [
@@ -95,9 +97,12 @@ __all__ = [
     "MoneyState",
     "PlacementCache",
     "PoolObservation",
+    "PoolTerms",
     "money_step",
+    "observe_pools",
     "place_scheduled",
     "pools_headroom",
+    "within_commitment",
 ]
 
 PLACEMENT_REFRESH_SECONDS = 900  # a placement is recomputed at least this often (the forecast moves)
@@ -134,15 +139,20 @@ class PlacementCache:
 class HeadroomMember:
     """One Deployment of a NodePool as forecast-sized headroom sees it at one decision.
 
-    ``forecast``: its newest forecast (None: none yet), read at ``at`` (its own clock: now + the pool's node lead);
-    ``demand``: its demand now (NaN when unknown); ``requested``: the replicas its pods request now."""
+    ``forecast``: its newest forecast (None: none yet), read at ``now`` (its own clock) + the pool's node lead;
+    ``lead_seconds``: its own node lead (node start-up + its pod start-up, ``engine.deciding.Decided``);
+    ``demand``: its demand now as the controller observes it (NaN when unknown); ``requested``: the replicas its pods
+    request now (after this tick's decision: ``money_step`` puts in the count its ceilings leave to a planned
+    Deployment ``key``)."""
 
     forecast: Forecast | None
-    at: int
+    now: int
+    lead_seconds: float
     capacity: float
     gpus_per_replica: int
     demand: float
     requested: int
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,7 +162,7 @@ class PoolObservation:
     pool: str
     gpus_per_node: int
     members: tuple[HeadroomMember, ...]
-    lead_seconds: int  # node start-up + the longest pod start-up of its Deployments
+    lead_seconds: int  # the longest node lead of its Deployments (node start-up + pod start-up)
     partial_free_gpus: int = 0  # free GPUs on nodes that hold pods
     busy_nodes: int = 0
     max_nodes: int | None = None
@@ -166,6 +176,53 @@ class PoolObservation:
 def _z(level: int) -> float:
     """The standard normal's quantile at ``level`` percent (asked for every Deployment at every headroom decision)."""
     return NormalDist().inv_cdf(level / 100.0)
+
+
+@dataclass(frozen=True)
+class PoolTerms:
+    """What a driver knows of a NodePool beside its nodes: its node shape and price, its limit in whole nodes."""
+
+    gpus_per_node: int
+    node_usd_per_hour: float
+    max_nodes: int | None = None
+
+
+def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[HeadroomMember]],
+                  terms: Mapping[str, PoolTerms], ceiling_usd_per_hour: float | None, *,
+                  quantile: float = DEFAULT_QUANTILE,
+                  min_residuals: int = DEFAULT_MIN_RESIDUALS) -> list[PoolObservation]:
+    """The observation of each NodePool with members, a read and known terms (a pool missing any of them is not
+    observed: no headroom is sized from missing data). The pool's lead is its members' longest node lead; the
+    ceiling's slack is the ceiling less what every read pool's nodes bill, this pool's idle nodes (those where no
+    pod holds a GPU) excepted."""
+    billed = sum(r.nodes * terms[p].node_usd_per_hour for p, r in reads.items() if p in terms)
+    out: list[PoolObservation] = []
+    for pool in sorted(members):
+        ms = tuple(members[pool])
+        if not ms or pool not in reads or pool not in terms:
+            continue
+        read, t = reads[pool], terms[pool]
+        slack = None
+        if ceiling_usd_per_hour is not None:
+            slack = ceiling_usd_per_hour - (billed - max(0, read.nodes - read.busy_nodes) * t.node_usd_per_hour)
+        out.append(PoolObservation(
+            pool, t.gpus_per_node, ms, math.ceil(max(m.lead_seconds for m in ms) - 1e-9),
+            partial_free_gpus=read.partial_free, busy_nodes=read.busy_nodes, max_nodes=t.max_nodes,
+            node_usd_per_hour=t.node_usd_per_hour, ceiling_slack_usd_per_hour=slack, quantile=quantile,
+            min_residuals=min_residuals))
+    return out
+
+
+def within_commitment(observations: Sequence[PoolObservation], ceiling_usd_per_hour: float | None,
+                      committed_usd_per_hour: float) -> list[PoolObservation]:
+    """``observations`` with the ceiling's slack never above what the plan itself leaves (its kept GPUs priced in
+    whole nodes, ``committed_usd_per_hour``): nodes not up yet for pods the plan keeps are spent all the same, so
+    idle nodes are bought only with what neither the running nodes nor the plan take."""
+    if ceiling_usd_per_hour is None:
+        return list(observations)
+    left = ceiling_usd_per_hour - committed_usd_per_hour
+    return [replace(o, ceiling_slack_usd_per_hour=left if o.ceiling_slack_usd_per_hour is None
+                    else min(o.ceiling_slack_usd_per_hour, left)) for o in observations]
 
 
 def _median_and_sigma(forecast: Forecast | None, at: int, capacity: float) -> tuple[float, float] | None:
@@ -201,7 +258,7 @@ def pools_headroom(observations: Sequence[PoolObservation], residuals: Mapping[s
         actual = 0.0
         complete = True
         for m in obs.members:
-            got = _median_and_sigma(m.forecast, m.at, m.capacity)
+            got = _median_and_sigma(m.forecast, m.now + obs.lead_seconds, m.capacity)
             d = m.demand
             if math.isfinite(d):
                 actual += d / m.capacity * m.gpus_per_replica
@@ -232,21 +289,22 @@ class MoneyState:
 
     placements: PlacementCache = PlacementCache()
     gang_held_since: Mapping[str, int] = field(default_factory=dict)  # pending gang -> when nodes were first held
-    ahead_held: Mapping[str, int] = field(default_factory=dict)  # stabilised ahead counts of the last step
-    ahead_history: Mapping[str, History] = field(default_factory=dict)  # raw ahead counts of the window
 
 
 @dataclass(frozen=True)
 class MoneySnapshot:
     """What one money step decides from: the plans (or bare asks), the gangs, the pools, prices and ceilings.
 
-    ``planned``: the Deployments' plans (their decisions are cut, headroom and unavailable GPUs are sized for them);
+    ``planned``: the Deployments' plans (their decisions are cut, unavailable GPUs are counted for them);
     ``asks``: the inference asks priced and cut, ``WorkloadAsk.from_decision`` of ``planned`` when None (a driver
     without ``ScalingDecision`` values, the simulator's ledger and the fleet, passes asks alone). ``pools``: the
     NodePools read, None when they could not be read (no limits, no headroom). ``headroom``: the kind of headroom
-    objects managed, None when off. ``queues``: Kueue's queues for pending Workloads (``domain.money.gang_headroom``).
-    ``track_gang_headroom``: whether this step's holds start the clock of ``gang_headroom_limit_seconds`` (a
-    standby or dry run holds nothing, so its clock does not run).
+    objects managed, None when off. ``pool_observations``: the NodePools whose nodes were read, observed for
+    forecast-sized headroom (``observe_pools``), None when their nodes could not be read (no headroom sized or
+    changed: the gangs' nodes only raise what is held); ``residuals``: their realised errors (the driver's
+    accumulators, fed by ``pools_headroom``). ``queues``: Kueue's queues for pending Workloads
+    (``domain.money.gang_headroom``). ``track_gang_headroom``: whether this step's holds start the clock of
+    ``gang_headroom_limit_seconds`` (a standby or dry run holds nothing, so its clock does not run).
     """
 
     now: int
@@ -261,7 +319,8 @@ class MoneySnapshot:
     shapes: Mapping[str, PoolShape] = field(default_factory=dict)
     headroom: HeadroomKind | None = None
     queues: KueueQueues | str | None = None
-    ahead_windows: Mapping[str, int] = field(default_factory=dict)
+    pool_observations: Sequence[PoolObservation] | None = ()
+    residuals: Mapping[str, PooledResiduals] = field(default_factory=dict)
     gang_forecasts: GangForecasts | None = None
     track_gang_headroom: bool = True
     gang_headroom_limit_seconds: float = 0.0
@@ -283,12 +342,15 @@ class MoneyPlan:
     limits: Mapping[str, tuple[int, str]]  # NodePool -> (GPU limit to write, why)
     effective_limits: Mapping[str, int]  # NodePool -> GPUs it may hold (limits written, read, static nodes)
     unavailable: Mapping[str, int]
-    planned: tuple[PlannedWorkload, ...]  # with stabilised ahead counts when headroom is managed
-    allowed_ahead: Mapping[str, int]
+    planned: tuple[PlannedWorkload, ...]
     gang_headroom: GangHeadroom
+    headroom: Mapping[str, HeadroomDecision]  # NodePool -> its forecast-sized idle nodes (``pools_headroom``)
     wants: tuple[HeadroomWant, ...]
     alerts: tuple[Alert, ...]
     activate: tuple[str, ...] = ()  # held Kueue Workloads to start now: their planned start came, reserved whole
+    # False: headroom managed but the pools' nodes not read, so ``wants`` holds only the gangs' nodes: a floor that
+    # may raise what is held, never lower or remove it
+    headroom_sized: bool = True
 
     @property
     def reserved(self) -> tuple[Gang, ...]:
@@ -387,28 +449,11 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
     unavailable = unavailable_gpus(planned, decisions, reserved, effective_limits)
 
     gh = GangHeadroom(tuple(reserved), {})
-    wants: list[HeadroomWant] = []
+    wants: tuple[HeadroomWant, ...] = ()
+    sized: dict[str, HeadroomDecision] = {}
     held_since = dict(state.gang_held_since)
-    ahead_held, ahead_history = state.ahead_held, state.ahead_history
     kind = s.headroom if pools_known else None
-    if kind is not None:  # the ahead counts headroom stands for, with the replicas' scale-down stabilisation
-        planned, ahead_history = stabilize_ahead(planned, state.ahead_held, state.ahead_history, t, s.ahead_windows)
-        ahead_held = {p.key: p.ahead_replicas for p in planned}
-    allowed_ahead = {p.key: p.ahead_replicas for p in planned}
     if kind is not None:
-        # Headroom is held only for what the ceiling would allow at the ahead count (priced a second time only when
-        # some workload looks further ahead than it asks now).
-        by_key = {p.key: p for p in planned}
-        ahead_asks = [replace(a, desired_replicas=max(a.desired_replicas, by_key[a.key].ahead_replicas))
-                      if a.key in by_key else a for a in asks]
-        ahead_report = report
-        if any(a.desired_replicas > b.desired_replicas for a, b in zip(ahead_asks, asks, strict=True)):
-            ahead_report = enforce_ceilings(ahead_asks, gangs, s.ceilings, s.prices,
-                                            horizon_seconds=s.horizon_seconds)
-        for a in ahead_asks:
-            if a.key in by_key:
-                outcome = ahead_report.outcome(a.key)
-                allowed_ahead[a.key] = a.desired_replicas if outcome is None else outcome.allowed_replicas
         # every gang that counts is checked (a dry run says why a deferred one would get no nodes either); nodes are
         # held only for those the ceiling reserved
         gh = gang_headroom(gangs, s.queues, t, state.gang_held_since, s.gang_headroom_limit_seconds)
@@ -419,8 +464,18 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
             held_since = {k: v for k, v in held_since.items() if k in holding}
             for key in holding:
                 held_since.setdefault(key, t)
-        wants, _ = plan_headroom(planned, decisions, allowed_ahead, s.shapes, views, list(gh.held),
-                                 effective_limits, kind)
+        if s.pool_observations is not None:
+            # a planned Deployment's pods will request what the ceilings leave it (an advisory one's stay as they are)
+            after = {p.key: p.view.replicas if p.spec.advisory else decisions[p.key].desired_replicas
+                     for p in s.planned}
+            observations = [replace(o, members=tuple(replace(m, requested=after[m.key]) if m.key in after else m
+                                                     for m in o.members)) for o in s.pool_observations]
+            observations = within_commitment(observations, s.ceilings.cluster, report.cluster_dollars_per_hour)
+            sized = pools_headroom(observations, s.residuals, t)
+        idle = {pool: (d.idle_nodes, d.detail) for pool, d in sized.items()}
+        partial = {o.pool: o.partial_free_gpus for o in s.pool_observations or ()}
+        buffers = buffer_holders(s.planned, partial) if kind == "capacitybuffer" else None
+        wants = tuple(headroom_wants(idle, list(gh.held), s.shapes, views, effective_limits, buffers))
 
     alerts = alerts_for(report, asked, s.ceilings, unavailable, teams)
     kept = {g.key for g in reserved}
@@ -430,7 +485,7 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
         decisions=decisions, report=report, asks=asks, counting=tuple(gangs), asked=asked, breaches=over,
         teams=teams, placements=placements, placement_problems=problems, limits=limit_plan,
         effective_limits=effective_limits, unavailable=unavailable, planned=tuple(planned),
-        allowed_ahead=allowed_ahead, gang_headroom=gh, wants=tuple(wants), alerts=tuple(alerts),
-        activate=activate,
+        gang_headroom=gh, headroom=sized, wants=wants, alerts=tuple(alerts), activate=activate,
+        headroom_sized=s.pool_observations is not None,
     )
-    return plan, MoneyState(cache, held_since, ahead_held, ahead_history)
+    return plan, MoneyState(cache, held_since)

@@ -74,10 +74,11 @@ from autoscaler.domain.money import PlannedWorkload
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.deciding import Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper, has_evidence
-from autoscaler.ports import Cluster, WorkloadView
+from autoscaler.engine.money import HeadroomMember
+from autoscaler.ports import Cluster, PoolGpus, WorkloadView
 from autoscaler.runtime.apply import PlanApplier
 from autoscaler.runtime.metrics import ControllerMetrics
-from autoscaler.runtime.money import MoneyOutcome, MoneyStage
+from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PoolsRead
 from autoscaler.runtime.reads import SnapshotReads
 from autoscaler.runtime.state import (
     FIT_BUDGET_SHARE,
@@ -221,6 +222,9 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._replay_seconds = 0.0  # running mean wall time of one replay (0: none run yet)
         self._deferred_fits = 0
         self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
+        self._free_gpus: dict[str, int] = {}  # this tick's free GPUs per NodePool, less what plans claimed
+        self._pool_reads: dict[str, PoolGpus] | None = {}  # this tick's read of the NodePools' nodes (None: not read)
+        self._pools_unread = ""  # why they were not read
 
     # ------------------------------------------------------------------ tick
 
@@ -261,6 +265,8 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             self._sweep_marks(cfg, in_care, listed, now, errors)
         self._forget({(v.namespace, v.name) for v in views})
         self._read_statuses(views, write, errors)
+        self._pool_reads, self._pools_unread = self._read_pool_gpus(cfg, valid, errors)
+        self._free_gpus = {pool: read.free for pool, read in (self._pool_reads or {}).items()}
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         if metrics_ok:
@@ -286,9 +292,11 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self.metrics.deferred_fits.set(self._deferred_fits)
         horizon = max((p.horizon_seconds for _, _, p in valid), default=cfg.profile("default").horizon_seconds)
         money = self.money.run(
-            [PlannedWorkload(p.view, p.spec, p.decision, p.ahead, p.blocked) for p in plans], cfg, now,
+            [PlannedWorkload(p.view, p.spec, p.decision, p.blocked) for p in plans], cfg, now,
             write=write, horizon_seconds=horizon, metrics=self.metrics, errors=errors,
             gang_forecasts=_GangForecasts(plans, self._memory, self.metrics, errors),
+            pools=PoolsRead(self._pool_reads, self._pools_unread, {
+                f"{p.view.namespace}/{p.view.name}": self._headroom_member(p, int(now)) for p in plans}),
         )
         decisions = [money.decisions.get(f"{p.view.namespace}/{p.view.name}", p.decision) for p in plans]
         downs = {p.view.namespace for p, d in zip(plans, decisions, strict=True)
@@ -297,6 +305,17 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         for plan, decision in zip(plans, decisions, strict=True):
             outcomes.append(self._conclude(plan, decision, now, write, errors, loads))
         return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
+
+    @staticmethod
+    def _headroom_member(plan: Plan, now: int) -> HeadroomMember:
+        """What one plan shows its pool's node headroom (``engine.money.pools_headroom``): its forecast, node lead,
+        capacity and the demand observed now. A capacity not learned yet sizes nothing: no forecast and no demand,
+        so it counts as the replicas it holds (never a need derived from a guessed capacity)."""
+        if plan.capacity is None:
+            return HeadroomMember(None, now, plan.node_lead_seconds, 1.0, plan.spec.gpus_per_replica, math.nan,
+                                  plan.view.replicas)
+        return HeadroomMember(plan.forecast, now, plan.node_lead_seconds, plan.capacity, plan.spec.gpus_per_replica,
+                              plan.current if plan.current is not None else math.nan, plan.view.replicas)
 
     def _finish(
         self, now: float, acting: bool, metrics_ok: bool, outcomes: tuple[WorkloadOutcome, ...],
@@ -382,16 +401,20 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         observed = Observed(
             replicas=view.replicas, ready=view.ready_replicas, demand=current, gpus_per_replica=spec.gpus_per_replica,
             waiting_for_node=tuple(p.age_seconds for p in startups.not_ready if not p.scheduled),
+            free_gpus=self._free_gpus.get(spec.nodepool) if spec.nodepool else None,
         )
         decided = decide(forecast, observed, policy, cold, int(now), memory.recommendations,
                          capacity_unknown=None if capacity is not None else self._capacity_reason(memory, spec))
         decision = decided.decision
         memory.recommendations = decision.recommendations
+        if decided.claimed_gpus and spec.nodepool:  # the pool's next Deployment is not shown the GPUs this one takes
+            self._free_gpus[spec.nodepool] -= decided.claimed_gpus
         if decided.stuck and decision.steps[-1].name == "gpus_unavailable":
             self.metrics.errors.labels("gpu_unavailable").inc()
         summary = self._forecast_summary(forecast, profile, now)
         self._track(memory, summary, demand, now)
-        return Plan(view, spec, decision, summary, demand, decided.stuck, decided.ahead, capacity)
+        return Plan(view, spec, decision, summary, demand, decided.stuck, capacity, forecast, current,
+                    decided.node_lead_seconds)
 
     # ------------------------------------------------------------------ apply
 

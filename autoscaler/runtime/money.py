@@ -12,14 +12,19 @@ Between planning every workload and applying the plans, ``Controller.tick`` hand
    ``cost_ceiling`` step;
 3. keeps each NodePool's ``spec.limits["nvidia.com/gpu"]`` at the whole nodes the cluster ceiling buys (never
    below the GPUs its nodes already have; none on a static pool);
-4. asks Karpenter for spare nodes *ahead* of the pod scale-up: the replicas the forecast needs by
-   ``now + node start-up + lead`` (``ahead_replicas``, with the replicas' scale-down stabilisation:
-   ``domain.money.stabilize_ahead``), as far as the ceiling allows, minus what the pods already request and the
-   pool's nodes already provide, as a CapacityBuffer per Deployment or placeholder pods per pool, and nodes for
+4. asks Karpenter for spare whole nodes *ahead* of the pod scale-up, per NodePool: the idle nodes its
+   forecast-sized headroom asks for (``engine.money.pools_headroom``, the function the fleet simulator calls too:
+   the pooled error of the summed forecasts of the pool's Deployments at its node lead, on the pool's nodes as the
+   loop read them, ``ports.PoolNodes``, capped by the pool's GPU limit and the ceiling as billed), plus nodes for
    reserved pending gangs Kueue can admit now (``domain.money.gang_headroom``: its LocalQueue and ClusterQueue
    quota, read with ``TrainingGangs.list_kueue_queues``), for at most ``GANG_HEADROOM_LIMIT_STARTUPS`` node
-   start-ups (then released, with a ``GangHeadroomExpired`` Event on the gang and a metric); headroom nobody
-   needs any more (the replicas landed, the window of the forecast passed, the Deployment is gone) is removed;
+   start-ups (then released, with a ``GangHeadroomExpired`` Event on the gang and a metric). Held as placeholder
+   pods of one whole node each, or, where CapacityBuffers are served, as a CapacityBuffer of the pool's
+   highest-priority Deployment's pods filling the same idle nodes (a gang's nodes stay placeholders). When the
+   pools' nodes were not read (the read failed, the controller is confined to namespaces, the cluster port has no
+   such read) no headroom is sized or lowered that tick (the gangs' nodes may still raise it), and why is told
+   once (a log line; a failed read is also a tick error, counted); a GPU Deployment that names no NodePool has no
+   pool to hold nodes in, also told once. Headroom nobody needs any more is removed;
 5. exports the cost metrics and pushes alerts (projected breach *before* cuts, cuts hitting inference,
    GPUs unavailable) to Alertmanager, resolving each when its condition clears.
 
@@ -83,6 +88,7 @@ from functools import partial
 from typing import Any
 
 from autoscaler.config.schema import Config, HeadroomSetting
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.cost import Ceilings, CostReport
 from autoscaler.domain.gangs import (
     ACTIVATED_ANNOTATION,
@@ -102,14 +108,19 @@ from autoscaler.domain.money import (
     PlannedWorkload,
     pool_shapes,
 )
-from autoscaler.domain.nodes import gpu_prices
+from autoscaler.domain.nodes import PoolShape, gpu_prices
 from autoscaler.domain.types import ScalingDecision
+from autoscaler.engine.headroom import PooledResiduals
 from autoscaler.engine.money import (
     GANG_HEADROOM_LIMIT_STARTUPS,
     GangForecasts,
+    HeadroomMember,
     MoneySnapshot,
     MoneyState,
+    PoolObservation,
+    PoolTerms,
     money_step,
+    observe_pools,
 )
 from autoscaler.ports import (
     Alert,
@@ -119,6 +130,7 @@ from autoscaler.ports import (
     HeadroomView,
     NodeCapacity,
     NodePoolView,
+    PoolGpus,
     PoolHeadroom,
     PriorityClasses,
     TrainingGangs,
@@ -146,7 +158,7 @@ class MoneyOutcome:
     gpus_unavailable: Mapping[str, int]
     limits: Mapping[str, int] = field(default_factory=dict)
     headroom: Mapping[str, int] = field(default_factory=dict)  # "CapacityBuffer ns/dep" / "Deployment pool" -> n
-    ahead: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # key -> (ahead replicas, ceiling allows)
+    pool_headroom: Mapping[str, int] = field(default_factory=dict)  # NodePool -> forecast-sized idle nodes
     alerts: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     placements: Mapping[str, GangPlacement] = field(default_factory=dict)
@@ -162,7 +174,7 @@ class MoneyOutcome:
             "gpus_unavailable": {k: v for k, v in sorted(self.gpus_unavailable.items()) if v},
             "nodepool_limits": dict(sorted(self.limits.items())),
             "headroom": dict(sorted(self.headroom.items())),
-            "ahead": {k: {"replicas": a, "allowed": b} for k, (a, b) in sorted(self.ahead.items())},
+            "pool_headroom": dict(sorted(self.pool_headroom.items())),
             "gang_placements": {k: p.to_dict(self.now, k in self.held) for k, p in sorted(self.placements.items())},
             "gang_headroom_blocked": dict(sorted(self.gang_headroom_blocked.items())),
             "alerts": list(self.alerts),
@@ -178,6 +190,18 @@ def _not_found(exc: BaseException) -> bool:
     """Whether a read failed with 404 (the API group is not served: Karpenter not installed)."""
     cause = exc.__cause__
     return getattr(cause, "status", None) == 404
+
+
+@dataclass(frozen=True)
+class PoolsRead:
+    """What the loop read of the NodePools' nodes this tick, and what each plan shows their node headroom.
+
+    ``reads``: per NodePool a Deployment names (``ports.PoolNodes``), None when not read (``why_not`` says why);
+    ``members``: per Deployment ("namespace/name") its forecast, node lead, capacity and observed demand."""
+
+    reads: Mapping[str, PoolGpus] | None
+    why_not: str
+    members: Mapping[str, HeadroomMember]
 
 
 class MoneyStage:
@@ -207,6 +231,7 @@ class MoneyStage:
         self._classes_read_at = -math.inf  # when it was last read (or refused with 403)
         self._classes_forbidden = False  # a 403 was reported and no read has succeeded since
         self._queues: KueueQueues | None = None  # the last good read of Kueue's queues
+        self._residuals: dict[str, PooledResiduals] = {}  # per NodePool: its realised forecast errors (headroom)
 
     # ------------------------------------------------------------------ reads
 
@@ -332,6 +357,42 @@ class MoneyStage:
         self._classes, self._classes_read_at, self._classes_forbidden = classes, now, False
         return classes
 
+    def _observe(self, planned: Sequence[PlannedWorkload], pools: PoolsRead | None, shapes: Mapping[str, PoolShape],
+                 views: Sequence[NodePoolView], cfg: Config, metrics: ControllerMetrics,
+                 errors: list[str]) -> list[PoolObservation] | None:
+        """The NodePools observed for forecast-sized headroom (``engine.money.observe_pools``); None when some pool
+        has Deployments but its nodes were not read (told once: headroom is then neither sized nor lowered, never
+        sized as if the pools were empty). A GPU Deployment that names no NodePool has no pool to hold nodes in:
+        told once (a log line). Advisory Deployments are left out (their replicas are never ours to scale)."""
+        wanted: dict[str, list[PlannedWorkload]] = {}
+        for p in planned:
+            if p.spec.gpus_per_replica <= 0 or p.spec.advisory:
+                continue  # an advisory Deployment is never scaled by us: no nodes are held ahead of its forecast
+            if not p.spec.nodepool:  # a choice, not a fault: told once in the log, not as a tick error
+                note = f"{p.key} names no NodePool ({PREFIX}nodepool): no node headroom is sized for it"
+                self._notices.once(note, partial(log.info, "%s", note))
+                continue
+            wanted.setdefault(p.spec.nodepool, []).append(p)
+        if not wanted:
+            return []
+        if pools is None or pools.reads is None:
+            why = "no read of the NodePools' nodes" if pools is None else pools.why_not
+            self._notices.once(f"node headroom: {why}", partial(log.warning, "node headroom is neither sized nor "
+                                                                "lowered while %s", why))
+            return None
+        members = {pool: [replace(pools.members[p.key], key=p.key) for p in ps if p.key in pools.members]
+                   for pool, ps in wanted.items()}
+        by_view = {v.name: v for v in views}
+        terms = {}
+        for pool in members:
+            view, shape = by_view.get(pool), shapes.get(pool)
+            if view is None or shape is None or view.static:  # not served, or Karpenter adds no node to it
+                continue
+            limit = None if view.gpu_limit is None else view.gpu_limit // shape.gpus_per_node
+            terms[pool] = PoolTerms(shape.gpus_per_node, shape.node_hour, limit)
+            self._residuals.setdefault(pool, PooledResiduals())
+        return observe_pools(pools.reads, members, terms, cfg.ceilings.cluster)
+
     # ------------------------------------------------------------------ the tick
 
     def run(
@@ -345,11 +406,14 @@ class MoneyStage:
         metrics: ControllerMetrics,
         errors: list[str],
         gang_forecasts: GangForecasts | None = None,
+        pools: PoolsRead | None = None,
     ) -> MoneyOutcome:
         """Read, decide with ``engine.money.money_step``, then (when ``write``) set limits, headroom, gangs and alerts.
 
         ``gang_forecasts`` gives the inference GPU forecasts scheduled gangs are placed on; without it they
-        are placed as if the pools had no inference (at the earliest start of their window)."""
+        are placed as if the pools had no inference (at the earliest start of their window). ``pools``: the nodes of
+        the NodePools the Deployments name and what each plan shows node headroom (``PoolsRead``); without it no
+        node headroom is sized or changed."""
         t = int(now)
         views = self._read_pools(cfg, metrics, errors)
         pools_known = views is not None
@@ -370,15 +434,12 @@ class MoneyStage:
                 metrics.errors.labels("kube_read").inc()
                 errors.append(f"CapacityBuffer discovery failed; no headroom changes this tick: {exc}")
         queues = self._read_queues(all_gangs, metrics, errors) if kind is not None else None
-        default = cfg.profile("default").scale_down_stabilization_seconds
-        windows = {}
-        for p in planned:
-            profile = cfg.profiles.get(p.spec.forecast_profile)
-            windows[p.key] = profile.scale_down_stabilization_seconds if profile is not None else default
+        observations = self._observe(planned, pools, shapes, views or [], cfg, metrics, errors) if kind else ()
         snapshot = MoneySnapshot(
             now=t, horizon_seconds=horizon_seconds, node_startup_seconds=node_startup, ceilings=cfg.ceilings,
             prices=prices, planned=tuple(planned), gangs=tuple(all_gangs), pools=views, shapes=shapes,
-            headroom=kind, queues=queues, ahead_windows=windows, gang_forecasts=gang_forecasts,
+            headroom=kind, queues=queues, pool_observations=observations, residuals=self._residuals,
+            gang_forecasts=gang_forecasts,
             track_gang_headroom=write,
             gang_headroom_limit_seconds=GANG_HEADROOM_LIMIT_STARTUPS * max(node_startup, 60.0),
         )
@@ -393,7 +454,10 @@ class MoneyStage:
         placements = plan.placements
         actions: list[str] = []
         self._export(metrics, cfg.ceilings, plan.asked, plan.report, plan.teams, plan.reserved, plan.unavailable,
-                     plan.planned, plan.allowed_ahead)
+                     plan.planned)
+        for d in plan.headroom.values():  # idle nodes a pool's headroom wanted that the ceiling does not buy
+            if d.capped_by == "ceiling" and d.wanted_nodes > d.idle_nodes:
+                metrics.ceiling_cuts.labels("", "headroom").inc(d.wanted_nodes - d.idle_nodes)
         metrics.gang_planned_start.clear()
         for placement in placements.values():
             metrics.gang_planned_start.labels(placement.key, placement.team).set(placement.start)
@@ -403,8 +467,9 @@ class MoneyStage:
         if write:
             if pools_known and self.capacity is not None and cfg.karpenter.enabled:
                 actions += self._write_limits(views or [], plan.limits, metrics, errors)
-                if kind is not None:
-                    actions += self._write_headroom(plan.wants, views or [], metrics, errors)
+                if kind is not None:  # the pools' nodes not read: the gangs' nodes only raise what is held
+                    actions += self._write_headroom(plan.wants, views or [], metrics, errors,
+                                                    floor=not plan.headroom_sized)
             actions += self._write_gangs(all_gangs, placements, set(plan.activate), t, metrics, errors)
             actions += self._report_expired(gh, t, metrics, errors)
             actions += self._send_alerts(plan.alerts, now, metrics, errors)
@@ -412,7 +477,7 @@ class MoneyStage:
             decisions=plan.decisions, report=plan.report, asked=plan.asked, breaches=plan.breaches,
             gpus_unavailable=plan.unavailable, limits={name: limit for name, (limit, _) in plan.limits.items()},
             headroom={f"{w.ident[0]} {w.ident[1]}": w.amount for w in plan.wants},
-            ahead={p.key: (p.ahead_replicas, plan.allowed_ahead[p.key]) for p in plan.planned},
+            pool_headroom={pool: d.idle_nodes for pool, d in plan.headroom.items()},
             alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in plan.alerts), actions=tuple(actions),
             placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
             gang_headroom_blocked=dict(gh.blocked),
@@ -499,9 +564,11 @@ class MoneyStage:
 
     def _write_headroom(
         self, wants: Sequence[HeadroomWant], views: Sequence[NodePoolView], metrics: ControllerMetrics,
-        errors: list[str],
+        errors: list[str], *, floor: bool = False,
     ) -> list[str]:
-        """Bring the headroom objects to ``wants``: create/resize what differs, remove what nobody wants."""
+        """Bring the headroom objects to ``wants``: create/resize what differs, remove what nobody wants. ``floor``:
+        ``wants`` is a lower bound only (the pools' nodes were not read, so the inference part is unknown): what is
+        held is raised to it, never lowered or removed."""
         assert self.capacity is not None
         try:
             existing = self.capacity.list_headroom()
@@ -514,7 +581,7 @@ class MoneyStage:
         by_view = {v.name: v for v in views}
         actions: list[str] = []
         for ident, w in sorted(want.items()):
-            if ident in have and have[ident].amount == w.amount:
+            if ident in have and (have[ident].amount == w.amount or (floor and have[ident].amount > w.amount)):
                 continue
             try:
                 self.capacity.ensure_headroom(w.target, w.amount)
@@ -523,7 +590,7 @@ class MoneyStage:
                 metrics.errors.labels("kube_write").inc()
                 errors.append(f"headroom {ident[0]} for {ident[1]} ({w.amount}) failed: {exc}")
         for ident, h in sorted(have.items()):
-            if ident in want:
+            if ident in want or floor:
                 continue
             target: HeadroomTarget
             if h.kind == "CapacityBuffer":
@@ -582,7 +649,7 @@ class MoneyStage:
     def _export(
         m: ControllerMetrics, ceilings: Ceilings, asked: Mapping[str, float], report: CostReport,
         teams: Mapping[str, str], reserved: Sequence[Gang], unavailable: Mapping[str, int],
-        planned: Sequence[PlannedWorkload], allowed_ahead: Mapping[str, int],
+        planned: Sequence[PlannedWorkload],
     ) -> None:
         m.projected_cost.clear()
         for scope, dollars in asked.items():
@@ -598,10 +665,6 @@ class MoneyStage:
         kinds = {"replicas": "inference", "warm_pool": "warm_pool", "gang": "training"}
         for c in report.cuts:
             m.ceiling_cuts.labels(teams.get(c.key, ""), kinds[c.kind]).inc(c.count)
-        for p in planned:  # replicas ahead of this tick's own ask that the ceiling will not buy nodes for
-            withheld = p.ahead_replicas - max(allowed_ahead.get(p.key, p.ahead_replicas), p.decision.desired_replicas)
-            if withheld > 0 and not p.spec.advisory and p.spec.gpus_per_replica:
-                m.ceiling_cuts.labels(teams.get(p.key, ""), "headroom").inc(withheld)
         m.gang_reserved_gpus.set(sum(g.gpus for g in reserved))
         for p in planned:
             m.gpus_unavailable.labels(p.view.namespace, p.view.name).set(unavailable.get(p.key, 0))

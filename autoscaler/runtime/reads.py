@@ -38,7 +38,7 @@ from autoscaler.engine.deciding import (
     CURRENT_DEMAND_WINDOW_SECONDS,
 )
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
-from autoscaler.ports import EventType, PodStartups, WorkloadView
+from autoscaler.ports import EventType, PodStartups, PoolGpus, PoolNodes, WorkloadView
 from autoscaler.runtime.state import (
     CAPACITY_BATCH,
     CAPACITY_EVERY_SECONDS,
@@ -220,6 +220,30 @@ class SnapshotReads(ControllerBase):
             if not unanswered:
                 return
             pending = unanswered
+
+    def _read_pool_gpus(self, cfg: Config, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]],
+                        errors: list[str]) -> tuple[dict[str, PoolGpus] | None, str]:
+        """The GPUs of every NodePool a GPU Deployment of the tick names (``ports.PoolNodes``): the free GPUs let the
+        engine plan a replica that fits on one with the pod start-up alone (``engine.deciding``), and the pool's
+        busy nodes, their free GPUs and its node count size its node headroom (``engine.money``). Returns the reads
+        (empty: no pool named) or None with why they were not read: by a cluster port without the read, by a
+        controller confined to some namespaces (its RoleBindings grant no cluster-scoped ``list`` on nodes), and
+        when the read fails (counted as ``kube_read`` and reported). Not read, every new replica is planned as
+        waiting for a node and no node headroom is sized or changed."""
+        pools = sorted({s.nodepool for _, s, _ in valid if s.nodepool and s.gpus_per_replica > 0})
+        if not pools:
+            return {}, ""
+        if cfg.namespaces:
+            return None, "the controller is confined to namespaces (no cluster-wide list on nodes)"
+        if not isinstance(self.cluster, PoolNodes):
+            return None, "the cluster port reads no nodes"
+        try:
+            return dict(self.cluster.pool_gpus(pools)), ""
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_read").inc()
+            errors.append(f"reading the nodes of NodePool(s) {', '.join(pools)} failed ({exc}); new replicas are "
+                          "planned as waiting for a node and no node headroom is changed this tick")
+            return None, f"reading their nodes failed ({exc})"
 
     def _history_end(self, view: WorkloadView) -> int:
         h = self._memory[(view.namespace, view.name)].history

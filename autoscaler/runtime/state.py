@@ -33,7 +33,7 @@ from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
 from autoscaler.runtime.notices import Notices
 from autoscaler.simulation.tuning import Tuning
-from models.types import TrafficSeries
+from models.types import Forecast, TrafficSeries
 
 # The controller's log lines carry one logger name, whichever part of the tick says them (operators filter on it).
 LOGGER = "autoscaler.runtime.loop"
@@ -246,8 +246,10 @@ class Plan:
     summary: dict[str, Any] | None
     demand: float | None
     blocked: int
-    ahead: int
     capacity: float | None = None  # req/s per replica planned with (None: not learned yet, the replicas held)
+    forecast: Forecast | None = None  # the forecast planned on (what the pool's node headroom reads)
+    current: float | None = None  # the demand observed now (the instant rate, else the newest bin)
+    node_lead_seconds: float = 0.0  # node start-up + pod start-up (``engine.deciding.Decided``)
 
 @dataclass(frozen=True)
 class WorkloadOutcome:

@@ -42,6 +42,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from autoscaler.ports import PoolGpus
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -111,7 +113,7 @@ class NodePool:
 
     def __init__(self, gpus_per_node: int, node_startup_seconds: int, consolidate_after_seconds: int,
                  tick_seconds: int, max_nodes: int | None = None,
-                 may_add_node: Callable[[], bool] | None = None) -> None:
+                 may_add_node: Callable[[], bool] | None = None, name: str | None = None) -> None:
         if gpus_per_node < 1:
             raise ValueError(f"gpus per node must be an integer >= 1, got {gpus_per_node!r}")
         self.gpus_per_node = gpus_per_node
@@ -120,6 +122,10 @@ class NodePool:
         self.consolidate_ticks = math.ceil(consolidate_after_seconds / tick_seconds - 1e-9)
         self.max_nodes = max_nodes
         self.may_add_node = may_add_node
+        # the Karpenter NodePool's name (None: a Deployment's private pool, which names no NodePool, so the
+        # controller reads no free GPUs for it: ``ready_free_gpus`` is what it would read of a named one)
+        self.name = name
+        self._claimed = (-1, 0)  # (tick, free GPUs the decisions of that tick took: ``claim``)
         self.nodes: list[_Node] = []
         self.pending: list[tuple[_Replica, int]] = []  # (replica, pod start-up seconds), oldest first
         self.nodes_created = 0
@@ -148,6 +154,32 @@ class NodePool:
         """GPUs on existing or provisioning nodes usable by replicas of ``gpus_per_replica`` GPUs."""
         g = self.gpus_per_node
         return sum((g - n.used) // gpus_per_replica for n in self.nodes) * gpus_per_replica
+
+    def ready_free_gpus(self, k: int, gpus_per_replica: int) -> int:
+        """What the controller reads of the pool at tick ``k`` (``ports.PoolNodes``): free GPUs on the nodes that are
+        Ready (a node still provisioning is no Node object yet), usable by replicas of ``gpus_per_replica`` GPUs."""
+        g, now = self.gpus_per_node, k * self.tick_seconds
+        free = sum((g - n.used) // gpus_per_replica for n in self.nodes if n.ready_seconds <= now) * gpus_per_replica
+        taken = self._claimed[1] if self._claimed[0] == k else 0
+        return max(0, free - taken)
+
+    def pool_gpus(self, k: int) -> PoolGpus:
+        """What the controller reads of the pool at tick ``k`` (``ports.PoolNodes.pool_gpus``): on the Ready nodes (a
+        node still provisioning is no Node object yet) the free GPUs less what this tick's decisions claimed, the
+        nodes where replicas hold GPUs and the free GPUs on them; and every node, provisioning ones included (what
+        Karpenter bills). Reserved headroom nodes are empty here, as our placeholders hold no GPU in the read."""
+        g, now = self.gpus_per_node, k * self.tick_seconds
+        ready = [n for n in self.nodes if n.ready_seconds <= now]
+        busy = [n for n in ready if n.used > 0]
+        partial = sum(g - n.used for n in busy)
+        return PoolGpus(free=self.ready_free_gpus(k, 1), busy_nodes=len(busy), partial_free=partial,
+                        nodes=len(self.nodes))
+
+    def claim(self, k: int, gpus: int) -> None:
+        """Free GPUs a decision at tick ``k`` took (``engine.deciding.Decided.claimed_gpus``): not shown to the next
+        Deployment deciding at ``k``, as the controller's tick takes them off before planning the next one."""
+        taken = self._claimed[1] if self._claimed[0] == k else 0
+        self._claimed = (k, taken + max(0, gpus))
 
     def can_add_node(self) -> bool:
         if self.max_nodes is not None and len(self.nodes) >= self.max_nodes:
@@ -198,6 +230,14 @@ class NodePool:
             node.empty_since = k
             made += 1
         return made
+
+    def hold_idle(self, k: int, nodes: int) -> None:
+        """What Karpenter does with ``nodes`` whole-node placeholders at tick ``k``: that many empty nodes are kept
+        from consolidation and provisioned when missing; the rest are left to consolidate."""
+        self.reserve = nodes
+        empty = self.empty_nodes()
+        if empty < nodes:
+            self.provision(k, nodes - empty)
 
     # -- placement ------------------------------------------------------------------------------
     def new_node(self, ready_seconds: float) -> _Node:

@@ -51,7 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from autoscaler.simulation.cluster import Cluster, ClusterConfig
+from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.money import MoneyConfig, MoneyLedger, MoneyOutcome
 from autoscaler.simulation.oracle import oracle_schedule
 from autoscaler.simulation.queue import P99, FluidQueue, QueueConfig, Segments, replay
@@ -315,6 +315,10 @@ class SimulationConfig:
     prodstack_targets: tuple[float, ...] = DEFAULT_PRODSTACK_TARGETS  # prodstack-queue: waiting requests in all
     keda_thresholds: tuple[float, ...] = DEFAULT_KEDA_THRESHOLDS  # keda-queue: waiting requests per pod
     bin_shape: str = "flat"  # how a bin's rate is spread over its ticks (``autoscaler.simulation.traffic``)
+    # The NodePool the Deployment names (None: none, as ``simulate`` replays it: the controller then reads no free
+    # GPUs for it, and our policy plans every new replica as waiting for a node); named, its node pool's free GPUs
+    # are observed as the controller reads a named pool's (``cluster.NodePool.ready_free_gpus``).
+    nodepool: str | None = None
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica
@@ -450,7 +454,9 @@ def simulate(
                 node_startup_seconds=float(cluster_cfg.node_startup_seconds),
             )
         queue = FluidQueue(segments) if callable(getattr(policy, "observe_queue", None)) else None
-        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial), ledger, queue,
+        nodes = NodePool.for_config(cluster_cfg)
+        nodes.name = config.nodepool
+        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial, nodes), ledger, queue,
                                            config.capacity_per_replica)
         money = ledger.outcome() if ledger is not None else None
         if money is not None:

@@ -18,8 +18,11 @@ Each Deployment is a ``cluster.Cluster`` on its NodePool's shared ``cluster.Node
    cluster or a team ceiling, ``engine.money.money_step`` (the controller's money step) cuts them by priority; the
    Deployments scale;
 4. with headroom on, at each decision of the predictive policy (every ``headroom_every`` ticks), each pool keeps
-   the idle whole nodes ``engine.money.pools_headroom`` (the controller's sizing) asks for (empty nodes are
-   provisioned; others are reserved from consolidation; the rest are left to consolidate);
+   the idle whole nodes ``engine.money.pools_headroom`` asks for, on what the controller observes
+   (``engine.money.observe_pools`` of the pool's nodes as read before the tick's decisions, ``NodePool.pool_gpus``,
+   and of each Deployment's forecast, node lead and observed demand): the controller's money stage calls the same two
+   functions. Empty nodes are provisioned; others are reserved from consolidation; the rest are left to
+   consolidate;
 5. the bill: nodes that exist or are starting, per pool (Karpenter bills a node from launch).
 
 The ceiling *as billed* is a hard rule: a pool may not create a node when the fleet's nodes, at their prices, plus
@@ -57,9 +60,11 @@ from autoscaler.engine.money import (
     HeadroomMember,
     MoneySnapshot,
     MoneyState,
-    PoolObservation,
+    PoolTerms,
     money_step,
+    observe_pools,
     pools_headroom,
+    within_commitment,
 )
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
@@ -235,6 +240,7 @@ class DeploymentRun:
     result: PolicyResult  # gpu_hours: GPUs its placed pods held; cost_usd: that share at the pool's GPU price
     requests: float  # requests (or tokens) that arrived
     decisions: IntArray = field(repr=False)  # what the policy decided each tick (before any ceiling)
+    node_waits: IntArray | None = field(default=None, repr=False)  # replicas without a Ready node, each tick
 
     @property
     def work_hours(self) -> float:
@@ -361,7 +367,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
 
     for p in config.pools:
         pools[p.name] = NodePool(p.gpus_per_node, p.node_startup_seconds, p.consolidate_after_seconds, tick,
-                                 max_nodes=p.max_nodes, may_add_node=guard(p.node_usd_per_hour))
+                                 max_nodes=p.max_nodes, may_add_node=guard(p.node_usd_per_hour), name=p.name)
     prices = config.prices()
     ceilings = Ceilings(cluster=ceiling, teams=dict(config.team_ceilings))
     deps = config.deployments
@@ -386,14 +392,14 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     ready = np.zeros((len(deps), n_ticks), dtype=np.int64)
     placed = np.zeros((len(deps), n_ticks), dtype=np.int64)
     decided = np.zeros((len(deps), n_ticks), dtype=np.int64)
+    node_waits = np.zeros((len(deps), n_ticks), dtype=np.int64)
     nodes = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
     idle_asked = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
     teams = sorted({d.team for d in deps})
     team_usd = {t: np.zeros(n_ticks, dtype=np.float64) for t in (*teams, "(idle)")}
     breaches = 0
     residuals = {p: PooledResiduals() for p in pools}
-    lead = {p.name: p.node_startup_seconds + max((d.pod_startup_seconds for d in deps if d.pool == p.name),
-                                                  default=0) for p in config.pools}
+    terms = {p.name: PoolTerms(p.gpus_per_node, p.node_usd_per_hour, p.max_nodes) for p in config.pools}
     by_pool = {p: [i for i, d in enumerate(deps) if d.pool == p] for p in pools}
     starts = [d.series.start for d in deps]
     gpr = [d.gpus_per_replica for d in deps]
@@ -414,6 +420,9 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         # worker processes, all at once); each Deployment's decision then waits for its own replay
         for prepare in prepares:
             prepare(k)
+        sizing = headroom and k % headroom_every == 0
+        # what the controller reads of the pools' nodes, once per tick before its decisions (``ports.PoolNodes``)
+        reads = {pname: pool.pool_gpus(k) for pname, pool in pools.items()} if sizing else {}
         wanted = []
         for i, (pol, c) in enumerate(zip(policies, clusters, strict=True)):
             w = pol.decide(k, c, demand_cols[i][k])
@@ -426,15 +435,24 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         for c, w in zip(clusters, allowed, strict=True):
             if w != c.requested:
                 c.scale_to(k, w)
-        if headroom and k % headroom_every == 0:
-            for pname, pool in pools.items():
-                decision = _headroom_step(k, pname, pool, specs[pname], by_pool[pname], policies, clusters, starts,
-                                          caps, gpr, demand_cols, residuals[pname], lead[pname], tick, config,
-                                          bill)
-                if decision is not None:
-                    idle_asked[pname][k] = decision.idle_nodes
-                    if decision.capped_by is not None:
-                        capped_notes.setdefault(pname, decision)
+        if sizing:
+            members = {pname: [_member(k, i, deps[i], specs[pname], policies[i], clusters[i], starts[i], tick,
+                                       caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
+                       for pname in pools}
+            observations = observe_pools(reads, members, terms, config.cluster_ceiling,
+                                         quantile=config.headroom_quantile,
+                                         min_residuals=config.headroom_min_residuals)
+            if ceiling is not None:  # what the kept plan commits, as the controller's money step prices it
+                kept: dict[str | None, int] = {}
+                for i, c in enumerate(clusters):
+                    kept[deps[i].pool] = kept.get(deps[i].pool, 0) + c.requested * gpr[i]
+                observations = within_commitment(observations, ceiling, prices.bill(kept))
+            sized = pools_headroom(observations, residuals, k * tick)
+            for pname, decision in sized.items():
+                pools[pname].hold_idle(k, decision.idle_nodes)
+                idle_asked[pname][k] = decision.idle_nodes
+                if decision.capped_by is not None:
+                    capped_notes.setdefault(pname, decision)
         elif headroom and k:
             for pname in pools:
                 idle_asked[pname][k] = idle_asked[pname][k - 1]
@@ -445,6 +463,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         for i, c in enumerate(clusters):
             requested[i, k] = c.requested
             ready[i, k] = c.ready
+            if c.starting:
+                node_waits[i, k] = len(c.waiting_for_node(k))
             held = c.placed
             placed[i, k] = held
             usd = held * gpr[i] * gpu_price[i]
@@ -469,7 +489,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         gpu_hours = float(placed[i].sum()) * d.gpus_per_replica * tick / 3600.0
         r = replace(r, gpu_hours=gpu_hours, cost_usd=gpu_hours * gpu_price[i])
         total = float(np.nan_to_num(demands[i], nan=0.0).sum()) * tick
-        runs.append(DeploymentRun(d, r, total, decided[i]))
+        runs.append(DeploymentRun(d, r, total, decided[i], node_waits[i]))
         describe = getattr(policies[i], "notes", None)
         if callable(describe):
             notes.extend(f"{d.name}: {n}" for n in describe())
@@ -510,28 +530,13 @@ def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceil
     return [plan.allowed(d.name, w) for d, w in zip(deps, wanted, strict=True)]
 
 
-def _headroom_step(k: int, pname: str, pool: NodePool, spec: PoolSpec, members: Sequence[int],
-                   policies: Sequence[TickPolicy], clusters: Sequence[Cluster], starts: Sequence[int],
-                   caps: Sequence[float], gpr: Sequence[int], demand_cols: Sequence[list[float]],
-                   residuals: PooledResiduals, lead_seconds: int, tick: int, config: FleetConfig,
-                   bill: _Bill) -> HeadroomDecision | None:
-    """One pool's headroom decision at tick ``k``: what the simulated pool shows (its Deployments' forecasts and
-    demand, its nodes, the bill), sized by the controller's ``engine.money.pools_headroom``."""
-    busy = [n for n in pool.nodes if n.used > 0]
-    partial = sum(spec.gpus_per_node - n.used for n in busy)
-    empty = pool.node_count - len(busy)
-    slack = None
-    if config.cluster_ceiling is not None:
-        slack = config.cluster_ceiling - (bill.usd_per_hour() - empty * spec.node_usd_per_hour)
-    observation = PoolObservation(
-        pname, spec.gpus_per_node,
-        tuple(HeadroomMember(getattr(policies[i], "forecast", None), starts[i] + k * tick + lead_seconds, caps[i],
-                             gpr[i], demand_cols[i][k], clusters[i].requested) for i in members),
-        lead_seconds, partial_free_gpus=partial, busy_nodes=len(busy), max_nodes=spec.max_nodes,
-        node_usd_per_hour=spec.node_usd_per_hour, ceiling_slack_usd_per_hour=slack,
-        quantile=config.headroom_quantile, min_residuals=config.headroom_min_residuals)
-    decision = pools_headroom([observation], {pname: residuals}, k * tick)[pname]
-    pool.reserve = decision.idle_nodes
-    if empty < decision.idle_nodes:
-        pool.provision(k, decision.idle_nodes - empty)
-    return decision
+def _member(k: int, i: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, cluster: Cluster, start: int,
+            tick: int, capacity: float, gpus_per_replica: int, demand: float) -> HeadroomMember:
+    """Deployment ``i`` as the controller shows it to its pool's node headroom at tick ``k``: the forecast its
+    decision read, its node lead (the decision's; the spec's start-ups before the first), the demand its decision
+    observed (the trace's for a policy that observes none) and the replicas its pods request after the ceilings."""
+    decided = getattr(policy, "decided", None)
+    lead = (decided.node_lead_seconds if decided is not None
+            else float(pool.node_startup_seconds + d.pod_startup_seconds))
+    return HeadroomMember(getattr(policy, "forecast", None), start + k * tick, lead, capacity, gpus_per_replica,
+                          float(getattr(policy, "demand_seen", demand)), cluster.requested)

@@ -13,9 +13,11 @@ standing in for Prometheus:
 * each decision is the engine's (``autoscaler.engine.deciding.decide``, the function the controller's tick
   calls) on what the controller would observe: the replicas, the demand over the last minute as the reactive
   floor (what the controller's instant rate query answers: the ticks before this one, not the bin in progress,
-  which the trace knows and Prometheus does not; the newest ended bin when that is missing), no free-GPU count (the
-  controller reads none, so a new replica is planned as waiting for a node) and the pods waiting for a node
-  (Pending unschedulable, as the API server shows them until the node joins); its stabilisation history is
+  which the trace knows and Prometheus does not; the newest ended bin when that is missing), the free GPUs on the
+  Ready nodes of its NodePool when the cluster's pool is a named one (a fleet's: the controller reads them for a
+  Deployment that names its NodePool; a single replay's private pool names none, so a new replica is planned as
+  waiting for a node there, as the controller plans a Deployment without the annotation) and the pods waiting for a
+  node (Pending unschedulable, as the API server shows them until the node joins); its stabilisation history is
   passed back in, as the controller stores it between ticks. A test replays a trace through this policy and
   through the controller's tick on a simulated cluster and requires the same decision at every tick;
 * with a training gang that has a window (``autoscaler.simulation.money``), ``inference_gpus_ahead`` gives
@@ -133,7 +135,8 @@ class PredictivePolicy:
         self.decision: ScalingDecision | None = None  # the last decision, every step explained
         # the per-tick demand of the last minute before the current tick (the controller's instant rate query)
         self._recent: deque[float] = deque(maxlen=max(1, math.ceil(CURRENT_DEMAND_WINDOW_SECONDS / self.tick)))
-        self.decided: Decided | None = None  # the last decision with what it implies ahead (``Decided.ahead``)
+        self.demand_seen = math.nan  # the demand the last decision observed (what node headroom reads of it)
+        self.decided: Decided | None = None  # the last decision (its node lead is what pool headroom reads)
         self.errors: list[str] = []  # forecaster failures, "bin N: message" (the planner fell back to reactive)
         self.models_used: dict[str, int] = {}  # forecast model alias -> bins it served
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
@@ -279,9 +282,11 @@ class PredictivePolicy:
         else:
             b = k // self.per_bin
             demand = float(self.series.values[b - 1]) if b > 0 else math.nan
+        pool = cluster.pool
         return Observed(replicas=cluster.requested, ready=cluster.ready,
                         demand=demand if math.isfinite(demand) else None, gpus_per_replica=self.gpus_per_replica,
-                        waiting_for_node=cluster.waiting_for_node(k))
+                        waiting_for_node=cluster.waiting_for_node(k),
+                        free_gpus=None if pool.name is None else pool.ready_free_gpus(k, self.gpus_per_replica))
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         """The count at tick ``k``: the engine's decision on what the controller would observe (``observed``; the
@@ -293,10 +298,14 @@ class PredictivePolicy:
         self._finish_tuning()
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
-        decided = decide(self.forecast, self.observed(k, cluster), self.policy, self.cold_start, now,
-                         self.recommendations, explain=self.explains)
+        observed = self.observed(k, cluster)
+        self.demand_seen = math.nan if observed.demand is None else observed.demand
+        decided = decide(self.forecast, observed, self.policy, self.cold_start, now, self.recommendations,
+                         explain=self.explains)
         decision = self.decision = decided.decision
         self.decided = decided
+        if decided.claimed_gpus:
+            cluster.pool.claim(k, decided.claimed_gpus)
         self.recommendations = decision.recommendations
         self.warm_pool_replicas = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
         self.timings["plan"] += time.perf_counter() - t0

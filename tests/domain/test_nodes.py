@@ -1,4 +1,4 @@
-"""NodePool shapes from CRD-valid NodePools, whole-node demand, headroom ahead of the pods, and GPU limits."""
+"""NodePool shapes from CRD-valid NodePools, whole-node demand and GPU limits."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from autoscaler.domain.nodes import (
     PoolShape,
     ceiling_gpus,
     gpu_prices,
-    headroom_plan,
     nodepool_limit,
     nodes_for,
     pool_demand,
@@ -148,18 +147,6 @@ def test_pool_demand_counts_replicas_warm_nodes_and_gangs_in_whole_nodes() -> No
     assert (demand[""].gpus, demand[""].nodes) == (0, None)  # no pool named: GPUs counted, node size unknown
 
 
-def test_headroom_asks_for_the_nodes_the_pods_do_not_request_yet() -> None:
-    plan = headroom_plan(SHAPES, planned_gpus={"a100": 20, "l4": 2}, requested_gpus={"a100": 6, "l4": 3})
-    a100 = plan["a100"]
-    assert (a100.spare_gpus, a100.spare_nodes, a100.placeholder_pods, a100.gpus_per_placeholder) == (14, 2, 2, 8)
-    assert not a100.capped_by_limit
-    assert a100.detail == "plan 20 GPU(s) = 3 node(s) of 8; pods request 6 = 1 node(s) -> 2 spare"
-    assert plan["l4"].spare_nodes == 0  # pods already ask for more than the plan
-    capped = headroom_plan(SHAPES, {"a100": 40}, {"a100": 6}, limit_gpus={"a100": 24})["a100"]
-    assert (capped.spare_nodes, capped.capped_by_limit) == (2, True)
-    assert "unknown" not in headroom_plan(SHAPES, {"unknown": 4}, {})
-
-
 def test_nodepool_limit_follows_the_ceiling_but_never_below_what_runs() -> None:
     shape = SHAPES["a100"]
     assert nodepool_limit(shape, allowed_gpus=20, running_gpus=8) == 24
@@ -195,15 +182,10 @@ def test_nodes_are_the_ceiling_of_gpus_over_gpus_per_node(gpus: int, per_node: i
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 200), st.integers(0, 200), st.integers(0, 400), st.sampled_from([1, 2, 4, 8]))
-def test_limit_and_headroom_properties(allowed: int, running: int, planned: int, per_node: int) -> None:
+def test_limit_properties(allowed: int, running: int, planned: int, per_node: int) -> None:
     shape = PoolShape("p", per_node, 1.0, "on-demand")
     limit = nodepool_limit(shape, allowed, running)
     assert limit >= running
     assert limit >= allowed
     assert limit == running or limit % per_node == 0
     assert limit - per_node < max(allowed, running)
-    room = headroom_plan({"p": shape}, {"p": planned}, {"p": running}, limit_gpus={"p": limit})["p"]
-    assert (nodes_for(running, per_node) + room.spare_nodes) * per_node <= max(limit, nodes_for(running, per_node)
-                                                                               * per_node)
-    unlimited = headroom_plan({"p": shape}, {"p": planned}, {"p": running})["p"]
-    assert unlimited.spare_nodes == max(0, nodes_for(planned, per_node) - nodes_for(running, per_node))

@@ -21,10 +21,10 @@ from autoscaler.domain.cost import (
     enforce_ceilings,
 )
 from autoscaler.domain.gangs import Gang
-from autoscaler.domain.money import asked_by_scope, placement_capacity, plan_headroom, pool_limits
-from autoscaler.domain.nodes import PoolShape, ceiling_gpus, gpu_prices, headroom_plan, nodes_for, pool_shape
+from autoscaler.domain.money import asked_by_scope, placement_capacity, pool_limits
+from autoscaler.domain.nodes import PoolShape, ceiling_gpus, gpu_prices, nodes_for, pool_shape
+from autoscaler.engine.headroom import PoolForecast, pool_headroom
 from autoscaler.ports import NodePoolView, NodeRequirement
-from tests.domain.test_money import planned
 
 P4D = PriceTable(instance_types={"p4d.24xlarge": InstanceType("p4d.24xlarge", 8, 32.77)})
 POOL = {"spec": {"template": {"spec": {"requirements": [
@@ -96,17 +96,9 @@ def test_a_gang_is_reserved_whole_only_when_its_nodes_fit() -> None:
     assert report.cluster_dollars_per_hour == 98.31
 
 
-def test_placement_capacity_and_headroom_are_whole_nodes_under_the_ceiling() -> None:
+def test_placement_capacity_is_whole_nodes_under_the_ceiling() -> None:
     assert placement_capacity("p4d", Ceilings(cluster=73.74), PRICES) == 16  # 2 nodes, not 18 GPUs
     assert placement_capacity("p4d", Ceilings(), PRICES) == math.inf
-    # The plan keeps 16 GPUs (2 nodes); the forecast wants 12 replicas ahead; the ceiling allows no third node,
-    # so the headroom, capped by the limit, adds no node.
-    report = enforce_ceilings([chat(12)], [], Ceilings(cluster=73.74), PRICES)
-    limits = {p: lim for p, (lim, _) in pool_limits(report, {"p4d": SHAPE}, [view(16)]).items()}
-    plan = planned("chat", replicas=8, desired=8, ahead=12, gpus=2, pool="p4d")
-    wants, _ = plan_headroom([plan], {plan.key: plan.decision}, {plan.key: 12}, {"p4d": SHAPE}, [view(16)], [],
-                             limits, "placeholder")
-    assert wants == []
 
 
 # ---------------------------------------------------------------------------------------------- properties
@@ -167,10 +159,11 @@ def test_every_plan_costs_no_more_than_the_ceiling_as_billed_nodes_when_the_mini
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 64), st.integers(0, 64), st.sampled_from([1, 2, 4, 8]))
 def test_headroom_never_holds_more_nodes_than_the_limit(planned_gpus: int, requested: int, gpn: int) -> None:
-    shape = PoolShape("p", gpn, 1.0, "on-demand")
-    limit = nodes_for(max(planned_gpus, requested) // 2, gpn) * gpn
-    room = headroom_plan({"p": shape}, {"p": planned_gpus}, {"p": requested}, {"p": limit})["p"]
-    assert (nodes_for(requested, gpn) + room.spare_nodes) * gpn <= max(limit, nodes_for(requested, gpn) * gpn)
+    busy = nodes_for(requested, gpn)
+    limit = nodes_for(max(planned_gpus, requested) // 2, gpn)
+    decision = pool_headroom(PoolForecast("p", gpn, float(planned_gpus), (1.0,), held_gpus=requested,
+                                          current_gpus=float(requested), busy_nodes=busy, max_nodes=limit))
+    assert busy + decision.idle_nodes <= max(limit, busy)
 
 
 @settings(max_examples=100, deadline=None)

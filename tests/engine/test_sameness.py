@@ -8,11 +8,13 @@ last two minutes (its instant query), and a cluster backed by
 a simulated cluster of its own, whose replicas follow what was applied, turn Ready after the pod (and node)
 start-up, and show as Pending unschedulable while their node is provisioning. At every decision (the loop
 interval) both must hold the same forecast (start, model, mean and every band) and the same decision (replicas,
-every step and its explanation, the stabilisation history) and the same replicas one node start-up ahead (what node
-headroom is kept for), and at every tick both clusters the same replicas. A
+every step and its explanation, the stabilisation history), and at every tick both clusters the same replicas. A
 side that changes when it refits, what it has absorbed, how far it forecasts, what it observes or how it decides
 on its own fails this test. Under a cluster cost ceiling (the controller's money stage on one side, the simulator's
-ledger on the other) the cut counts must be equal too.
+ledger on the other) the cut counts must be equal too. A small fleet on one shared NodePool (``run_fleet`` against
+the controller's tick) must also size the same node headroom for the pool at every decision (both through
+``engine.money.pools_headroom``), the idle nodes held by the controller's placeholders on one side and the fleet's
+reserved nodes on the other.
 """
 
 from __future__ import annotations
@@ -33,9 +35,15 @@ from autoscaler.domain.status import encode_status, status_object_name
 from autoscaler.ports import (
     CustomObjects,
     EventType,
+    HeadroomMode,
+    HeadroomTarget,
+    HeadroomView,
+    NodePoolView,
     NotReadyPod,
     PodStartups,
     PodView,
+    PoolGpus,
+    PoolHeadroom,
     PriorityClasses,
     StatusObject,
     StatusWrite,
@@ -125,6 +133,12 @@ class TraceCluster:
         self.sim = sim
         self.k = 0
         self.statuses: dict[str, StatusObject] = {}
+        self.free_reads = 0
+
+    def pool_gpus(self, pools: Sequence[str]) -> Mapping[str, PoolGpus]:
+        """``ports.PoolNodes``: the simulated cluster's pool (the only one) as the API server shows its nodes."""
+        self.free_reads += 1
+        return {p: self.sim.pool.pool_gpus(self.k) for p in pools}
 
     def list_workloads(self) -> list[WorkloadView]:
         return [WorkloadView(
@@ -132,7 +146,8 @@ class TraceCluster:
             labels={"app": NAME, ENABLED_LABEL: "true"},
             annotations={PREFIX + "min-replicas": "1", PREFIX + "max-replicas": "40",
                          PREFIX + "priority": "production", PREFIX + "capacity-per-replica": str(CAPACITY),
-                         PREFIX + "cold-start": f"{POD_STARTUP}s"},
+                         PREFIX + "cold-start": f"{POD_STARTUP}s",
+                         **({} if self.sim.pool.name is None else {PREFIX + "nodepool": self.sim.pool.name})},
             replicas=self.sim.requested, ready_replicas=self.sim.ready, selector=f"app={NAME}",
             pod_template={"spec": {"containers": [{"name": "server",
                                                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}},
@@ -286,10 +301,11 @@ class Replayed(NamedTuple):
     cuts: int  # decisions the ceiling cut
     money: LedgerOutcome | None
     troughs: int  # decisions that placed the gang later than it could first start (in the forecast's trough)
+    needs_node: set[bool]  # whether decisions planned with a node lead
 
 
 def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = None,
-            series: TrafficSeries | None = None) -> Replayed:
+            series: TrafficSeries | None = None, nodepool: str | None = None) -> Replayed:
     """Replay ``days`` of the synthetic trace through both sides and say what was compared. Fails at the first decision
     whose forecasts or decisions differ, or the first tick at which the two simulated clusters hold different replicas.
 
@@ -299,7 +315,10 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
 
     ``gang``: a training gang with a window, a held Kueue Workload (``TraceGangs``) on the controller's side and the
     ledger's gang on the simulator's; both must place it at the same start at every decision, reserve and start it
-    at the same decisions, and preempt it at the same ones."""
+    at the same decisions, and preempt it at the same ones.
+
+    ``nodepool``: the Deployment names this NodePool, so the controller reads its free GPUs (``ports.PoolNodes``, here
+    the Ready nodes of its simulated cluster) and the simulator's pool carries the name, so it observes the same."""
     text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
     cfg = parse_config_text(text, "sameness.yaml")
     profile = cfg.profile("default")
@@ -316,7 +335,13 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
         refit_seconds=profile.refit_seconds, history_seconds=profile.history_seconds,
         horizon_seconds=profile.horizon_seconds,
     )
-    sim = SimCluster(cluster_cfg, 1)
+
+    def simulated() -> SimCluster:
+        pool = NodePool.for_config(cluster_cfg)
+        pool.name = nodepool
+        return SimCluster(cluster_cfg, 1, pool)
+
+    sim = simulated()
     ledger = None if ceiling is None and gang is None else MoneyLedger(
         MoneyConfig(ceiling_usd_per_hour=ceiling, gangs=() if gang is None else (gang,)), policy_name="predictive",
         gpu_hour_price=cfg.pricing.default_gpu_hour, gpus_per_replica=1, gpus_per_node=cluster_cfg.gpus_per_node,
@@ -326,13 +351,13 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     placed = troughs = 0
     cuts = 0
     demand = np.repeat(series.values, STEP // tick)
-    source, kube = FleetSource({NAME: series}, {NAME: demand}, tick), TraceCluster(SimCluster(cluster_cfg, 1))
+    source, kube = FleetSource({NAME: series}, {NAME: demand}, tick), TraceCluster(simulated())
+    needs_node: set[bool] = set()
     controller = Controller(kube, source, lambda: cfg, money=MoneyStage(training=gangs))
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
     decisions = forecasts = 0
     models: set[str] = set()
     deciding: set[str] = set()
-    aheads: set[bool] = set()
     keeper = None
     for k, d in enumerate(demand.tolist()):
         sim.advance(k)
@@ -381,11 +406,7 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
                 assert tuple(planned) == policy.decision.steps, f"decision at t+{k * tick}s"
                 assert outcome.decision.desired_replicas == desired, f"ceiling at t+{k * tick}s"
                 cuts += desired < policy.decision.desired_replicas
-            # the replicas one node start-up ahead, what the money stage keeps node headroom for (before any ceiling)
-            assert report.money is not None
-            assert policy.decided is not None
-            assert report.money.ahead[f"{NS}/{NAME}"][0] == policy.decided.ahead, f"ahead at t+{k * tick}s"
-            aheads.add(policy.decided.ahead > outcome.decision.desired_replicas)
+            needs_node.add(outcome.decision.needs_node)
             steps = outcome.decision.steps  # the rule that set the count: the first step after which it held
             last_other = max((i for i, st in enumerate(steps) if st.replicas != outcome.decision.desired_replicas),
                              default=-1)
@@ -403,20 +424,20 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
         assert (gangs.reserved, gangs.preempted) == (list(money.reserved_ticks), list(money.preempted_ticks))
         assert placed > 0, "the gang was never placed: nothing was compared"
         assert gangs.reserved, "the gang was never reserved: nothing was compared"
-    if ceiling is None:
-        assert aheads == {False, True}  # the headroom ahead both matched the decision and looked past it
-    return Replayed(decisions, forecasts, models, deciding, cuts, money, troughs)
+    assert (kube.free_reads > 0) == (nodepool is not None)
+    return Replayed(decisions, forecasts, models, deciding, cuts, money, troughs, needs_node)
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models, deciding, *_ = _replay(days=2.0)
+    decisions, forecasts, models, deciding, *_, needs_node = _replay(days=2.0)
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
     assert forecasts >= decisions - 2 * STEP // DECISION
     assert len(models) > 1, models
     assert {"forecast", "reactive_floor"} <= deciding, deciding
+    assert needs_node == {True}  # no NodePool named: no free GPUs read, every new replica planned to wait for a node
 
 
 @pytest.mark.timeout(600)
@@ -475,6 +496,14 @@ class FleetKube(TraceCluster):
         self.sims = sims
         self.k = 0
         self.statuses: dict[str, StatusObject] = {}
+        self.free_reads = 0
+
+    def pool_gpus(self, pools: Sequence[str]) -> Mapping[str, PoolGpus]:
+        """``ports.PoolNodes``: the shared pool's nodes as the API server shows them."""
+        self.free_reads += 1
+        pool = next(iter(self.sims.values())).pool
+        return {p: pool.pool_gpus(self.k) for p in pools}
+
 
     def list_workloads(self) -> list[WorkloadView]:
         return [WorkloadView(
@@ -500,13 +529,55 @@ class FleetKube(TraceCluster):
         return changed
 
 
-def _fleet_replay(days: float, ceiling: float) -> tuple[int, int]:
-    """Replay a fleet of two Deployments sharing one NodePool of 4-GPU nodes under a cluster ceiling through the fleet
-    simulator (``simulation.fleet.run_fleet``, the code of ``simulate --fleet``) and through the controller's tick on
-    ports backed by the same simulated cluster (one shared ``NodePool``, nodes refused past the ceiling as billed, as
-    ``run_fleet`` builds it); the replicas must be equal at every tick and the decisions (after the ceiling) at every
-    decision. Returns (decisions compared, decisions the ceiling cut)."""
-    text = CONFIG + (f"ceilings:\n  cluster: {ceiling}\nkarpenter:\n  enabled: false\n"
+class FleetCapacity:
+    """``NodeCapacity`` over the fleet's shared simulated NodePool: the NodePool as Karpenter reports it (no GPU
+    limit: the ceiling as billed guards its nodes, as in ``run_fleet``), placeholder headroom whose whole-node count
+    the cluster applies after the tick (``hold``, what Karpenter does with the placeholders), and limit writes that
+    change nothing (the pool has none to follow)."""
+
+    def __init__(self, pool: NodePool) -> None:
+        self.pool = pool
+        self.held = 0
+        self.writes = 0
+
+    def list_node_pools(self) -> list[NodePoolView]:
+        return [NodePoolView(FLEET_POOL, "1", None, self.pool.used_gpus(), self.pool.node_count, {}, (), (), {}, (),
+                             self.pool.gpus_per_node)]
+
+    def set_gpu_limit(self, pool: str, gpus: int) -> bool:
+        return False
+
+    def headroom_mode(self) -> HeadroomMode:
+        return "placeholder"
+
+    def ensure_headroom(self, target: HeadroomTarget, amount: int) -> bool:
+        assert isinstance(target, PoolHeadroom)
+        assert target.pool.name == FLEET_POOL
+        assert target.gpus_per_node == self.pool.gpus_per_node
+        changed, self.held = amount != self.held, amount
+        self.writes += changed
+        return changed
+
+    def remove_headroom(self, target: HeadroomTarget) -> bool:
+        return self.ensure_headroom(target, 0)
+
+    def list_headroom(self) -> list[HeadroomView]:
+        return [HeadroomView("Deployment", "predictive-autoscaler", "headroom", FLEET_POOL, self.held)] if self.held \
+            else []
+
+    def hold(self, k: int) -> None:
+        self.pool.hold_idle(k, self.held)
+
+
+def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int]]:
+    """Replay a fleet of two Deployments sharing one NodePool of 4-GPU nodes under a cluster ceiling, with
+    forecast-sized node headroom, through the fleet simulator (``simulation.fleet.run_fleet``, the code of
+    ``simulate --fleet``) and through the controller's tick on ports backed by the same simulated cluster (one shared
+    ``NodePool``, nodes refused past the ceiling as billed, as ``run_fleet`` builds it; the controller's placeholder
+    nodes held by it as Karpenter holds them); the replicas must be equal at every tick, and the decisions (after the
+    ceiling) and the pool's headroom nodes at every decision. Returns (decisions compared, decisions the ceiling cut,
+    the headroom node counts seen)."""
+    text = CONFIG + (f"ceilings:\n  cluster: {ceiling}\nkarpenter:\n  headroom: placeholder\n"
                      f"pricing:\n  nodepools:\n    {FLEET_POOL}: {{gpus_per_node: 4, gpu_hour: 4.0}}\n")
     cfg = parse_config_text(text, "sameness-fleet.yaml")
     profile = cfg.profile("default")
@@ -526,8 +597,9 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int]:
             horizon_seconds=profile.horizon_seconds,
         )
 
-    run = run_fleet(fleet, build, "predictive")
+    run = run_fleet(fleet, build, "predictive", headroom=True, headroom_every=DECISION // tick)
     ran = {r.spec.name: r for r in run.deployments}
+    sized = run.headroom_nodes[FLEET_POOL]
 
     # the controller's side: the same simulated NodePool, refusing a node past the ceiling as billed (run_fleet's rule)
     shared: list[NodePool] = []
@@ -539,10 +611,12 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int]:
     # the demand the simulated traffic serves each tick, as run_fleet spreads each bin over its ticks
     per_tick = {name: spread(s.values, STEP // tick, resolve(fleet.bin_shape, STEP)) for name, s in series.items()}
     source, kube = FleetSource(series, per_tick, tick), FleetKube(sims)
-    controller = Controller(kube, source, lambda: cfg)
+    capacity = FleetCapacity(shared[0])
+    controller = Controller(kube, source, lambda: cfg, money=MoneyStage(capacity=capacity))
     controller.fit_budget_seconds = float("inf")
     start = next(iter(series.values())).start
     decisions = cuts = 0
+    idle: set[int] = set()
     for k in range(fleet.ticks()):
         for sim in sims.values():
             sim.advance(k)
@@ -562,16 +636,35 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int]:
                 assert (planned > outcome.decision.desired_replicas) == (
                     fleet_side.decisions[k] > fleet_side.result.requested[k]), f"{outcome.name}: cut at t+{k * tick}s"
                 cuts += planned > outcome.decision.desired_replicas
+            # the pool's node headroom: the same idle nodes, sized by pools_headroom on both sides
+            assert report.money is not None
+            assert report.money.pool_headroom.get(FLEET_POOL, 0) == sized[k], f"headroom at t+{k * tick}s"
+            assert capacity.held == sized[k], f"placeholders at t+{k * tick}s"
+            idle.add(int(sized[k]))
+            capacity.hold(k)  # Karpenter keeps (and provisions) the placeholders' nodes after the tick's writes
             decisions += 1
         for name, sim in sims.items():
             assert (sim.requested, sim.ready) == (ran[name].result.requested[k], ran[name].result.ready[k]), \
                 f"{name}: tick t+{k * tick}s"
-    return decisions, cuts
+    return decisions, cuts, idle
 
 
 @pytest.mark.timeout(600)
-def test_a_small_fleet_under_a_cluster_ceiling_decides_the_same_through_the_controller_and_run_fleet() -> None:
+def test_a_small_fleet_under_a_cluster_ceiling_decides_and_holds_headroom_the_same_through_the_controller_and_run_fleet(
+) -> None:
     # two Deployments on one pool of 4-GPU nodes at $16/node-hour; $96/h buys 6 nodes, which the two peaks exceed
-    decisions, cuts = _fleet_replay(days=1.0, ceiling=96.0)
+    decisions, cuts, idle = _fleet_replay(days=1.0, ceiling=96.0)
     assert decisions == 86_400 // DECISION
     assert cuts > 0
+    assert 0 in idle  # decisions with no idle node and with some were both compared
+    assert max(idle) > 0
+
+
+@pytest.mark.timeout(600)
+def test_a_deployment_naming_its_nodepool_is_planned_on_the_same_free_gpus_by_both() -> None:
+    # both read the free GPUs of the pool's Ready nodes: decisions with the pod lead alone (room for every new
+    # replica) and with the node lead (not enough room) are both compared
+    replayed = _replay(days=1.0, nodepool="gpu")
+    decisions, needs_node = replayed.decisions, replayed.needs_node
+    assert decisions == 86_400 // DECISION
+    assert needs_node == {False, True}

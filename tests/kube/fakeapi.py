@@ -59,7 +59,9 @@ What it does like the real API server:
   real decoder demands (``400`` otherwise) - a whole-second ``isoformat()`` would fail in production;
 * Events need ``involvedObject.namespace`` equal to the Event's namespace, and ``generateName`` works (cut to 58
   characters, 5 random ones added);
-* pods are listed and merge-patched (the ``pod-deletion-cost`` marks of a scale-down);
+* pods are listed (also by ``fieldSelector`` ``spec.nodeName=NAME``, the pods bound to a node) and merge-patched
+  (the ``pod-deletion-cost`` marks of a scale-down); nodes are listed (label selector), for the free GPUs of a
+  NodePool;
 * Deployments can be created and deleted, PriorityClasses listed (paged), read and created (creating an existing
   name is ``409 AlreadyExists``).
 * ConfigMaps (the controller's status objects) are listed (label selector, and ``fieldSelector`` on
@@ -166,6 +168,7 @@ BUILTINS = {
         Builtin("leases", "coordination.k8s.io", "v1", "Lease"),
         Builtin("priorityclasses", "scheduling.k8s.io", "v1", "PriorityClass", namespaced=False),
         Builtin("configmaps", "", "v1", "ConfigMap"),
+        Builtin("nodes", "", "v1", "Node", namespaced=False),
     )
 }
 SCALE = Builtin("deployments/scale", "autoscaling", "v1", "Scale")
@@ -609,7 +612,15 @@ class FakeKubeAPI:
             ns, resource, name = core.groups()
             if method == "GET" and name is None:
                 kind = "PodList" if resource == "pods" else "EventList"
-                return 200, self._list(resource, ns, query, kind, "v1")
+                listed = self._list(resource, ns, query, kind, "v1")
+                wanted = query.get("fieldSelector", [""])[0]
+                if wanted:
+                    field_name, _, value = wanted.partition("=")
+                    if resource != "pods" or field_name != "spec.nodeName" or value.startswith("="):
+                        raise ApiError(400, "BadRequest", f'"{field_name}" is not a known field selector: only '
+                                       '"spec.nodeName=NAME" on pods is served by this fake')
+                    listed["items"] = [o for o in listed["items"] if (o.get("spec") or {}).get("nodeName") == value]
+                return 200, listed
             if resource == "events" and method == "POST" and ns is not None and name is None:
                 return 201, self._create_builtin("events", ns, body, strict)
             if resource == "pods" and method == "PATCH" and ns is not None and name is not None:
@@ -641,6 +652,8 @@ class FakeKubeAPI:
             return 200, listed
         if pc and method == "POST" and pc.group(1) is None:
             return 201, self._create_builtin("priorityclasses", "", body, strict)
+        if method == "GET" and path == "/api/v1/nodes":
+            return 200, self._list("nodes", None, query, "NodeList", "v1")
         cm = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/configmaps(?:/([^/]+))?", path)
         if cm:
             return self._configmaps(method, cm.group(1), cm.group(2), query, ctype, body, strict)

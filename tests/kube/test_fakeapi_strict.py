@@ -487,6 +487,19 @@ def test_a_request_rbac_yaml_does_not_grant_is_403_and_the_granted_one_passes(
         ("PUT", 403), ("GET", 403), ("DELETE", 403), ("GET", 403)]
 
 
+def test_nodes_may_be_listed_as_deploy_rbac_grants_and_nothing_more(
+    fake_api: FakeKubeAPI, core: client.CoreV1Api
+) -> None:
+    fake_api.expect_refusals()
+    fake_api.add("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}})
+    assert [n.metadata.name for n in core.list_node().items] == ["gpu-1"]  # list nodes: granted (a pool's GPUs)
+    code, body = refused(core.read_node, "gpu-1")  # get: not granted
+    assert (code, body["message"]) == (403, f'nodes "gpu-1" is forbidden: User "{SA}" cannot get resource "nodes" in '
+                                            'API group "" at the cluster scope')
+    code, _ = refused(core.patch_node, "gpu-1", {"metadata": {"labels": {"x": "y"}}})
+    assert code == 403
+
+
 def test_namespace_scope_and_resource_names_follow_the_roles(
     fake_api: FakeKubeAPI, api_client: client.ApiClient, admin: client.AppsV1Api
 ) -> None:

@@ -113,7 +113,8 @@ def test_under_a_binding_ceiling_everything_fits_as_whole_p4d_nodes(scene: Scene
     assert limits[P4D] == 16
     assert all(billed(v) <= CEILING or v == 0 for k, v in limits.items() if k == P4D)
     assert STATIC not in limits
-    # Headroom (a CapacityBuffer of llama-chat replicas) fits the same two nodes; none for the orphan gang.
+    # Headroom (the pool's idle nodes as a CapacityBuffer of llama-chat replicas) fits the same two nodes with the
+    # plan (the ceiling's slack is what the kept plan leaves); none for the orphan gang.
     buffered = cost["headroom"].get(f"CapacityBuffer {SERVING}/llama-chat", 0)
     assert billed(inference + buffered) <= CEILING
     assert f"Deployment {P4D}" not in cost["headroom"]

@@ -23,7 +23,7 @@ def test_a_deferred_pending_gang_does_not_block_a_held_scheduled_one() -> None:
     # 4 + 8 fits; counting the deferred gang as running there would make it 4 + 16 + 8 = 28 > 25 everywhere.
     cfg = config("http://127.0.0.1:1", ceilings={"cluster": 100.0})
     stage = MoneyStage(training=RecordingGangs([gang(), pending_unscheduled()]))
-    inference = planned("chat", replicas=12, desired=12, ahead=12, pool="h100", priority=100, min_replicas=4)
+    inference = planned("chat", replicas=12, desired=12, pool="h100", priority=100, min_replicas=4)
     errors: list[str] = []
     out = stage.run([inference], cfg, NOW, write=False, horizon_seconds=900, metrics=ControllerMetrics(),
                     errors=errors, gang_forecasts=RecordingForecasts())

@@ -55,7 +55,7 @@ def test_alerts_fire_while_the_condition_holds_keep_their_start_and_resolve_when
     sink = RecordingSink()
     stage = MoneyStage(alerts=sink)
     metrics = ControllerMetrics()
-    plans = [planned("a", replicas=4, desired=4, ahead=4, unschedulable=1)]
+    plans = [planned("a", replicas=4, desired=4, unschedulable=1)]
     assert run(stage, plans, cfg(2.0), NOW, metrics) == []
     ((what, alerts, at),) = sink.sent
     assert what == "fire"
@@ -79,7 +79,7 @@ def test_alerts_fire_while_the_condition_holds_keep_their_start_and_resolve_when
     assert at == began + timedelta(seconds=90)
 
     # Everything clears, but Alertmanager is down: the resolve is retried on the next tick.
-    clear = [planned("a", replicas=4, desired=4, ahead=4)]
+    clear = [planned("a", replicas=4, desired=4)]
     sink.fail = 1
     assert run(stage, clear, cfg(100.0), NOW + 120, metrics) == [
         "alert resolutions not delivered (retried next tick): alertmanager down"]
@@ -95,7 +95,7 @@ def test_alerts_fire_while_the_condition_holds_keep_their_start_and_resolve_when
 def test_without_ports_the_stage_only_prices_and_cuts(write: bool) -> None:
     stage = MoneyStage()
     metrics = ControllerMetrics()
-    plans = [planned("a", replicas=2, desired=5, ahead=8, priority=100), planned("b", replicas=2, desired=5, ahead=5)]
+    plans = [planned("a", replicas=2, desired=5, priority=100), planned("b", replicas=2, desired=5)]
     errors: list[str] = []
     out = stage.run(plans, cfg(6.0), NOW, write=write, horizon_seconds=900, metrics=metrics, errors=errors)
     assert errors == []
@@ -107,8 +107,6 @@ def test_without_ports_the_stage_only_prices_and_cuts(write: bool) -> None:
     sample = metrics.registry.get_sample_value
     assert sample("predictive_autoscaler_projected_cost_dollars_per_hour", {"scope": "team", "team": "ml"}) == 10
     assert sample("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "inference"}) == 4
-    # No NodeCapacity: no headroom is planned, so none is counted as withheld.
-    assert sample("predictive_autoscaler_ceiling_cuts_total", {"team": "ml", "kind": "headroom"}) is None
 
 
 def test_a_config_reload_swaps_only_the_adapters_whose_section_changed() -> None:
