@@ -71,56 +71,50 @@ SAVING_TARGET, MISS_CUT_TARGET = 0.30, 0.90
 PERF_DEPLOYMENTS = 20
 
 # Measured 2026-11-26 with the runs above; kept next to the code that prints it.
-READING = """Reading the fleet frontier (measured 2026-11-26 on the one engine: every Deployment decides through \
-the controller's `decide` on what the controller observes, the free GPUs of its NodePool included, and the pool's \
-node headroom is sized by the controller's own `pools_headroom`). **The GPU-hour \
-target is met; the SLO-miss target is not, at any operating point.** The self-tuned default needs 39% fewer billed \
-GPU-hours than the HPA + Karpenter curve at its attainment (16,788 at 99.704%, which the HPA reaches between its \
-targets 0.3 and 0.4) and has 49% fewer misses at its GPU-hours. Along our frontier the cut grows with the band: \
--29% at p80 (more misses than the HPA at its GPU-hours), 18% at p90, 59% at p95, 78% at p99 (19,766 GPU-h for \
-99.910%, all four objectives met, more than the HPA attains at any target, for at least 36% fewer GPU-hours than \
-its best); 90% at p99's GPU-hours would need 99.959%. **Where the \
-misses come from**: pod start-up (replicas asked for but still loading) 52% of the self-tuned default's and 57% \
-of p99's, the backlog an earlier shortfall leaves 29-34%, replicas not asked for 11-13%, **node waits 2-7%** \
-(the HPA's: 8-20%). Our planner asks a node start-up ahead whenever it sees no free GPU, so the only misses a node \
-buffer removes are already rare; the rest need Ready replicas (a higher band: p99's misses are a quarter of p95's), \
-or starts faster than 120 s. **Forecast-sized headroom still does not pay**: at every point it costs 8-10% more \
-billed GPU-hours (half an idle 8-GPU node on average, 10-12 at the most) for at most +0.03 points of attainment. \
-Since it is sized on what the controller reads (`engine.money.observe_pools`: the pool's Ready nodes as read before \
-the tick's decisions, the demand each decision observed, each decision's node lead) rather than on the trace's \
-demand and every node: 0.6-0.8% fewer billed GPU-hours with headroom (18,279 -> 18,171 at the self-tuned default, \
-0.52 -> 0.48 idle nodes on average), attainment within 0.01 points; the runs without it are the same to the digit. \
-Reading free GPUs (the pod lead for replicas that fit on them; new replicas claim the GPUs they take, so two \
-Deployments never plan on the same one): at the self-tuned default 0.7% fewer billed GPU-hours (16,911 before) at \
-the same attainment; on 6 days of this fleet 7,648 -> 7,645 GPU-h and 99.64% -> 99.59%, and on 3 days of the \
-20-Deployment synthetic fleet (`--perf`) 18,724 -> 18,522 GPU-h and 99.00% -> 98.95%: a step along the curve, not \
-off it. Tried and measured on those runs, and dropped: the self-tuner's replays planning on free GPUs too (6 days: \
-7,684 GPU-h, 99.59%, no change); headroom with the free-GPU read on the synthetic fleet (20,023 GPU-h against \
-18,522 without, 98.97% against 98.95%)."""
+READING = """Reading the fleet frontier (measured 2026-11-26 on the one engine: every Deployment decides through the \
+controller's `decide` on what the controller observes, the free GPUs of its NodePool included, and the pool's node \
+headroom is sized by the controller's own `pools_headroom`; the HPAs read the arrival rate of the last minute, as \
+our controller does). **The GPU-hour target is met; the SLO-miss target is not, at any operating point.** The \
+self-tuned default needs 37% fewer billed GPU-hours than the HPA + Karpenter curve at its attainment (16,324 at \
+99.655%, which the HPA reaches between its targets 0.3 and 0.4) and has 53% fewer misses at its GPU-hours. Along our \
+frontier the cut grows with the band: -12% at p80 (more misses than the HPA at its GPU-hours), 28% at p90, 66% at \
+p95, 82% at p99 (19,766 GPU-h for 99.910%, all four objectives met, more than the HPA attains at any target, for at \
+least 37% fewer GPU-hours than its best); 90% at p99's GPU-hours would need 99.951%. **Where the misses come from**: \
+pod start-up (replicas asked for but still loading) 45% of the self-tuned default's and 57% of p99's, the backlog an \
+earlier shortfall leaves 29-37%, replicas not asked for 9-13%, **node waits 2-8%** (the HPA's: 4-12%). Our planner \
+asks a node start-up ahead whenever it sees no free GPU, so the misses a node buffer removes are already rare; the \
+rest need Ready replicas (a higher band: p99's misses are a quarter of p95's) or starts faster than 120 s. \
+**Forecast-sized headroom still does not pay**: at every point it costs 8-10% more billed GPU-hours for at most \
++0.03 points of attainment (at the self-tuned default it takes the node waits from 8% to 2% of the misses). What \
+moved since the page's previous run (16,788 GPU-h at 99.704%, 39% and 49%): the HPAs read the last minute's rate \
+instead of the tick in progress, which moved their curve left and down (the HPA at 0.5: 99.52% for 19,942 GPU-h); \
+the self-tuning replays forecast through the controller's `ForecastKeeper` (they had absorbed one bin more than the \
+controller), the HPA's own point adds only the forecast's rise, and an objective out of reach runs the safest HPA \
+point (frontier section); the free-GPU read plans replicas that fit on free GPUs at the pod lead (measured alone \
+before: a step along the curve, 0.7% fewer GPU-hours at the same attainment); headroom is sized on what the \
+controller reads (`engine.money.observe_pools`: the pool's Ready nodes before the tick's decisions, the demand each \
+decision observed, each decision's node lead), 0.6-0.8% fewer billed GPU-hours with headroom than when it was sized \
+on the trace's demand and every node."""
 
 # Measured 2026-11-26 with --perf on the project's shared 2-core machine (the numbers before and after in one session).
-PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, \
-bursty and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the \
-shared machine (load average 4-5.5 on its 2 cores from other jobs throughout): 332 s wall, 270 s of CPU, 77 s in \
-the fleet's process and 193 s in two worker processes that run the self-tuning replays (`--jobs 2`, the default; \
-every decision, every tuning's candidates and choice and the fleet's results are exactly those of one process and \
-of the code before: 80,245 billed GPU-h at 99.510%). Before, in the same session (load 2-3): 403 s wall, 337 s of \
-CPU (238 s in the fleet's process, 99 s in one worker replaying half of each tuning's points; published before: \
-441 s, 326 s). **The target (under 3 minutes on 2 cores) is not met on this machine**: under that load the wall \
-time is about the CPU the two cores get; on an idle machine the run would take about the fleet's own CPU plus half \
-the replays' (77 + 193 / 2 = 174 s), which no measured run here has shown. What changed: (1) the replays that fall \
-due at one tick (every Deployment refits, and so tunes, on the same day) are all started before any Deployment \
-decides, each whole in one of two worker processes, and each is applied at the tick it fell due, as before; the \
-fleet's process waits for them instead of replaying half of every point list itself; (2) a replay's decisions keep \
-no planner steps (nothing reads them) and the frozen values made at every decision are filled at once: one replay \
-of twelve points 16% less CPU, 0.93 -> 0.72 s of CPU per tuning in the fleet's notes; (3) on the fleet's own path \
-the forecaster's bands are computed for the levels asked only, in one table, `has_evidence` looks at the newest \
-settled bin before scanning 14 days, and a forecast that already says its fallbacks is not copied. The week of \
-NASA as `benchmarks.simulate` times it: pinned 1.8 -> 1.6 s of CPU, self-tuned 7.2 -> 6.1 s, same tables. What \
-remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin, some 60 \
-µs; decisions, cluster, bill and headroom the rest), which runs while the workers idle, and the replays' closed \
-loops (the planner about half of them, some 10 µs per decision, spread over its rules). The Deployments share \
-nodes at every tick, so their forecasts and decisions stay in one process."""
+PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
+and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the quiet \
+shared machine (load average 1.3-1.5 on its 2 cores) after the day's merges: 209 s wall, 316 s of CPU, 104 s in the \
+fleet's process and 212 s in two worker processes that run the self-tuning replays (`--jobs 2`, the default); 78,645 \
+billed GPU-h at 99.477%. **The target (under 3 minutes on 2 cores) is not met, by 16%.** The wall time is about the \
+fleet's own CPU plus half the replays' (104 + 212 / 2 = 210 s): the replays that fall due at one tick (every \
+Deployment refits, and so tunes, on the same day) all start before any Deployment decides, each whole in one of the \
+two workers, and the fleet waits for them at that tick, as the choice applies there; between tunings only the \
+fleet's process runs. Measured the same day on the loaded machine (load 4-7), one merge at a time: the decision \
+path's speed-ups (a replay's decisions keep no planner steps, the frozen values of every decision filled at once, \
+the forecaster's bands for the levels asked only, `has_evidence` looking at the newest settled bin first) and the \
+tunings in a pool took the run before from 403 s wall / 337 s CPU to 332 s / 270 s with every decision the same \
+(published before: 441 s, 326 s); the free-GPU read costs the fleet's process about a quarter more (a decision whose \
+new replicas may fit on free GPUs is planned twice, at the node lead and at the pod lead), and the tuner's changes \
+of the day moved the replays' CPU (0.93 -> 0.72 s per tuning with the speed-ups). What remains: the fleet's own \
+process (forecasts about two fifths of it: a chain update and predict per bin; decisions, cluster, bill and headroom \
+the rest), which runs while the workers idle, and the replays' closed loops (the planner about half of them). The \
+Deployments share nodes at every tick, so their forecasts and decisions stay in one process."""
 
 
 def fleet(days: float) -> FleetConfig:
