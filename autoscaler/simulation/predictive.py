@@ -27,8 +27,8 @@ standing in for Prometheus:
 * with ``retune`` (the profile's ``self_tune``, on by default, as in the controller), a self-tuning replay of the
   history so far (``autoscaler.simulation.tuning``) runs on the controller's schedule (``engine.retuning``: hourly
   until a point can be chosen, then daily and after each refit): the policy then runs at the operating point chosen
-  for its latency objective, as the controller would (from the same decision; the controller applies it from
-  its next tick);
+  for its latency objective from the next decision on, as the controller runs it (its replay runs after the
+  tick's plans; the sameness test holds the two equal with self-tuning on);
 * the cold-start profile is the configured pod and node start-ups. The simulated start-ups are
   exactly those, so feeding them back through ``observe`` would change nothing; the controller does
   feed real ones back.
@@ -143,7 +143,7 @@ class PredictivePolicy:
         self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0, "tune": 0.0}
         self._prepared = -1  # the decision tick ``prepare`` last ran for
         # the replay started at this tick: (it, its bin, its time, the history the forecast was made from)
-        self._tuning: tuple[PendingTuning, int, int, TrafficSeries] | None = None
+        self._tuning: PendingTuning | None = None  # the replay started at this decision, run from the next
 
     @property
     def model(self) -> Forecaster | None:
@@ -156,9 +156,9 @@ class PredictivePolicy:
 
     def prepare(self, k: int) -> None:
         """The first half of decision tick ``k``: the keeper's forecast, and the self-tuning replay started when it
-        is due (``decide`` waits for it and applies it at this tick). A fleet calls this on every Deployment
-        before any decides, so the replays that fall due at one tick run at once; ``decide`` calls it when no one
-        did. Other ticks: nothing."""
+        is due (``decide`` waits for it after its decision; the point chosen runs from the next decision). A fleet
+        calls this on every Deployment before any decides, so the replays that fall due at one tick run at once;
+        ``decide`` calls it when no one did. Other ticks: nothing."""
         if k % self.decide_every or self._prepared == k:
             return
         self._prepared = k
@@ -185,26 +185,28 @@ class PredictivePolicy:
         self.forecast = forecast
         if self.retune is not None and self.keeper.model is not None and tuning_due(
                 now, self.tuned_at, self.chose, self.keeper.fitted_at):
-            self._start_tuning(b, now, history)
+            self._start_tuning(b, now)
 
-    def _start_tuning(self, b: int, now: int, history: TrafficSeries) -> None:
+    def _start_tuning(self, b: int, now: int) -> None:
         """Start a replay of the history so far (when ``engine.retuning.tuning_due`` says, as the controller's
         schedule does); ``_finish_tuning`` runs the point it chooses."""
         if self.retune is None:
             return
         self.tuned_at = now
         t0 = time.perf_counter()
-        pending = self.retune(self.series.slice(max(0, b - self.history_bins), b), self.base_policy,
+        # the settled bins: the newest ended bin may still change, and the controller replays without it too
+        pending = self.retune(self.series.slice(max(0, b - 1 - self.history_bins), max(0, b - 1)), self.base_policy,
                               self.cold_start, self.gpus_per_replica, self.tunings[-1] if self.tunings else None)
         self.timings["tune"] += time.perf_counter() - t0
-        self._tuning = (pending, b, now, history)
+        self._tuning = pending
 
     def _finish_tuning(self) -> None:
-        """Wait for the replay started at this tick, if any, and run the point it chose, as the controller would
-        (from the same decision; the controller applies it from its next tick)."""
+        """Wait for the replay started at this tick, if any, and run the point it chose from the next decision on,
+        as the controller does (its replay runs after the tick's plans; the next tick plans, and forecasts the
+        bands, at the point chosen)."""
         if self._tuning is None:
             return
-        pending, b, now, history = self._tuning
+        pending = self._tuning
         self._tuning = None
         t0 = time.perf_counter()
         policy, tuning = pending()
@@ -213,18 +215,7 @@ class PredictivePolicy:
         if tuning.chosen is None:
             return  # too little history yet: retried an hour later (``engine.retuning``)
         self.tunings.append(tuning)
-        if policy is self.policy:
-            return
         self.policy = policy
-        # the chosen point may plan on other bands: forecast them now, as the controller's next tick would (the
-        # model is not refitted; only the levels asked for change)
-        t0 = time.perf_counter()
-        try:
-            self.forecast = self.keeper.forecast(history, now, self.policy, self.cold_start, self.horizon_seconds)
-        except FORECAST_ERRORS as exc:
-            self.errors.append(f"bin {b}: {exc}")
-            self.forecast = None
-        self.timings["forecast"] += time.perf_counter() - t0
 
     def notes(self) -> list[str]:
         """What the forecaster did: models used (bins served) and failures, for the report."""
@@ -295,7 +286,6 @@ class PredictivePolicy:
             self._recent.append(demand)
             return cluster.requested
         self.prepare(k)
-        self._finish_tuning()
         t0 = time.perf_counter()
         now = self.series.start + k * self.tick
         observed = self.observed(k, cluster)
@@ -310,6 +300,7 @@ class PredictivePolicy:
         self.warm_pool_replicas = decision.warm_pool_replicas if decision.warm_pool_as == "replicas" else 0
         self.timings["plan"] += time.perf_counter() - t0
         self._recent.append(demand)
+        self._finish_tuning()  # after this tick's decision: the point chosen runs from the next one
         return decision.desired_replicas
 
 

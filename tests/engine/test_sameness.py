@@ -59,6 +59,7 @@ from autoscaler.simulation.money import SIM_NAMESPACE, GangSpec, MoneyConfig, Mo
 from autoscaler.simulation.money import MoneyOutcome as LedgerOutcome
 from autoscaler.simulation.predictive import PredictivePolicy, scaling_policy_for
 from autoscaler.simulation.traffic import resolve, spread
+from autoscaler.simulation.tuning import retuner
 from autoscaler.synth import synth_trace
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -302,10 +303,11 @@ class Replayed(NamedTuple):
     money: LedgerOutcome | None
     troughs: int  # decisions that placed the gang later than it could first start (in the forecast's trough)
     needs_node: set[bool]  # whether decisions planned with a node lead
+    tuned: tuple[tuple[int | None, float], ...] = ()  # the points the self-tuning replays chose, in order
 
 
 def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = None,
-            series: TrafficSeries | None = None, nodepool: str | None = None) -> Replayed:
+            series: TrafficSeries | None = None, nodepool: str | None = None, tuned: bool = False) -> Replayed:
     """Replay ``days`` of the synthetic trace through both sides and say what was compared. Fails at the first decision
     whose forecasts or decisions differ, or the first tick at which the two simulated clusters hold different replicas.
 
@@ -320,6 +322,8 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     ``nodepool``: the Deployment names this NodePool, so the controller reads its free GPUs (``ports.PoolNodes``, here
     the Ready nodes of its simulated cluster) and the simulator's pool carries the name, so it observes the same."""
     text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
+    if tuned:
+        text = text.replace("self_tune: false", "self_tune: true")
     cfg = parse_config_text(text, "sameness.yaml")
     profile = cfg.profile("default")
     if series is None:
@@ -334,6 +338,11 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
         ColdStartProfile(prior_seconds=POD_STARTUP, node_prior_seconds=NODE_STARTUP), cluster_cfg, DECISION,
         refit_seconds=profile.refit_seconds, history_seconds=profile.history_seconds,
         horizon_seconds=profile.horizon_seconds,
+        retune=None if not tuned else retuner(
+            partial(make_chain, profile.model), quantiles=profile.tune_quantiles,
+            utilisations=profile.tune_utilisations, slo_wait_seconds=profile.slo_wait_seconds,
+            slo_attainment=profile.slo_attainment, warmup_seconds=profile.history_seconds,
+            horizon_seconds=profile.horizon_seconds),
     )
 
     def simulated() -> SimCluster:
@@ -355,6 +364,7 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     needs_node: set[bool] = set()
     controller = Controller(kube, source, lambda: cfg, money=MoneyStage(training=gangs))
     controller.fit_budget_seconds = float("inf")  # one Deployment: no fit is ever deferred
+    controller.tune_budget_seconds = float("inf")  # nor a self-tuning replay
     decisions = forecasts = 0
     models: set[str] = set()
     deciding: set[str] = set()
@@ -425,12 +435,20 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
         assert placed > 0, "the gang was never placed: nothing was compared"
         assert gangs.reserved, "the gang was never reserved: nothing was compared"
     assert (kube.free_reads > 0) == (nodepool is not None)
-    return Replayed(decisions, forecasts, models, deciding, cuts, money, troughs, needs_node)
+    memory = controller._memory[(NS, NAME)]
+    if tuned:  # the controller's last replay is the simulator's last (the days it pooled included)
+        assert memory.tuning is not None
+        assert policy.tunings
+        assert memory.tuning.to_dict() | {"cpu_seconds": 0} == policy.tunings[-1].to_dict() | {"cpu_seconds": 0}
+    return Replayed(decisions, forecasts, models, deciding, cuts, money, troughs, needs_node,
+                    tuple((t.chosen, t.chosen_utilisation) for t in policy.tunings))
 
 
 @pytest.mark.timeout(600)
 def test_the_simulator_and_the_controller_forecast_the_same_at_every_decision_over_two_days() -> None:
-    decisions, forecasts, models, deciding, *_, needs_node = _replay(days=2.0)
+    replayed = _replay(days=2.0)
+    decisions, forecasts, models, deciding = replayed.decisions, replayed.forecasts, replayed.models, replayed.deciding
+    needs_node = replayed.needs_node
     assert decisions == 2 * 86_400 // DECISION
     # all but the first two bins' decisions (one bin ended, none settled) were forecast, by more than one model
     # once the daily refit had a day of history
@@ -668,3 +686,11 @@ def test_a_deployment_naming_its_nodepool_is_planned_on_the_same_free_gpus_by_bo
     decisions, needs_node = replayed.decisions, replayed.needs_node
     assert decisions == 86_400 // DECISION
     assert needs_node == {False, True}
+
+
+@pytest.mark.timeout(900)
+def test_self_tuning_chooses_and_runs_the_same_points_on_both_sides() -> None:
+    # Three days: a day to fit on, a day replayed, and the tuned points run on both sides from the same decision.
+    replayed = _replay(days=3.0, tuned=True)
+    assert replayed.decisions == 3 * 86_400 // DECISION
+    assert replayed.tuned, "no replay chose a point: nothing was compared"
