@@ -75,8 +75,8 @@ READING = """Reading the fleet frontier (measured 2026-11-26 on the one engine: 
 controller's `decide` on what the controller observes, the free GPUs of its NodePool included, and the pool's node \
 headroom is sized by the controller's own `pools_headroom`; the HPAs read the arrival rate of the last minute, as \
 our controller does). **The GPU-hour target is met; the SLO-miss target is not, at any operating point.** The \
-self-tuned default needs 37% fewer billed GPU-hours than the HPA + Karpenter curve at its attainment (16,324 at \
-99.655%, which the HPA reaches between its targets 0.3 and 0.4) and has 53% fewer misses at its GPU-hours. Along our \
+self-tuned default needs 36% fewer billed GPU-hours than the HPA + Karpenter curve at its attainment (16,487 at \
+99.655%, which the HPA reaches between its targets 0.3 and 0.4) and has 51% fewer misses at its GPU-hours. Along our \
 frontier the cut grows with the band: -12% at p80 (more misses than the HPA at its GPU-hours), 28% at p90, 66% at \
 p95, 82% at p99 (19,766 GPU-h for 99.910%, all four objectives met, more than the HPA attains at any target, for at \
 least 37% fewer GPU-hours than its best); 90% at p99's GPU-hours would need 99.951%. **Where the misses come from**: \
@@ -89,20 +89,21 @@ rest need Ready replicas (a higher band: p99's misses are a quarter of p95's) or
 moved since the page's previous run (16,788 GPU-h at 99.704%, 39% and 49%): the HPAs read the last minute's rate \
 instead of the tick in progress, which moved their curve left and down (the HPA at 0.5: 99.52% for 19,942 GPU-h); \
 the self-tuning replays forecast through the controller's `ForecastKeeper` (they had absorbed one bin more than the \
-controller), the HPA's own point adds only the forecast's rise, and an objective out of reach runs the safest HPA \
-point (frontier section); the free-GPU read plans replicas that fit on free GPUs at the pod lead (measured alone \
-before: a step along the curve, 0.7% fewer GPU-hours at the same attainment); headroom is sized on what the \
-controller reads (`engine.money.observe_pools`: the pool's Ready nodes before the tick's decisions, the demand each \
-decision observed, each decision's node lead), 0.6-0.8% fewer billed GPU-hours with headroom than when it was sized \
-on the trace's demand and every node."""
+controller), the HPA's own point adds only the forecast's rise, an objective out of reach runs the safest HPA point \
+(frontier section), and a tuned point runs from the decision after its replay, as in the controller (it ran from the \
+same decision; 16,324 -> 16,487 GPU-h at the same attainment); the free-GPU read plans replicas that fit on free \
+GPUs at the pod lead (measured alone before: a step along the curve, 0.7% fewer GPU-hours at the same attainment); \
+headroom is sized on what the controller reads (`engine.money.observe_pools`: the pool's Ready nodes before the \
+tick's decisions, the demand each decision observed, each decision's node lead), 0.6-0.8% fewer billed GPU-hours \
+with headroom than when it was sized on the trace's demand and every node."""
 
 # Measured 2026-11-26 with --perf on the project's shared 2-core machine (the numbers before and after in one session).
 PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
 and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the quiet \
-shared machine (load average 1.3-1.5 on its 2 cores) after the day's merges: 209 s wall, 316 s of CPU, 104 s in the \
-fleet's process and 212 s in two worker processes that run the self-tuning replays (`--jobs 2`, the default); 78,645 \
-billed GPU-h at 99.477%. **The target (under 3 minutes on 2 cores) is not met, by 16%.** The wall time is about the \
-fleet's own CPU plus half the replays' (104 + 212 / 2 = 210 s): the replays that fall due at one tick (every \
+shared machine (load average 1.8-1.9 on its 2 cores) after the day's merges: 205 s wall, 309 s of CPU, 99 s in the \
+fleet's process and 210 s in two worker processes that run the self-tuning replays (`--jobs 2`, the default); 78,826 \
+billed GPU-h at 99.477%. **The target (under 3 minutes on 2 cores) is not met, by 14%.** The wall time is about the \
+fleet's own CPU plus half the replays' (99 + 210 / 2 = 204 s): the replays that fall due at one tick (every \
 Deployment refits, and so tunes, on the same day) all start before any Deployment decides, each whole in one of the \
 two workers, and the fleet waits for them at that tick, as the choice applies there; between tunings only the \
 fleet's process runs. Measured the same day on the loaded machine (load 4-7), one merge at a time: the decision \
