@@ -291,14 +291,24 @@ class PlanApplier(MetricsExport):
         memory.last_scale_down = {"at": utc(now).isoformat(), "from": view.replicas, "to": desired,
                                   "marked": marked, "unmarked": reason, "note": note}
         text = ""
+        if reason is None:  # steered by the marks: the next unmarked scale-down is news again
+            memory.notices.forget("scale_down_unmarked")
         if marked and reason is None:
             return "; idlest pods marked for removal: " + ", ".join(f"{m['pod']} ({m['why']})" for m in marked)
         if marked:
             text = "; pods marked for removal: " + ", ".join(f"{m['pod']} ({m['why']})" for m in marked)
         if reason is not None:
             self.metrics.scale_down_unmarked.labels(view.namespace, view.name, reason).inc()
-            log.warning("%s/%s: scale-down %d -> %d not (fully) steered by the marks (%s): %s", view.namespace,
-                        view.name, view.replicas, desired, reason, note)
+
+            def warn() -> bool:
+                log.warning("%s/%s: scale-down %d -> %d not (fully) steered by the marks (%s): %s; said once until "
+                            "the reason changes (the ScaledDown Event and scale_down_unmarked_total count each one)",
+                            view.namespace, view.name, view.replicas, desired, reason, note)
+                return True
+
+            # a Deployment without a per-pod query is unmarked at every scale-down: one log line per reason, not one
+            # per scale-down (a thousand-Deployment fleet would write hundreds a tick)
+            memory.notices.tell("scale_down_unmarked", reason, warn)
             text += f"; the marks do not choose {'all ' if marked else ''}the pods removed ({reason}): {note}"
         elif not marked:
             text = f"; no pod marked: {note}" if note else "; no pod marked"

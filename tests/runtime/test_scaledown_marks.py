@@ -335,6 +335,29 @@ def test_unknown_in_flight_marks_no_pod_says_so_and_still_scales(
     assert dep["spec"]["replicas"] == 2
 
 
+def test_an_unmarked_scale_down_is_logged_once_per_reason_and_counted_every_time(
+    shrinking: FakeKubeAPI, api_client: client.ApiClient, config: Config, prometheus_server: PrometheusServer,
+    now0: int, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Without a per-pod query every scale-down is unmarked: the log says so once (a fleet would write a line per
+    # Deployment per scale-down), the metric and the ScaledDown Event count each one.
+    broken = 'sum by (namespace, pod) (vllm:num_requests_running{namespace=~"{namespaces}"}'  # a parse error
+    controller_, metrics = controller(api_client, config, prometheus_server.url,
+                                      queries={"pod_in_flight": broken})
+    prime(controller_, now0)
+    with caplog.at_level(logging.WARNING, logger="autoscaler.runtime.loop"):
+        report = controller_.tick(now0)
+        marks = mistral(report).scale_down_marks
+        assert marks is not None
+        assert marks.unmarked is not None
+        (view,) = [v for v in controller_.cluster.list_workloads() if (v.namespace, v.name) == (NS, DEP)]
+        text = controller_._scaled_down(view, 1, marks, now0 + 60)  # the next scale-down, unmarked for the same reason
+    assert "the marks do not choose the pods removed" in text
+    warnings = [r for r in caplog.records if "not (fully) steered by the marks" in r.getMessage()]
+    assert len(warnings) == 1
+    assert unmarked(metrics, marks.unmarked) == 2
+
+
 def test_a_dry_run_marks_nothing_and_says_what_it_would_mark(
     shrinking: FakeKubeAPI, api_client: client.ApiClient, config: Config, prometheus_server: PrometheusServer,
     now0: int,
