@@ -105,17 +105,18 @@ fleet's process and 210 s in two worker processes that run the self-tuning repla
 billed GPU-h at 99.477%. **The target (under 3 minutes on 2 cores) is not met, by 14%.** The wall time is about the \
 fleet's own CPU plus half the replays' (99 + 210 / 2 = 204 s): the replays that fall due at one tick (every \
 Deployment refits, and so tunes, on the same day) all start before any Deployment decides, each whole in one of the \
-two workers, and the fleet waits for them at that tick, as the choice applies there; between tunings only the \
-fleet's process runs. Measured the same day on the loaded machine (load 4-7), one merge at a time: the decision \
-path's speed-ups (a replay's decisions keep no planner steps, the frozen values of every decision filled at once, \
-the forecaster's bands for the levels asked only, `has_evidence` looking at the newest settled bin first) and the \
-tunings in a pool took the run before from 403 s wall / 337 s CPU to 332 s / 270 s with every decision the same \
-(published before: 441 s, 326 s); the free-GPU read costs the fleet's process about a quarter more (a decision whose \
-new replicas may fit on free GPUs is planned twice, at the node lead and at the pod lead), and the tuner's changes \
-of the day moved the replays' CPU (0.93 -> 0.72 s per tuning with the speed-ups). What remains: the fleet's own \
-process (forecasts about two fifths of it: a chain update and predict per bin; decisions, cluster, bill and headroom \
-the rest), which runs while the workers idle, and the replays' closed loops (the planner about half of them). The \
-Deployments share nodes at every tick, so their forecasts and decisions stay in one process."""
+two workers, and the fleet waits for them at that tick, after its decisions (each choice runs from the next \
+decision, as in the controller); between tunings only the fleet's process runs. Measured the same day on the loaded \
+machine (load 4-7), one merge at a time: the decision path's speed-ups (a replay's decisions keep no planner steps, \
+the frozen values of every decision filled at once, the forecaster's bands for the levels asked only, `has_evidence` \
+looking at the newest settled bin first) and the tunings in a pool took the run before from 403 s wall / 337 s CPU \
+to 332 s / 270 s with every decision the same (published before: 441 s, 326 s); the free-GPU read costs the fleet's \
+process about a quarter more (a decision whose new replicas may fit on free GPUs is planned twice, at the node lead \
+and at the pod lead), and the tuner's changes of the day moved the replays' CPU (0.93 -> 0.72 s per tuning with the \
+speed-ups). What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per \
+bin; decisions, cluster, bill and headroom the rest), which runs while the workers idle, and the replays' closed \
+loops (the planner about half of them). The Deployments share nodes at every tick, so their forecasts and decisions \
+stay in one process."""
 
 
 def fleet(days: float) -> FleetConfig:

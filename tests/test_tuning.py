@@ -530,25 +530,6 @@ def test_where_the_forecast_sees_the_ramp_a_predictive_point_is_chosen() -> None
     assert "starts early" not in result.reason
 
 
-def test_replaying_half_the_points_in_a_worker_process_chooses_exactly_what_one_process_does() -> None:
-    # The points are independent replays of the same forecasts and traffic: split between this process and a worker
-    # (how the fleet benchmark uses two cores), every candidate, the choice and the reason are the same. A worker
-    # that replayed the wrong points, or returned them out of order, fails here (each point's cost differs).
-    from concurrent.futures import ProcessPoolExecutor
-
-    history = _noisy_daily(3, seed=11)
-    kwargs: dict[str, Any] = {"quantiles": (60, 80, 95), "utilisations": (0.8,), "slo_wait_seconds": 2,
-                              "slo_attainment": 0.99}
-    alone = tune(history, _policy(capacity=5.0), COLD, lambda: make_chain("default"), **kwargs)
-    with ProcessPoolExecutor(max_workers=1) as pool:
-        shared = tune(history, _policy(capacity=5.0), COLD, lambda: make_chain("default"), executor=pool, **kwargs)
-    assert len({c.gpu_hours for c in alone.candidates}) > 1
-    assert shared.candidates == alone.candidates
-    assert shared.days == alone.days
-    assert (shared.chosen, shared.chosen_utilisation, shared.met, shared.reason) == (
-        alone.chosen, alone.chosen_utilisation, alone.met, alone.reason)
-
-
 def test_when_nothing_meets_the_objective_a_dearer_point_must_beat_the_safest_hpa_point_on_every_day() -> None:
     """A bursty stream no point can serve at 99%: p99 out-attains the HPA's own point on the pool of two days because
     one of them went its way, at three times the GPU-hours; it was worse on the other day, so the safest HPA point

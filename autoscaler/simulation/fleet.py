@@ -436,7 +436,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             if w != c.requested:
                 c.scale_to(k, w)
         if sizing:
-            members = {pname: [_member(k, i, deps[i], specs[pname], policies[i], clusters[i], starts[i], tick,
+            members = {pname: [_member(k, deps[i], specs[pname], policies[i], clusters[i], starts[i], tick,
                                        caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
                        for pname in pools}
             observations = observe_pools(reads, members, terms, config.cluster_ceiling,
@@ -530,9 +530,9 @@ def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceil
     return [plan.allowed(d.name, w) for d, w in zip(deps, wanted, strict=True)]
 
 
-def _member(k: int, i: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, cluster: Cluster, start: int,
+def _member(k: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, cluster: Cluster, start: int,
             tick: int, capacity: float, gpus_per_replica: int, demand: float) -> HeadroomMember:
-    """Deployment ``i`` as the controller shows it to its pool's node headroom at tick ``k``: the forecast its
+    """Deployment ``d`` as the controller shows it to its pool's node headroom at tick ``k``: the forecast its
     decision read, its node lead (the decision's; the spec's start-ups before the first), the demand its decision
     observed (the trace's for a policy that observes none) and the replicas its pods request after the ceilings."""
     decided = getattr(policy, "decided", None)

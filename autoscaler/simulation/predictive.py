@@ -80,7 +80,7 @@ PendingTuning = Callable[[], tuple[ScalingPolicy, TuningOutcome]]
 # Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning it returned) ->
 # the replay, started (``autoscaler.simulation.tuning.retuner`` builds one). Why started and not done: a fleet starts
 # the replays that fall due at one tick on every Deployment before it waits for the first (they may run in worker
-# processes meanwhile), and applies each at that tick, as one Deployment alone would.
+# processes meanwhile), and runs each chosen point from the next decision, as one Deployment alone would.
 Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, Any], PendingTuning]
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
@@ -142,7 +142,6 @@ class PredictivePolicy:
         # wall seconds spent in the forecaster (fit/update/predict) and in plan_replicas, for benchmarks
         self.timings: dict[str, float] = {"forecast": 0.0, "plan": 0.0, "tune": 0.0}
         self._prepared = -1  # the decision tick ``prepare`` last ran for
-        # the replay started at this tick: (it, its bin, its time, the history the forecast was made from)
         self._tuning: PendingTuning | None = None  # the replay started at this decision, run from the next
 
     @property

@@ -432,10 +432,8 @@ class _Replay:
     initial: int
     requests: float
 
-    def run(self, jobs: Sequence[tuple[tuple[int, float], ScalingPolicy]]) -> tuple[list[Candidate], float]:
-        """Replay each ``((quantile, utilisation), policy)`` in closed loop; the candidates, in order, and the CPU
-        seconds this took in this process."""
-        started = time.process_time()
+    def run(self, jobs: Sequence[tuple[tuple[int, float], ScalingPolicy]]) -> list[Candidate]:
+        """Replay each ``((quantile, utilisation), policy)`` in closed loop; the candidates, in order."""
         out: list[Candidate] = []
         tick = self.cluster.tick_seconds
         for (q, u), policy in jobs:
@@ -446,7 +444,7 @@ class _Replay:
                            self.cluster.gpus_per_replica, 0.0, queue=self.queue, segments=self.segments)
             out.append(Candidate(q, result.gpu_hours, result.slo_attainment, result.wait_p99_seconds,
                                  result.dropped_fraction, self.requests, u))
-        return out, time.process_time() - started
+        return out
 
 
 class _Replayed(PredictivePolicy):
@@ -486,13 +484,6 @@ def _forecasts(
     return out
 
 
-def _run_pickled(payload: bytes) -> tuple[list[Candidate], float]:
-    """``_Replay.run`` of the points in ``payload`` (a pickled ``(replay, jobs)``), in a worker process."""
-    replay, jobs = pickle.loads(payload)  # written by this process's ``tune`` a moment before
-    result: tuple[list[Candidate], float] = replay.run(jobs)
-    return result
-
-
 def tune(
     history: TrafficSeries,
     base: ScalingPolicy,
@@ -513,7 +504,6 @@ def tune(
     previous: Tuning | None = None,
     pool_days: int = DEFAULT_POOL_DAYS,
     running: tuple[int, float] | None = None,
-    executor: Executor | None = None,
     horizon_seconds: int = ForecastProfile().horizon_seconds,
 ) -> Tuning:
     """Replay the last ``replay_seconds`` of ``history`` (per-second rates) at each operating point of
@@ -525,9 +515,8 @@ def tune(
     ``chosen`` is None and ``reason`` says how much history there is. ``previous`` (the last tuning for the same
     objective and sizing) carries its replayed days: up to ``pool_days`` days, this one included, are pooled.
     ``running`` is the point that ran during the replayed day (the error budget counts its replay as lived).
-    ``executor`` (a process pool of one worker, say) replays half of the points there, the other half here: the
-    same candidates, in about half the wall time on two cores (None: all here). ``horizon_seconds``: the
-    profile's forecast horizon, which the Deployment's keeper forecasts to (``engine.forecasting.forecast_steps``).
+    ``horizon_seconds``: the profile's forecast horizon, which the Deployment's keeper forecasts to
+    (``engine.forecasting.forecast_steps``). A fleet runs whole replays in worker processes (``retuner``).
     """
     started = time.process_time()
     qs = sorted({int(q) for q in quantiles})
@@ -568,7 +557,7 @@ def tune(
 
     policies = [candidate_policy(base, q, u) for q, u in points]
     horizon = max(forecast_steps(p, cold_start, step, horizon_seconds) for p in policies)
-    levels = sorted({50, *(lv for p in policies for lv in forecast_levels(p)), *qs})
+    levels = sorted({lv for p in policies for lv in forecast_levels(p)})  # every band any point plans on
     forecasts = _forecasts(history, replay_from, make_model, horizon, levels, warmup_seconds)
     if all(f is None for f in forecasts):
         return nothing("the forecaster could not be fitted on the history before the replay window")
@@ -590,20 +579,7 @@ def tune(
                   base.max_replicas)
     replay = _Replay(tuple(forecasts), window, cold_start, cluster_cfg, demand, queue, segments, capacity, initial,
                      float(np.nansum(demand)) * tick)
-    jobs = list(zip(points, policies, strict=True))
-    if executor is None or len(jobs) < 2:
-        candidates, _ = replay.run(jobs)
-    else:
-        # The points are independent replays of the same inputs: the second half in a worker while this process
-        # replays the first; concatenated in order, the candidates are exactly the sequential ones.
-        half = (len(jobs) + 1) // 2
-        # Pickled here, before this process replays its half: the executor pickles in a feeder thread, and the
-        # replay fills the forecasts' caches as it reads them (a dict changing size under the pickler).
-        remote = executor.submit(_run_pickled, pickle.dumps((replay, jobs[half:])))
-        mine, _ = replay.run(jobs[:half])
-        theirs, worker_cpu = remote.result()
-        candidates = mine + theirs
-        started -= worker_cpu  # the replay's CPU counts the worker's share
+    candidates = replay.run(list(zip(points, policies, strict=True)))
     earlier = () if previous is None else tuple(
         d for d in previous.days if d.end <= end - replay_seconds + OVERLAP_SHARE * replay_seconds)
     days = (*earlier, Day(end, tuple(candidates), running))[-max(1, pool_days):]
@@ -656,8 +632,8 @@ def retuner(
 
     ``executor`` (a pool of worker processes; ``make_model`` must then pickle, e.g. a module-level function or a
     ``functools.partial`` of one): each replay runs there, whole, while the caller goes on, which is how a fleet
-    replays the Deployments whose tuning falls due at the same tick at once (the same choices, applied at the same
-    tick). None: each replay runs in this process when it is started."""
+    replays the Deployments whose tuning falls due at the same tick at once (the same choices, each run from the
+    next decision). None: each replay runs in this process when it is started."""
 
     def hook(history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
              gpus_per_replica: int, previous: Tuning | None) -> PendingTuning:
@@ -669,8 +645,8 @@ def retuner(
         if executor is None:
             done = job.run()
             return lambda: done
-        # Pickled here, before the caller goes on: nothing the job holds may change under the executor's feeder
-        # thread (see ``tune``).
+        # Pickled here, before the caller goes on: the executor pickles in a feeder thread, and nothing the job holds
+        # may change under it (a forecast's band cache filling is a dict changing size under the pickler).
         future = executor.submit(_run_pickled_job, pickle.dumps(job))
         return future.result
 
