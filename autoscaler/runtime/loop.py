@@ -284,10 +284,6 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         # Stalest models first, so a deferred refit is the first one served by the next tick's budget.
         order = sorted(range(len(valid)), key=lambda i: self._staleness(valid[i][0]))
         planned = {i: self._plan(*valid[i], cfg, now, metrics_ok, errors) for i in order}
-        self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the plans
-            cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
-            else self.tune_budget_seconds)
-        self._replay_due(now, errors)
         plans = [planned[i] for i in range(len(valid))]
         self.metrics.deferred_fits.set(self._deferred_fits)
         horizon = max((p.horizon_seconds for _, _, p in valid), default=cfg.profile("default").horizon_seconds)
@@ -298,6 +294,12 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             pools=PoolsRead(self._pool_reads, self._pools_unread, {
                 f"{p.view.namespace}/{p.view.name}": self._headroom_member(p, int(now)) for p in plans}),
         )
+        # The self-tuning replays run after the plans and the money stage (their choices apply from the next tick), on
+        # nodes of the size the money stage read for each Deployment's NodePool, as the simulator's cluster has them.
+        self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the plans
+            cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
+            else self.tune_budget_seconds)
+        self._replay_due(now, errors, money.gpus_per_node)
         decisions = [money.decisions.get(f"{p.view.namespace}/{p.view.name}", p.decision) for p in plans]
         downs = {p.view.namespace for p, d in zip(plans, decisions, strict=True)
                  if not p.spec.advisory and d.desired_replicas < p.view.replicas}
@@ -390,9 +392,12 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             percentile=float(cfg.cold_start.percentile),
             min_samples=cfg.cold_start.min_samples,
         )
+        untuned = policy
         if capacity is not None:  # a replay at a guessed capacity would tune on a guess
-            policy = self._tuned(view, spec, profile, policy, cold, now)
+            policy = self._tuned(view, spec, profile, policy)
         forecast = self._forecast(key, profile, policy, cold, int(now), errors) if metrics_ok else None
+        if capacity is not None:
+            self._queue_replay(view, spec, profile, untuned, cold, now)
         demand: float | None = None
         if metrics_ok and memory.history is not None and len(memory.history):
             last = float(memory.history.values[-1])

@@ -165,6 +165,7 @@ class MoneyOutcome:
     gang_headroom_blocked: Mapping[str, str] = field(default_factory=dict)  # gang -> why no nodes are held for it
     held: frozenset[str] = frozenset()  # keys of held (not yet activated) Kueue Workloads
     now: int = 0
+    gpus_per_node: Mapping[str, int] = field(default_factory=dict)  # NodePool -> GPUs per node (where known)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -481,6 +482,7 @@ class MoneyStage:
             alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in plan.alerts), actions=tuple(actions),
             placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
             gang_headroom_blocked=dict(gh.blocked),
+            gpus_per_node={name: shape.gpus_per_node for name, shape in shapes.items()},
         )
 
     # ------------------------------------------------------------------ writes

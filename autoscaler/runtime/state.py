@@ -234,6 +234,7 @@ class Replay:
     profile: ForecastProfile
     gpus_per_replica: int
     inputs: tuple[float, ...]  # (slo wait, attainment, capacity, min, max): a change re-tunes and restarts the pool
+    nodepool: str | None  # the NodePool it names: the replay's nodes are that pool's size where it is known
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from functools import partial
 
 from autoscaler.config.schema import ForecastProfile
@@ -27,6 +28,7 @@ from autoscaler.runtime.state import (
     Replay,
     objective,
 )
+from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE
 from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
 from models.registry import make_chain
 
@@ -38,15 +40,12 @@ class TuningSchedule(ControllerBase):
 
     def _tuned(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
-        cold: ColdStartProfile, now: float,
     ) -> ScalingPolicy:
-        """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``), and a replay
-        queued for ``_replay_due`` when one is due.
+        """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``), what this
+        tick forecasts and plans with (``_queue_replay`` then queues a replay when one is due).
 
-        Due daily, after a refit of its model and when its objective or sizing changes; the replay runs after this
-        tick's plans, in what is left of its budgets, and its choice applies from the next tick. Without self-tuning
-        (the profile's ``self_tune: false``, or a fixed warm pool), ``policy`` as it is; before the first replay
-        too (the profile's own operating point).
+        Without self-tuning (the profile's ``self_tune: false``, or a fixed warm pool), ``policy`` as it is; before
+        the first replay too (the profile's own operating point).
         """
         key = (view.namespace, view.name)
         memory = self._memory[key]
@@ -56,17 +55,31 @@ class TuningSchedule(ControllerBase):
         if not memory.tuning_read and memory.status_read:
             memory.tuning_read = True
             self._resume_tuning(view, memory)
-        wait, target = objective(spec, profile)
-        inputs: tuple[float, ...] = (wait, target, policy.capacity_per_replica, policy.min_replicas,
-                                     policy.max_replicas)
+        last = memory.tuning
+        if last is None or last.chosen is None or _inputs(spec, profile, policy) != memory.tuning_inputs:
+            return policy  # nothing chosen yet for this objective and sizing
+        return candidate_policy(policy, last.chosen, last.chosen_utilisation)
+
+    def _queue_replay(
+        self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
+        cold: ColdStartProfile, now: float,
+    ) -> None:
+        """Queue a self-tuning replay of the Deployment for ``_replay_due`` when one is due (``policy``: its own,
+        untuned). Due daily, after a refit of its model and when its objective or sizing changes. Asked after this
+        tick's forecast, so a refit made by it is seen at once, as the simulator sees it (``PredictivePolicy``); the
+        replay runs after the tick's plans, in what is left of its budgets, and its choice applies from the next
+        tick."""
+        if not profile.self_tune or policy.warm_pool is not None:
+            return
+        key = (view.namespace, view.name)
+        memory = self._memory[key]
+        inputs = _inputs(spec, profile, policy)
         last = memory.tuning
         refit_at = memory.keeper.fitted_at if memory.keeper is not None else -math.inf
         due = tuning_due(now, memory.tuning_tried, last is not None and last.chosen is not None, refit_at)
         if due or inputs != memory.tuning_inputs:
-            self._replays.append(Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs))
-        if last is None or last.chosen is None or inputs != memory.tuning_inputs:
-            return policy  # nothing chosen yet for this objective and sizing
-        return candidate_policy(policy, last.chosen, last.chosen_utilisation)
+            self._replays.append(Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs,
+                                        spec.nodepool))
 
     def _resume_tuning(self, view: WorkloadView, memory: Memory) -> None:
         """Continue from the self-tuning state the saved status holds (written by this controller before a restart, or
@@ -93,9 +106,11 @@ class TuningSchedule(ControllerBase):
                                             for c in tuning.candidates))
         self._note_tuning((view.namespace, view.name), memory, tuning)
 
-    def _replay_due(self, now: float, errors: list[str]) -> None:
+    def _replay_due(self, now: float, errors: list[str], gpus_per_node: Mapping[str, int]) -> None:
         """Run the self-tuning replays queued by this tick's plans, least recently tuned first, after the plans and
-        only in what the fits left of the fitting budget (fits come first). A tick's first replay needs nothing
+        only in what the fits left of the fitting budget (fits come first). ``gpus_per_node``: per NodePool whose
+        shape the money stage knows (a Deployment naming none, or one not known, is replayed on
+        ``DEFAULT_GPUS_PER_NODE``-GPU nodes, as ``simulate`` replays by default). A tick's first replay needs nothing
         more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another starts only if
         it should end within the tuning budget, counted from the end of the plans, by the replays' running mean
         duration. The rest wait for a later tick."""
@@ -126,6 +141,7 @@ class TuningSchedule(ControllerBase):
                     history.slice(0, len(history) - 1), job.policy, job.cold, partial(make_chain, job.profile.model),
                     quantiles=job.profile.tune_quantiles, utilisations=job.profile.tune_utilisations,
                     slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=job.gpus_per_replica,
+                    gpus_per_node=gpus_per_node.get(job.nodepool or "", DEFAULT_GPUS_PER_NODE),
                     warmup_seconds=job.profile.history_seconds, previous=previous, running=running,
                     horizon_seconds=job.profile.horizon_seconds,
                 )
@@ -157,3 +173,10 @@ class TuningSchedule(ControllerBase):
         # the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and once more
         # when the forecast earns its place again.
         memory.tuning_state = (result.met, chosen.lead_only, result.reason)
+
+
+def _inputs(spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy) -> tuple[float, ...]:
+    """What a tuning was made for: (SLO wait, attainment, capacity, min, max); a change re-tunes and restarts the
+    pooled days."""
+    wait, target = objective(spec, profile)
+    return (wait, target, policy.capacity_per_replica, policy.min_replicas, policy.max_replicas)

@@ -44,6 +44,10 @@ from dataclasses import dataclass
 
 from autoscaler.ports import PoolGpus
 
+# GPUs per node where nothing says otherwise: a p4d/p5-class node (also what a self-tuning replay assumes for a
+# Deployment that names no NodePool, or one whose shape the controller could not read)
+DEFAULT_GPUS_PER_NODE = 8
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -52,7 +56,7 @@ class ClusterConfig:
     pod_startup_seconds: int = 120
     node_startup_seconds: int = 180
     gpus_per_replica: int = 1
-    gpus_per_node: int = 8
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     consolidate_after_seconds: int = 60
     tick_seconds: int = 15
 

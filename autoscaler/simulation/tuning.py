@@ -78,7 +78,7 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels, forecast_steps
-from autoscaler.simulation.cluster import Cluster, ClusterConfig
+from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE, Cluster, ClusterConfig
 from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for
 from autoscaler.simulation.predictive import FORECAST_ERRORS, PendingTuning, PredictivePolicy, Retune
 from autoscaler.simulation.queue import QueueConfig, Segments
@@ -496,7 +496,7 @@ def tune(
     utilisations: Sequence[float] = (),
     hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS,
     gpus_per_replica: int = 1,
-    gpus_per_node: int = 8,
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     replay_seconds: int = DEFAULT_REPLAY_SECONDS,
     warmup_seconds: int = 14 * SECONDS_PER_DAY,
     margin: float = DEFAULT_MARGIN,
@@ -623,7 +623,7 @@ def _describe(c: Candidate) -> str:
 def retuner(
     make_model: Callable[[], Forecaster], *, quantiles: Sequence[int], slo_wait_seconds: float,
     slo_attainment: float, warmup_seconds: int, utilisations: Sequence[float] = (),
-    hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS, gpus_per_node: int = 8,
+    hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, executor: Executor | None = None,
     horizon_seconds: int = ForecastProfile().horizon_seconds,
 ) -> Retune:

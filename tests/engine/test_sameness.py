@@ -69,6 +69,7 @@ STEP = 300  # 5-minute bins: two days are 576 of them, cheap to fit on the share
 DECISION = 60  # the loop interval, and the simulator's decision interval
 POD_STARTUP, NODE_STARTUP = 120, 180
 CAPACITY = 2.0
+GPUS_PER_NODE = 4  # the simulated cluster's nodes: scale-ups often need a node
 CONFIG = f"""\
 loop:
   interval: {DECISION}s
@@ -322,6 +323,8 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     ``nodepool``: the Deployment names this NodePool, so the controller reads its free GPUs (``ports.PoolNodes``, here
     the Ready nodes of its simulated cluster) and the simulator's pool carries the name, so it observes the same."""
     text = CONFIG if ceiling is None else CONFIG + f"ceilings:\n  cluster: {ceiling}\n"
+    if nodepool is not None:  # the controller knows the pool's node size (its replays run on such nodes)
+        text += f"pricing:\n  nodepools:\n    {nodepool}: {{gpus_per_node: {GPUS_PER_NODE}}}\n"
     if tuned:
         text = text.replace("self_tune: false", "self_tune: true")
     cfg = parse_config_text(text, "sameness.yaml")
@@ -332,7 +335,7 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     sim_cfg = SimulationConfig(capacity_per_replica=CAPACITY, min_replicas=1, max_replicas=40)
     # nodes of 4 GPUs: scale-ups often need a node, so pods wait for one (Pending unschedulable) on both sides
     cluster_cfg = ClusterConfig(pod_startup_seconds=POD_STARTUP, node_startup_seconds=NODE_STARTUP,
-                                gpus_per_replica=1, gpus_per_node=4, tick_seconds=tick)
+                                gpus_per_replica=1, gpus_per_node=GPUS_PER_NODE, tick_seconds=tick)
     policy = PredictivePolicy(
         series, partial(make_chain, profile.model), scaling_policy_for(sim_cfg, profile=profile),
         ColdStartProfile(prior_seconds=POD_STARTUP, node_prior_seconds=NODE_STARTUP), cluster_cfg, DECISION,
@@ -342,7 +345,7 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
             partial(make_chain, profile.model), quantiles=profile.tune_quantiles,
             utilisations=profile.tune_utilisations, slo_wait_seconds=profile.slo_wait_seconds,
             slo_attainment=profile.slo_attainment, warmup_seconds=profile.history_seconds,
-            horizon_seconds=profile.horizon_seconds),
+            horizon_seconds=profile.horizon_seconds, gpus_per_node=cluster_cfg.gpus_per_node),
     )
 
     def simulated() -> SimCluster:
@@ -691,6 +694,7 @@ def test_a_deployment_naming_its_nodepool_is_planned_on_the_same_free_gpus_by_bo
 @pytest.mark.timeout(900)
 def test_self_tuning_chooses_and_runs_the_same_points_on_both_sides() -> None:
     # Three days: a day to fit on, a day replayed, and the tuned points run on both sides from the same decision.
-    replayed = _replay(days=3.0, tuned=True)
+    # The Deployment names its NodePool (4-GPU nodes): both replay on nodes of that size.
+    replayed = _replay(days=3.0, tuned=True, nodepool="gpu")
     assert replayed.decisions == 3 * 86_400 // DECISION
     assert replayed.tuned, "no replay chose a point: nothing was compared"
