@@ -470,15 +470,19 @@ class KubeCluster:
 
     def pool_gpus(self, pools: Sequence[str]) -> dict[str, PoolGpus]:
         """The GPUs of each NodePool's nodes (``ports.PoolNodes``): one list of the pools' nodes (label selector),
-        then one list of the pods bound to each Ready, schedulable node among them (field selector ``spec.nodeName``:
-        the API server answers it from its watch cache, indexed by node). Our headroom placeholder pods hold no GPU
-        here: every real replica preempts them, so their GPUs are free to it and their node is idle headroom."""
+        then one list of the pods bound to each Ready, schedulable node among them (field selector ``spec.nodeName``).
+        Both lists ask ``resourceVersion=0``: the API server answers from its watch cache (the pods' indexed by node)
+        instead of a consistent read, which before Kubernetes 1.31's consistent reads from the cache goes to etcd,
+        and etcd has no index by node: every per-node list would scan every pod of the cluster, each tick. A cache a
+        moment behind etcd is fine for a count re-read every tick. Our headroom placeholder pods hold no GPU here:
+        every real replica preempts them, so their GPUs are free to it and their node is idle headroom."""
         counts = {pool: [0, 0, 0, 0] for pool in pools}  # free, busy nodes, free on busy nodes, nodes
         if not counts:
             return {}
         selector = f"{NODEPOOL_LABEL} in ({','.join(sorted(counts))})"
         nodes = self._read(f"list nodes with label {selector!r}",
-                           lambda: self._core.list_node(label_selector=selector, _request_timeout=self._timeout))
+                           lambda: self._core.list_node(label_selector=selector, resource_version="0",
+                                                        _request_timeout=self._timeout))
         for node in nodes.items or []:
             meta = node.metadata
             pool = (meta.labels or {}).get(NODEPOOL_LABEL) if meta is not None else None
@@ -493,7 +497,7 @@ class KubeCluster:
             pods = self._read(
                 f"list pods on node {name}",
                 lambda name=name: self._core.list_pod_for_all_namespaces(  # type: ignore[misc]
-                    field_selector=f"spec.nodeName={name}", _request_timeout=self._timeout),
+                    field_selector=f"spec.nodeName={name}", resource_version="0", _request_timeout=self._timeout),
             )
             used = sum(pod_gpus(p) for p in pods.items or []
                        if (p.status is None or p.status.phase not in ("Succeeded", "Failed"))

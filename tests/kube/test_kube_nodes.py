@@ -71,6 +71,9 @@ def test_pool_gpus_are_allocatable_minus_what_bound_pods_request_on_ready_nodes(
     assert nodes_listed[0].query["labelSelector"] == [f"{NODEPOOL_LABEL} in (empty,gpu,other)"]
     per_node = sorted(r.query["fieldSelector"][0] for r in fake_api.requests if r.path == "/api/v1/pods")
     assert per_node == ["spec.nodeName=a1", "spec.nodeName=a2", "spec.nodeName=b1"]  # Ready, schedulable, in a pool
+    # every list is answered from the API server's watch cache, not by a read of etcd (which scans every pod per node)
+    assert {r.query.get("resourceVersion", [""])[0] for r in fake_api.requests
+            if r.path in ("/api/v1/nodes", "/api/v1/pods")} == {"0"}
 
 
 def test_our_placeholders_hold_no_gpu_their_node_is_idle_headroom(fake_api: FakeKubeAPI,
