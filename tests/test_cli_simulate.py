@@ -259,7 +259,9 @@ def test_sweep_runs_one_scored_predictive_row_per_value(
     # Refit hourly: with the controller's daily refit, eight hours are all forecast by the model fitted on the
     # first settled bin, whose bands coincide, and a sweep of bands would have nothing to move.
     config = tmp_path / "config.yaml"
-    config.write_text("profiles:\n  default:\n    refit: 1h\n")
+    # Pinned (self_tune: false): eight hours are too few to tune, and a self-tuned run would run the tuner's start
+    # point (the HPA's own point), not the profile's.
+    config.write_text("profiles:\n  default:\n    refit: 1h\n    self_tune: false\n")
     args = ["simulate", "--trace", str(trace), "--config", str(config), "--json", "--reactive-targets", "0.7",
             "--sweep", "warm_pool_quantile=90,99"]
     assert main(args) == 0
@@ -283,7 +285,9 @@ def test_config_profile_drives_the_predictive_policy_like_the_sweep(
 ) -> None:
     config = tmp_path / "config.yaml"
     # refit hourly, as in the sweep test: eight hours of the controller's daily refit have no bands to choose from
-    config.write_text("profiles:\n  default: {refit: 1h}\n  lean:\n    quantile: 75\n    warm_pool: 0\n    refit: 1h\n")
+    # (pinned, as there: a self-tuned run of eight hours runs the tuner's start point, not the profile's)
+    config.write_text("profiles:\n  default: {refit: 1h, self_tune: false}\n"
+                      "  lean:\n    quantile: 75\n    warm_pool: 0\n    refit: 1h\n")
     base = ["simulate", "--trace", str(trace), "--json", "--policies", "predictive"]
     assert main([*base, "--config", str(config), "--profile", "lean"]) == 0
     lean = json.loads(capsys.readouterr().out)["policies"]["predictive"]

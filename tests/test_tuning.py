@@ -31,6 +31,7 @@ from autoscaler.simulation.tuning import (
     pool,
     required_attainment,
     retuner,
+    start_policy,
     tune,
 )
 from models.naive import Persistence
@@ -233,7 +234,19 @@ def test_the_simulators_hook_runs_the_chosen_point() -> None:
     assert policy.lead_only == (result.chosen == LEAD_ONLY_QUANTILE)
     short, nothing = hook(history.slice(0, 100), base, COLD, 1, None)()
     assert nothing.chosen is None
-    assert short is base
+    # nothing replayed yet: the start point, the HPA's own point at the middle target, as the controller runs it
+    assert short == hook.start(base) == candidate_policy(base, LEAD_ONLY_QUANTILE, 0.7)
+    assert short.lead_only and short.reactive_utilisation == 0.7
+
+
+def test_the_start_point_is_the_hpa_at_its_middle_target_started_early() -> None:
+    base = _policy(capacity=5.0)
+    # the middle of the tuner's targets; of an even count the more cautious (lower) middle one; no targets: base
+    assert start_policy(base) == candidate_policy(base, LEAD_ONLY_QUANTILE, 0.7)
+    assert start_policy(base, (0.9, 0.5, 0.6, 0.8)).reactive_utilisation == 0.6
+    assert start_policy(base, ()) is base
+    # it scales in as the HPA does (its 5-minute window), not after the profile's longer one
+    assert start_policy(replace(base, scale_down_stabilization_seconds=900)).scale_down_stabilization_seconds == 300
 
 
 def test_pooled_days_weigh_attainment_by_requests_and_sum_the_cost() -> None:

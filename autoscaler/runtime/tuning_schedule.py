@@ -29,7 +29,7 @@ from autoscaler.runtime.state import (
     objective,
 )
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE
-from autoscaler.simulation.tuning import Tuning, candidate_policy, tune
+from autoscaler.simulation.tuning import Tuning, candidate_policy, start_policy, tune
 from models.registry import make_chain
 
 log = logging.getLogger(LOGGER)
@@ -44,8 +44,9 @@ class TuningSchedule(ControllerBase):
         """``policy`` at the Deployment's self-tuned operating point (``autoscaler.simulation.tuning``), what this
         tick forecasts and plans with (``_queue_replay`` then queues a replay when one is due).
 
-        Without self-tuning (the profile's ``self_tune: false``, or a fixed warm pool), ``policy`` as it is; before
-        the first replay too (the profile's own operating point).
+        Without self-tuning (the profile's ``self_tune: false``, or a fixed warm pool), ``policy`` as it is; before a
+        replay has chosen a point for this objective and sizing, the tuner's start point
+        (``simulation.tuning.start_policy``: the HPA's own point started early), as the simulator runs it.
         """
         key = (view.namespace, view.name)
         memory = self._memory[key]
@@ -57,7 +58,7 @@ class TuningSchedule(ControllerBase):
             self._resume_tuning(view, memory)
         last = memory.tuning
         if last is None or last.chosen is None or _inputs(spec, profile, policy) != memory.tuning_inputs:
-            return policy  # nothing chosen yet for this objective and sizing
+            return start_policy(policy)  # nothing chosen yet for this objective and sizing
         return candidate_policy(policy, last.chosen, last.chosen_utilisation)
 
     def _queue_replay(
@@ -135,7 +136,7 @@ class TuningSchedule(ControllerBase):
             # what ran during the day about to be replayed: the error budget counts its replay as lived
             running = (
                 (previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen is not None
-                else (job.policy.warm_pool_level, job.policy.reactive_utilisation))
+                else (start_policy(job.policy).warm_pool_level, start_policy(job.policy).reactive_utilisation))
             try:
                 result = tune(
                     history.slice(0, len(history) - 1), job.policy, job.cold, partial(make_chain, job.profile.model),

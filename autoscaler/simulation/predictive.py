@@ -28,7 +28,8 @@ standing in for Prometheus:
   history so far (``autoscaler.simulation.tuning``) runs on the controller's schedule (``engine.retuning``: hourly
   until a point can be chosen, then daily and after each refit): the policy then runs at the operating point chosen
   for its latency objective from the next decision on, as the controller runs it (its replay runs after the
-  tick's plans; the sameness test holds the two equal with self-tuning on);
+  tick's plans; the sameness test holds the two equal with self-tuning on), and before the first choice at the
+  tuner's start point (``simulation.tuning.start_policy``);
 * the cold-start profile is the configured pod and node start-ups. The simulated start-ups are
   exactly those, so feeding them back through ``observe`` would change nothing; the controller does
   feed real ones back.
@@ -77,11 +78,22 @@ class TuningOutcome(Protocol):
 
 # A self-tuning replay under way: calling it waits for it and returns the policy to run and the replay's outcome.
 PendingTuning = Callable[[], tuple[ScalingPolicy, TuningOutcome]]
-# Self-tuning hook: (history so far, the untuned policy, start-ups, GPUs per replica, the last tuning it returned) ->
-# the replay, started (``autoscaler.simulation.tuning.retuner`` builds one). Why started and not done: a fleet starts
-# the replays that fall due at one tick on every Deployment before it waits for the first (they may run in worker
-# processes meanwhile), and runs each chosen point from the next decision, as one Deployment alone would.
-Retune = Callable[[TrafficSeries, ScalingPolicy, ColdStartProfile, int, Any], PendingTuning]
+
+
+class Retune(Protocol):
+    """Self-tuning hook (``autoscaler.simulation.tuning.retuner`` builds one).
+
+    Called with the history so far, the untuned policy, the start-ups, the GPUs per replica and the last tuning it
+    returned, it answers the replay, started. Why started and not done: a fleet starts the replays that fall due at
+    one tick on every Deployment before it waits for the first (they may run in worker processes meanwhile), and runs
+    each chosen point from the next decision, as one Deployment alone would. ``start``: the policy to run before any
+    replay has chosen a point (the controller's too)."""
+
+    def __call__(self, history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
+                 gpus_per_replica: int, previous: Any) -> PendingTuning: ...
+
+    def start(self, base: ScalingPolicy) -> ScalingPolicy: ...
+
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
 FORECAST_ERRORS = (ValueError, ArithmeticError, np.linalg.LinAlgError, RuntimeError)
@@ -115,7 +127,8 @@ class PredictivePolicy:
         self.chose = False
         self.series = series
         self.make_model = make_model
-        self.policy = policy
+        # self-tuning runs its start point until a replay chooses one, as the controller does
+        self.policy = policy if retune is None else retune.start(policy)
         self.cold_start = cold_start
         self.tick = cluster.tick_seconds
         self.gpus_per_replica = cluster.gpus_per_replica

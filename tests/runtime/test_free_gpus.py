@@ -102,6 +102,7 @@ def test_deployments_of_one_pool_are_not_shown_the_gpus_an_earlier_plan_took(rig
         assert found is not None
         took = min(int(found.group(1)), max(0, decision.desired_replicas - outcome(report, name).current_replicas))
         shown[name] = (int(found.group(1)), took)
-    # planned in listing order while no model is staler than another: llama-chat first, which scales up onto 6
-    assert shown["llama-chat"] == (8, 6)
-    assert shown["mistral-code"][0] == 8 - 6  # what llama-chat left, not the 8 it was shown
+    # planned in listing order while no model is staler than another: llama-chat first, which scales up onto some
+    seen, took = shown["llama-chat"]
+    assert seen == 8 and 0 < took < 8
+    assert shown["mistral-code"][0] == 8 - took  # what llama-chat left, not the 8 it was shown
