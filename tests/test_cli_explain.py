@@ -290,6 +290,13 @@ def test_render_shows_the_self_tuned_point_its_candidates_and_the_objective() ->
     assert "(pooled over 3 replayed day(s))" in text
     # no tuning (self_tune off, or a status from an older controller): nothing about it
     assert not any("self-tuning" in line for line in render("ns", "llm", {"mode": "scale"}, []))
+    # nothing replayed yet: why, and what runs meanwhile (the tuner's start point)
+    young = {"mode": "scale", "steps": [], "tuning": {
+        "chosen": None, "met": False, "slo_wait_seconds": 2.0, "slo_attainment": 0.99, "at": 1_700_000_000,
+        "reason": "not enough history to tune: 5.0 h observed, needs 48 h", "candidates": []}}
+    text = "\n".join(render("ns", "llm", young, []))
+    assert "not enough history to tune: 5.0 h observed, needs 48 h" in text
+    assert "runs the tuner's start point: a reactive autoscaler at 0.7 utilisation that starts early" in text
 
 
 def test_render_shows_the_capacity_planned_with_and_the_learned_evidence() -> None:

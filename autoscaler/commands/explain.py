@@ -30,7 +30,7 @@ from autoscaler.cli import add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 from autoscaler.domain.status import STATUS_DATA_KEY, DeploymentStatus, first_sight, status_object_name
 from autoscaler.errors import UserError
-from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE
+from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, start_target
 
 # Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time
 # within half that spacing (a forecast for five minutes later is not a forecast of this point).
@@ -118,7 +118,10 @@ def _tuning_lines(tuning: Any) -> list[str]:
                  if isinstance(wait, int | float) and isinstance(target, int | float) else "?")
     at = tuning.get("at")
     lines = [f"self-tuning (objective: {objective}; replayed up to {_hhmm(at)} UTC): {tuning.get('reason')}"]
-    if tuning.get("chosen") == LEAD_ONLY_QUANTILE:
+    if tuning.get("chosen") is None:
+        lines.append(f"   until a replay chooses, it runs the tuner's start point: a reactive autoscaler at "
+                     f"{start_target()} utilisation that starts early (the forecast adds only the lead)")
+    elif tuning.get("chosen") == LEAD_ONLY_QUANTILE:
         lines.append(f"   running as a reactive autoscaler at {tuning.get('chosen_utilisation')} utilisation that "
                      "starts early: the forecast adds only the lead (warm_pool_quantile 50 = the HPA's own point)")
     candidates = [c for c in tuning.get("candidates") or [] if isinstance(c, dict)]

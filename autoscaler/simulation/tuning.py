@@ -413,10 +413,17 @@ def start_policy(base: ScalingPolicy, hpa_targets: Sequence[float] = DEFAULT_HPA
     1.22x at 98.71%, dominated by the HPA at 0.8 (1.18x, 98.98%), against 1.21x at 99.04%. Why the middle target and
     not the most cautious: the HPA at 0.5 for two days costs so much more on calm traffic that the fortnight was
     dominated there (ServeGen m_mid, the synthetic LLM series turning volatile)."""
+    target = start_target(hpa_targets)
+    return base if target is None else candidate_policy(base, LEAD_ONLY_QUANTILE, target)
+
+
+def start_target(hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS) -> float | None:
+    """The utilisation target of the start point (``start_policy``): the middle of ``hpa_targets``, the lower of the
+    two middle ones for an even count; None without targets."""
     if not hpa_targets:
-        return base
+        return None
     targets = sorted(hpa_targets)
-    return candidate_policy(base, LEAD_ONLY_QUANTILE, targets[(len(targets) - 1) // 2])
+    return targets[(len(targets) - 1) // 2]
 
 
 def operating_points(

@@ -100,10 +100,13 @@ def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_can
     assert rig.metric("predictive_autoscaler_slo_tuned_quantile", labels) == tuning["chosen"]
     assert rig.metric("predictive_autoscaler_slo_tuned_utilisation", labels) == tuning["chosen_utilisation"]
     assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == (1.0 if tuning["met"] else 0.0)
-    # the others have one day of history or less: nothing replayed, they say why and run the profile as it is
-    short = _status(rig.fake, "serving", "mistral-code")["tuning"]
+    # the others have one day of history or less: nothing replayed, they say why and run the tuner's start point (the
+    # HPA's own point: the median band only)
+    short_status = _status(rig.fake, "serving", "mistral-code")
+    short = short_status["tuning"]
     assert short["chosen"] is None
     assert "not enough history to tune" in short["reason"]
+    assert set(short_status["forecast"]["bands"]) == {"p50"}
     # a later tick within the day does not replay again
     at = tuning["at"]
     rig.controller.tick(now + 60)
