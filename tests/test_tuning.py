@@ -236,7 +236,8 @@ def test_the_simulators_hook_runs_the_chosen_point() -> None:
     assert nothing.chosen is None
     # nothing replayed yet: the start point, the HPA's own point at the middle target, as the controller runs it
     assert short == hook.start(base) == candidate_policy(base, LEAD_ONLY_QUANTILE, 0.7)
-    assert short.lead_only and short.reactive_utilisation == 0.7
+    assert short.lead_only
+    assert short.reactive_utilisation == 0.7
 
 
 def test_the_start_point_is_the_hpa_at_its_middle_target_started_early() -> None:

@@ -104,5 +104,6 @@ def test_deployments_of_one_pool_are_not_shown_the_gpus_an_earlier_plan_took(rig
         shown[name] = (int(found.group(1)), took)
     # planned in listing order while no model is staler than another: llama-chat first, which scales up onto some
     seen, took = shown["llama-chat"]
-    assert seen == 8 and 0 < took < 8
+    assert seen == 8
+    assert 0 < took < 8
     assert shown["mistral-code"][0] == 8 - took  # what llama-chat left, not the 8 it was shown
