@@ -664,13 +664,14 @@ def retuner(
     ``functools.partial`` of one): each replay runs there, whole, while the caller goes on, which is how a fleet
     replays the Deployments whose tuning falls due at the same tick at once (the same choices, each run from the
     next decision). None: each replay runs in this process when it is started."""
-    return _Retuner(make_model, tuple(quantiles), slo_wait_seconds, slo_attainment, tuple(utilisations),
-                    tuple(hpa_targets), gpus_per_node, warmup_seconds, timeout_seconds, horizon_seconds, executor)
+    return _Retuner(_Settings(make_model, tuple(quantiles), slo_wait_seconds, slo_attainment, tuple(utilisations),
+                              tuple(hpa_targets), gpus_per_node, warmup_seconds, timeout_seconds, horizon_seconds),
+                    executor)
 
 
 @dataclass(frozen=True)
-class _Retuner:
-    """``retuner``'s hook: its settings, the start point and the replays it starts."""
+class _Settings:
+    """``tune``'s arguments that stay the same for every replay of one hook (picklable, for a worker process)."""
 
     make_model: Callable[[], Forecaster]
     quantiles: tuple[int, ...]
@@ -682,19 +683,24 @@ class _Retuner:
     warmup_seconds: int
     timeout_seconds: float
     horizon_seconds: int
+
+
+@dataclass(frozen=True)
+class _Retuner:
+    """``retuner``'s hook: the start point, and the replays it starts (here or in ``executor``)."""
+
+    settings: _Settings
     executor: Executor | None
 
     def start(self, base: ScalingPolicy) -> ScalingPolicy:
-        return start_policy(base, self.hpa_targets)
+        return start_policy(base, self.settings.hpa_targets)
 
     def __call__(self, history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
                  gpus_per_replica: int, previous: Tuning | None) -> PendingTuning:
         start = self.start(base)
         running = ((previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen
                    is not None else (start.warm_pool_level, start.reactive_utilisation))
-        job = _TuneJob(history, base, cold_start, self.make_model, self.quantiles, self.slo_wait_seconds,
-                       self.slo_attainment, self.utilisations, self.hpa_targets, gpus_per_replica, self.gpus_per_node,
-                       self.warmup_seconds, self.timeout_seconds, previous, running, self.horizon_seconds)
+        job = _TuneJob(self.settings, history, base, cold_start, gpus_per_replica, previous, running)
         if self.executor is None:
             done = job.run()
             return lambda: done
@@ -708,34 +714,26 @@ class _Retuner:
 class _TuneJob:
     """One self-tuning replay as the hook starts it: ``tune``'s arguments, picklable (for a worker process)."""
 
+    settings: _Settings
     history: TrafficSeries
     base: ScalingPolicy
     cold_start: ColdStartProfile
-    make_model: Callable[[], Forecaster]
-    quantiles: tuple[int, ...]
-    slo_wait_seconds: float
-    slo_attainment: float
-    utilisations: tuple[float, ...]
-    hpa_targets: tuple[float, ...]
     gpus_per_replica: int
-    gpus_per_node: int
-    warmup_seconds: int
-    timeout_seconds: float
     previous: Tuning | None
     running: tuple[int, float]
-    horizon_seconds: int
 
     def run(self) -> tuple[ScalingPolicy, Tuning]:
         """The replay, and the untuned policy at the point it chose (the start point while nothing could be
         replayed)."""
-        result = tune(self.history, self.base, self.cold_start, self.make_model, quantiles=self.quantiles,
-                      slo_wait_seconds=self.slo_wait_seconds, slo_attainment=self.slo_attainment,
-                      utilisations=self.utilisations, hpa_targets=self.hpa_targets,
-                      gpus_per_replica=self.gpus_per_replica, gpus_per_node=self.gpus_per_node,
-                      warmup_seconds=self.warmup_seconds, timeout_seconds=self.timeout_seconds,
-                      previous=self.previous, running=self.running, horizon_seconds=self.horizon_seconds)
+        s = self.settings
+        result = tune(self.history, self.base, self.cold_start, s.make_model, quantiles=s.quantiles,
+                      slo_wait_seconds=s.slo_wait_seconds, slo_attainment=s.slo_attainment,
+                      utilisations=s.utilisations, hpa_targets=s.hpa_targets, gpus_per_replica=self.gpus_per_replica,
+                      gpus_per_node=s.gpus_per_node, warmup_seconds=s.warmup_seconds,
+                      timeout_seconds=s.timeout_seconds, previous=self.previous, running=self.running,
+                      horizon_seconds=s.horizon_seconds)
         if result.chosen is None:
-            return start_policy(self.base, self.hpa_targets), result
+            return start_policy(self.base, s.hpa_targets), result
         return candidate_policy(self.base, result.chosen, result.chosen_utilisation), result
 
 
