@@ -139,7 +139,7 @@ def perf_fleet(days: float, n: int = PERF_DEPLOYMENTS) -> FleetConfig:
     shapes = ("diurnal", "bursty", "flat")
     deps = []
     for i in range(n):
-        series = synth_trace(days=days, seed=i + 1, shape=shapes[i % 3]).requests
+        series = synth_trace(days=days, seed=i + 1, shape=shapes[i % 3], tokens=False).requests
         peak = float(np.nanmax(series.values))
         deps.append(DeploymentSpec(f"synth-{i + 1}", series, ("a", "b")[i % 2], peak / PEAK_REPLICAS,
                                    max_replicas=4 * PEAK_REPLICAS, team=f"team-{i % 4}"))

@@ -189,7 +189,7 @@ def _series(w: _Where, where: str, m: Mapping[str, Any], base: Path, days: float
                        lambda x: 0 < x <= 60, "a number of days in (0, 60]")
         step = round(_seconds(w, f"{where}.synth.step", s.get("step", "60s"), positive=True))
         try:
-            series = synth_trace(days=span, seed=seed, shape=shape, step_seconds=step).requests
+            series = synth_trace(days=span, seed=seed, shape=shape, step_seconds=step, tokens=False).requests
         except ValueError as exc:
             raise w.error(f"{where}.synth", str(exc)) from None
         series = replace(series, values=series.values * scale)
