@@ -30,8 +30,9 @@ all fitted in the cold tick). Phase times come from timing the controller's own 
 What a steady tick holds besides the tick's own work (*tune*): the self-tuning replays. Every Deployment's first
 replay is due once its model is fitted, and the controller runs them after the plans, least recently tuned first,
 within the tuning budget (a tenth of the loop interval: 3 s; ``runtime.tuning_schedule``), until every Deployment
-has one: at N=1,000 that is every tick of the first hours the fleet is watched (a replay costs about 0.7 s), and
-again after each daily refit. So a steady tick of these first minutes is the tick's own work plus about a tuning
+has one: at N=1,000 that is every tick of the first hours the fleet is watched (a replay costs about 0.9 s), and
+again after each daily refit. (The first steady ticks at N=1,000 also fit what the cold tick's fitting budget
+deferred.) So a steady tick of these first minutes is the tick's own work plus about a tuning
 budget of replays; the phase table keeps them apart.
 
 Every figure is also given as a ratio against anchors measured in the same process: one default-chain
@@ -56,6 +57,7 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from autoscaler.config.parser import load_config
@@ -76,6 +78,7 @@ TARGET_RSS_BYTES = 1 << 30
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z; any whole day works, the traffic is cyclic
 COLD_NOW = T0 + 15  # 15 s into a minute: ticks 30 s apart alternate between crossing a bin and not
 STEADY_TICKS = 10
+DEFERRED_FIT_SECONDS = 1.0  # a steady tick forecasting longer than this is fitting what an earlier tick deferred
 DAY = 86_400
 PAGE = 4096
 # The controller's phase methods, timed per call on the instance (names as in autoscaler/runtime/: loop, reads, apply,
@@ -243,6 +246,15 @@ def _tick(
     return report
 
 
+def _repo_path(file: str) -> str:
+    """``file`` relative to the repository when it is in it (the hotspot table names no machine's checkout)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(file).resolve().relative_to(root))
+    except ValueError:
+        return file
+
+
 def _history_bytes(controller: Controller) -> int:
     memory = getattr(controller, "_memory", {})
     total = 0
@@ -292,7 +304,7 @@ def worker(n: int, refit: bool, profile_top: int) -> None:
         stats = pstats.Stats(profiler, stream=out)
         rows = []
         for (file, line, func), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
-            rows.append({"where": f"{file.split('/main/')[-1]}:{line}({func})", "calls": ncalls,
+            rows.append({"where": f"{_repo_path(file)}:{line}({func})", "calls": ncalls,
                          "tottime": tottime, "cumtime": cumtime})
         rows.sort(key=lambda r: -r["tottime"])
         emit("profile", n=n, label="steady-bin", rows=rows[:profile_top])
@@ -682,22 +694,33 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
 
 
 def _tune_findings(result: SizeResult) -> list[str]:
-    """What the steady ticks spent on self-tuning replays, against the tick's own work (empty for a run saved before
-    the replays were timed apart)."""
+    """What the steady ticks spent besides their own work: fits the cold tick's budget deferred, and self-tuning
+    replays (empty for a run saved before the replays were timed apart)."""
     steady = [t for t in result.ticks("steady") + result.ticks("steady-bin") if "tune" in t["phases"]]
     if not steady:
         return []
-    tune = statistics.median(t["phases"]["tune"] for t in steady)
-    own = statistics.median(t["wall"] - t["phases"]["tune"] for t in steady)
-    replays = sum(t.get("replays", 0) for t in steady)
-    per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
-    left = steady[-1].get("untuned", 0)
-    return [f"- Steady ticks at N={result.n:,} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
-            f"self-tuning replays ({replays:,} in {len(steady)} ticks, {_fmt_s(per)} each; {left:,} Deployments "
-            "still to be tuned after the last). Every Deployment's first replay falls due once its model is fitted; "
-            "they run after the plans within the tuning budget (a tenth of the loop interval), so until every "
-            "Deployment is tuned (and again after each daily refit) a steady tick is its own work plus about a "
-            "budget of replays."]
+    fitting = [t for t in steady if t["phases"]["forecast"] > DEFERRED_FIT_SECONDS]
+    rest = [t for t in steady if t["phases"]["forecast"] <= DEFERRED_FIT_SECONDS]
+    lines = []
+    if fitting:
+        lines.append(f"- The first {len(fitting)} of the {len(steady)} steady ticks at N={result.n:,} fit what the "
+                     "cold tick's fitting budget deferred (forecasting "
+                     f"{_fmt_s(statistics.median(t['phases']['forecast'] for t in fitting))} of "
+                     f"{_fmt_s(statistics.median(t['wall'] for t in fitting))}, median): the budget spreads the "
+                     "fleet's first fits over the ticks after the cold one.")
+    if rest:
+        replays = sum(t.get("replays", 0) for t in steady)
+        per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
+        own = statistics.median(t["wall"] - t["phases"]["tune"] for t in rest)
+        tune = statistics.median(t["phases"]["tune"] for t in rest)
+        lines.append(
+            f"- The other {len(rest)} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
+            f"self-tuning replays ({replays:,} replays in these ticks, {_fmt_s(per)} each; "
+            f"{steady[-1].get('untuned', 0):,} Deployments still without one after the last). Every Deployment's "
+            "first replay falls due once its model is fitted; they run after the plans within the tuning budget (a "
+            "tenth of the loop interval), so until every Deployment has had one (and again after each daily refit) "
+            "a steady tick is its own work plus about a budget of replays.")
+    return lines
 
 
 def parse_caps(values: list[str]) -> dict[int, float]:
