@@ -363,8 +363,9 @@ def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: s
                              warmup_seconds=profile.history_seconds, gpus_per_node=cluster.gpus_per_node,
                              timeout_seconds=sim.queue.timeout_seconds, executor=executor,
                              horizon_seconds=profile.horizon_seconds)
-        return factory(make, decision_interval_seconds=interval_seconds, profile=profile, retune=retune)(
-            d.series, sim, cluster)
+        # no decision's steps are read in a fleet (its report is counts, bills and attainment): none are kept
+        return factory(make, decision_interval_seconds=interval_seconds, profile=profile, retune=retune,
+                       explain=False)(d.series, sim, cluster)
 
     return build
 
