@@ -31,9 +31,9 @@ What a steady tick holds besides the tick's own work (*tune*): the self-tuning r
 replay is due once its model is fitted, and the controller runs them after the plans, least recently tuned first,
 within the tuning budget (a tenth of the loop interval: 3 s; ``runtime.tuning_schedule``), until every Deployment
 has one: at N=1,000 that is every tick of the first hours the fleet is watched (a replay costs about 0.9 s), and
-again after each daily refit. (The first steady ticks at N=1,000 also fit what the cold tick's fitting budget
-deferred.) So a steady tick of these first minutes is the tick's own work plus about a tuning
-budget of replays; the phase table keeps them apart.
+again after each daily refit. So a steady tick of these first minutes is the tick's own work plus about a tuning
+budget of replays (and the first few at N=1,000 fit what the cold tick's fitting budget deferred); the phase table
+and the findings keep them apart.
 
 Every figure is also given as a ratio against anchors measured in the same process: one default-chain
 fit + predict on 14 days (what a cold tick must do per Deployment), one chain ``update`` of one bin +
@@ -510,7 +510,9 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
         "Ticks: *cold* = first tick (fetch 14 days, first fit of every model); *same bin* = 30 s later, no new",
         "1-minute bin (predict only); *new bin* = every model absorbs one bin (`update`) then predicts; *5-min* = the",
         "tick that also re-reads pod start-ups; *refit* = one day on, when every model (all fitted in the cold",
-        "tick) is due for its daily refit at once. Median of 5 for same/new bin.",
+        "tick) is due for its daily refit at once. Median of 5 for same/new bin. The steady ticks also run the",
+        "self-tuning replays then due, within their budget (*tune* below), and the first of them the fits the cold",
+        "tick's budget deferred (see where the time goes).",
         "",
         "| N | cold tick | same-bin tick | new-bin tick | 5-min tick | daily refit tick | peak RSS "
         "| RSS per Deployment |",
