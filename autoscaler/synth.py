@@ -225,11 +225,13 @@ def _lognormal_sums(rng: np.random.Generator, counts: np.ndarray, median: float,
 
 
 def synth_trace(days: float = DEFAULT_DAYS, seed: int = DEFAULT_SEED, shape: str = DEFAULT_SHAPE,
-                step_seconds: int = DEFAULT_STEP_SECONDS, start: int = START) -> Trace:
+                step_seconds: int = DEFAULT_STEP_SECONDS, start: int = START, *, tokens: bool = True) -> Trace:
     """A synthetic trace of ``days`` in ``step_seconds`` bins from ``start`` (see the module docstring).
 
     Requests and ``input_tokens``/``output_tokens`` per bin, no missing bin; named :func:`synth_name`. The same
     arguments give the same trace. ``ValueError`` for an unknown shape, or a span shorter than two bins.
+    ``tokens=False``: the requests alone (the same requests: the token lengths are drawn after them), for callers
+    that replay requests only; drawing a length for every request is most of the work.
     """
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
@@ -257,15 +259,17 @@ def synth_trace(days: float = DEFAULT_DAYS, seed: int = DEFAULT_SEED, shape: str
             * _bursts(rng, times, knobs))
     expected = (rate * sub).reshape(bins, per_bin).sum(axis=1)
     counts = rng.poisson(expected).astype(np.int64)
+
+    def series(per_bin_counts: np.ndarray) -> TrafficSeries:
+        return TrafficSeries(per_bin_counts.astype(np.float64) / step_seconds, step_seconds, start)
+
+    if not tokens:
+        return trace_from_rates(synth_name(shape, seed, days), series(counts))
     code = rng.binomial(counts, CODE_SHARE).astype(np.int64)
     conversation = counts - code
     input_tokens = (_lognormal_sums(rng, code, CODE_PROMPT_MEDIAN, CODE_PROMPT_MEAN)
                     + _lognormal_sums(rng, conversation, CONVERSATION_PROMPT_MEDIAN, CONVERSATION_PROMPT_MEAN))
     output_tokens = (_lognormal_sums(rng, code, CODE_OUTPUT_MEDIAN, CODE_OUTPUT_MEAN)
                      + _lognormal_sums(rng, conversation, CONVERSATION_OUTPUT_MEDIAN, CONVERSATION_OUTPUT_MEAN))
-
-    def series(per_bin_counts: np.ndarray) -> TrafficSeries:
-        return TrafficSeries(per_bin_counts.astype(np.float64) / step_seconds, step_seconds, start)
-
     return trace_from_rates(synth_name(shape, seed, days), series(counts),
                             {"input_tokens": series(input_tokens), "output_tokens": series(output_tokens)})

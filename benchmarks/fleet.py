@@ -22,10 +22,18 @@ only rewritten by a run that includes 1,000, unless ``--write``); ``--no-write``
 Ticks per size: a cold tick (first fetch of 14 days, first fit of every forecaster), then ten ticks 30 s
 apart (the loop interval; every second one crosses into a new 1-minute bin, so every forecaster absorbs
 one bin with ``update``; the tick five minutes on also re-reads pod start-ups and refreshes every
-status), then, for sizes up to ``--refit-max``, the tick one day on, when every cached model is due
-for its daily refit at once (they were all fitted in the cold tick). Phase times come from timing the
-controller's own phase methods on the instance (no edit of the loop); a last bin-crossing tick runs
-under cProfile for the hotspot table.
+status), one more bin-crossing tick under cProfile for the hotspot table, then, for sizes up to
+``--refit-max``, the tick one day on, when every cached model is due for its daily refit at once (they were
+all fitted in the cold tick). Phase times come from timing the controller's own phase methods on the instance
+(no edit of the loop).
+
+What a steady tick holds besides the tick's own work (*tune*): the self-tuning replays. Every Deployment's first
+replay is due once its model is fitted, and the controller runs them after the plans, least recently tuned first,
+within the tuning budget (a tenth of the loop interval: 3 s; ``runtime.tuning_schedule``), until every Deployment
+has one: at N=1,000 that is every tick of the first hours the fleet is watched (a replay costs about 0.9 s), and
+again after each daily refit. So a steady tick of these first minutes is the tick's own work plus about a tuning
+budget of replays (and the first few at N=1,000 fit what the cold tick's fitting budget deferred); the phase table
+and the findings keep them apart.
 
 Every figure is also given as a ratio against anchors measured in the same process: one default-chain
 fit + predict on 14 days (what a cold tick must do per Deployment), one chain ``update`` of one bin +
@@ -49,6 +57,7 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from autoscaler.config.parser import load_config
@@ -69,13 +78,14 @@ TARGET_RSS_BYTES = 1 << 30
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z; any whole day works, the traffic is cyclic
 COLD_NOW = T0 + 15  # 15 s into a minute: ticks 30 s apart alternate between crossing a bin and not
 STEADY_TICKS = 10
+DEFERRED_FIT_SECONDS = 1.0  # a steady tick forecasting longer than this is fitting what an earlier tick deferred
 DAY = 86_400
 PAGE = 4096
 # The controller's phase methods, timed per call on the instance (names as in autoscaler/runtime/: loop, reads, apply,
 # export).
 PHASE_METHODS = (
     "_parse", "_report_problems", "_fetch", "_report_outage", "_plan", "_conclude",
-    "_forecast", "_startups", "_apply", "_export",
+    "_forecast", "_startups", "_apply", "_export", "_replay_due",
 )
 
 
@@ -140,6 +150,7 @@ def phases(clock: PhaseClock, total: float, source_seconds: float, cluster_secon
     startups = s("_startups", 0.0)
     apply_ = s("_apply", 0.0) + s("_report_outage", 0.0)
     export = s("_export", 0.0)
+    tune = s("_replay_due", 0.0)  # the self-tuning replays the tick's plans found due, within the tuning budget
     read = s("_parse", 0.0) + s("_report_problems", 0.0)
     fetch = s("_fetch", 0.0)
     plan = plan_and_apply - forecast - startups - s("_apply", 0.0) - export
@@ -152,7 +163,8 @@ def phases(clock: PhaseClock, total: float, source_seconds: float, cluster_secon
         "apply": apply_,
         "export": export,
         "cluster_calls": cluster_seconds,
-        "other": total - read - fetch - plan_and_apply - s("_report_outage", 0.0),
+        "tune": tune,
+        "other": total - read - fetch - plan_and_apply - s("_report_outage", 0.0) - tune,
     }
 
 
@@ -219,14 +231,28 @@ def _tick(
     cpu = time.process_time() - cpu0
     counts = cluster.counts.since(counts0)
     forecasts = sum(1 for w in report.workloads if w.forecast is not None)
+    memory = getattr(controller, "_memory", {})
     emit(
         "tick", label=label, n=n, now=now, wall=wall, cpu=cpu,
         phases=phases(clock, wall, source.seconds - src0, cluster.seconds - cl0),
         calls=dict(clock.calls), writes=counts.__dict__, errors=len(report.errors),
         error_sample=list(report.errors[:3]), forecasts=forecasts, workloads=len(report.workloads),
+        # self-tuning replays run in this tick, and Deployments with no replay yet (each is due one after its first
+        # fit; they run a tuning budget's worth per tick, least recently tuned first)
+        replays=sum(1 for m in memory.values() if m.tuning_tried == now),
+        untuned=sum(1 for m in memory.values() if m.tuning_tried == -math.inf),
         rss=rss_bytes(), peak_rss=peak_rss_bytes(),
     )
     return report
+
+
+def _repo_path(file: str) -> str:
+    """``file`` relative to the repository when it is in it (the hotspot table names no machine's checkout)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(file).resolve().relative_to(root))
+    except ValueError:
+        return file
 
 
 def _history_bytes(controller: Controller) -> int:
@@ -266,11 +292,10 @@ def worker(n: int, refit: bool, profile_top: int) -> None:
         previous, now = now, now + cfg.loop.interval_seconds
         crosses = now // STEP != previous // STEP
         _tick(controller, clock, source, cluster, now, "steady-bin" if crosses else "steady", n)
-    if refit:
-        now = COLD_NOW + cfg.profiles["default"].refit_seconds
-        _tick(controller, clock, source, cluster, now, "refit", n)
     if profile_top:
-        now = now + STEP  # one more bin: every forecaster updates
+        # One more bin, every forecaster updates: a steady tick like those above. Before the refit tick, not after
+        # it: the tick after a refit tick fits what that tick's budget deferred, which no steady tick does.
+        now = now + STEP
         profiler = cProfile.Profile()
         profiler.enable()
         controller.tick(now)
@@ -279,10 +304,13 @@ def worker(n: int, refit: bool, profile_top: int) -> None:
         stats = pstats.Stats(profiler, stream=out)
         rows = []
         for (file, line, func), (_, ncalls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
-            rows.append({"where": f"{file.split('/main/')[-1]}:{line}({func})", "calls": ncalls,
+            rows.append({"where": f"{_repo_path(file)}:{line}({func})", "calls": ncalls,
                          "tottime": tottime, "cumtime": cumtime})
         rows.sort(key=lambda r: -r["tottime"])
         emit("profile", n=n, label="steady-bin", rows=rows[:profile_top])
+    if refit:
+        now = COLD_NOW + cfg.profiles["default"].refit_seconds
+        _tick(controller, clock, source, cluster, now, "refit", n)
     emit("done", n=n, rss=rss_bytes(), peak_rss=peak_rss_bytes(), history_bytes=_history_bytes(controller))
 
 
@@ -452,6 +480,13 @@ def _tick_cell(ticks: list[dict[str, Any]], anchor: float, anchor_name: str, n: 
     return f"{_fmt_s(t['wall'])} (CPU {_fmt_s(t['cpu'])}; {t['wall'] / n / anchor:.2f}x {anchor_name})"
 
 
+def _tune_cell(tick: dict[str, Any]) -> str:
+    """The tick's self-tuning replays: seconds and count ("-" in a run saved before they were timed apart)."""
+    if "tune" not in tick["phases"]:
+        return "-"
+    return f"{_fmt_s(tick['phases']['tune'])} ({tick.get('replays', 0):,})"
+
+
 def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str) -> tuple[str, list[str]]:
     lines: list[str] = []
     verdicts: list[str] = []
@@ -475,7 +510,9 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
         "Ticks: *cold* = first tick (fetch 14 days, first fit of every model); *same bin* = 30 s later, no new",
         "1-minute bin (predict only); *new bin* = every model absorbs one bin (`update`) then predicts; *5-min* = the",
         "tick that also re-reads pod start-ups; *refit* = one day on, when every model (all fitted in the cold",
-        "tick) is due for its daily refit at once. Median of 5 for same/new bin.",
+        "tick) is due for its daily refit at once. Median of 5 for same/new bin. The steady ticks also run the",
+        "self-tuning replays then due, within their budget (*tune* below), and the first of them the fits the cold",
+        "tick's budget deferred (see where the time goes).",
         "",
         "| N | cold tick | same-bin tick | new-bin tick | 5-min tick | daily refit tick | peak RSS "
         "| RSS per Deployment |",
@@ -518,9 +555,11 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
     lines.append("")
     lines += ["Phase shares of the median tick of each kind (wall seconds; *fetch* includes splicing into the cached",
               "history, in brackets the synthetic source alone; *plan* includes the start-up read; *apply* includes",
-              "serialising every status to JSON as the real adapter does; *export* = the controller's own metrics):",
-              "", "| N | tick | wall | read | fetch (source) | forecast | plan | apply | export | other |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "serialising every status to JSON as the real adapter does; *export* = the controller's own metrics;",
+              "*tune* = the self-tuning replays run after the plans, within the tuning budget, and how many):",
+              "",
+              "| N | tick | wall | read | fetch (source) | forecast | plan | apply | export | tune (replays) | other |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for label in ("cold", "steady", "steady-bin", "refit"):
             ticks = r.ticks(label)
@@ -531,7 +570,7 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
             lines.append(
                 f"| {r.n:,} | {label} | {_fmt_s(t['wall'])} | {_fmt_s(p['read'])} | {_fmt_s(p['fetch'])} "
                 f"({_fmt_s(p['fetch_source'])}) | {_fmt_s(p['forecast'])} | {_fmt_s(p['plan'])} | {_fmt_s(p['apply'])} "
-                f"| {_fmt_s(p['export'])} | {_fmt_s(p['other'])} |"
+                f"| {_fmt_s(p['export'])} | {_tune_cell(t)} | {_fmt_s(p['other'])} |"
             )
     lines.append("")
     lines += ["Kubernetes calls per tick (most of any tick of that kind; the fake answers at once):", "",
@@ -606,6 +645,7 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
             + (f"; under cProfile the chain's update-time cleaning (`models/clean.py` `outage_mask`, pandas rolling "
                f"median over the last 6 hours, run for every one-bin update) is {_fmt_s(clean['cumtime'])} "
                "cumulative of it." if clean else "."),
+            *_tune_findings(target),
             f"- Status writes in that tick at N=1,000: {t['writes']['statuses']:,}. A status is written when the "
             "decision changes or every 5 minutes; in these first ticks the fleet is still warming up (models are "
             "being fitted, so decisions move), which is why the count is high here.",
@@ -653,6 +693,36 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
             lines.append(f"| `{where}` | {row['calls']:,} | {_fmt_s(row['tottime'])} | {_fmt_s(row['cumtime'])} |")
         lines.append("")
     return "\n".join(lines), verdicts
+
+
+def _tune_findings(result: SizeResult) -> list[str]:
+    """What the steady ticks spent besides their own work: fits the cold tick's budget deferred, and self-tuning
+    replays (empty for a run saved before the replays were timed apart)."""
+    steady = [t for t in result.ticks("steady") + result.ticks("steady-bin") if "tune" in t["phases"]]
+    if not steady:
+        return []
+    fitting = [t for t in steady if t["phases"]["forecast"] > DEFERRED_FIT_SECONDS]
+    rest = [t for t in steady if t["phases"]["forecast"] <= DEFERRED_FIT_SECONDS]
+    lines = []
+    if fitting:
+        lines.append(f"- The first {len(fitting)} of the {len(steady)} steady ticks at N={result.n:,} fit what the "
+                     "cold tick's fitting budget deferred (forecasting "
+                     f"{_fmt_s(statistics.median(t['phases']['forecast'] for t in fitting))} of "
+                     f"{_fmt_s(statistics.median(t['wall'] for t in fitting))}, median): the budget spreads the "
+                     "fleet's first fits over the ticks after the cold one.")
+    if rest:
+        replays = sum(t.get("replays", 0) for t in steady)
+        per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
+        own = statistics.median(t["wall"] - t["phases"]["tune"] for t in rest)
+        tune = statistics.median(t["phases"]["tune"] for t in rest)
+        lines.append(
+            f"- The other {len(rest)} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
+            f"self-tuning replays ({replays:,} replays in these ticks, {_fmt_s(per)} each; "
+            f"{steady[-1].get('untuned', 0):,} Deployments still without one after the last). Every Deployment's "
+            "first replay falls due once its model is fitted; they run after the plans within the tuning budget (a "
+            "tenth of the loop interval), so until every Deployment has had one (and again after each daily refit) "
+            "a steady tick is its own work plus about a budget of replays.")
+    return lines
 
 
 def parse_caps(values: list[str]) -> dict[int, float]:

@@ -210,6 +210,13 @@ class RecordingCluster:
         """No pod of the synthetic fleet is ever marked (its metrics source answers no per-pod load)."""
         return []
 
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None],
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Nothing to patch: a scale-down marks pods from their per-pod load, which the synthetic source does not
+        answer, so no pod of the fleet is ever marked (and ``list_marked_pods`` finds no mark to clear)."""
+
     def scale(self, namespace: str, name: str, replicas: int) -> bool:
         started = time.perf_counter()
         key = (namespace, name)

@@ -101,26 +101,28 @@ tuned point running from the decision after its replay (frontier section); the f
 fit on free GPUs at the pod lead, and headroom is sized on what the controller reads \
 (`engine.money.observe_pools`)."""
 
-# Measured 2026-11-26 with --perf on the project's shared 2-core machine (the numbers before and after in one session).
-PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
-and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the quiet \
-shared machine (load average 1.8-1.9 on its 2 cores) after the day's merges: 205 s wall, 309 s of CPU, 99 s in the \
-fleet's process and 210 s in two worker processes that run the self-tuning replays (`--jobs 2`, the default); 78,826 \
-billed GPU-h at 99.477%. **The target (under 3 minutes on 2 cores) is not met, by 14%.** The wall time is about the \
-fleet's own CPU plus half the replays' (99 + 210 / 2 = 204 s): the replays that fall due at one tick (every \
-Deployment refits, and so tunes, on the same day) all start before any Deployment decides, each whole in one of the \
-two workers, and the fleet waits for them at that tick, after its decisions (each choice runs from the next \
-decision, as in the controller); between tunings only the fleet's process runs. Measured the same day on the loaded \
-machine (load 4-7), one merge at a time: the decision path's speed-ups (a replay's decisions keep no planner steps, \
-the frozen values of every decision filled at once, the forecaster's bands for the levels asked only, `has_evidence` \
-looking at the newest settled bin first) and the tunings in a pool took the run before from 403 s wall / 337 s CPU \
-to 332 s / 270 s with every decision the same (published before: 441 s, 326 s); the free-GPU read costs the fleet's \
-process about a quarter more (a decision whose new replicas may fit on free GPUs is planned twice, at the node lead \
-and at the pod lead), and the tuner's changes of the day moved the replays' CPU (0.93 -> 0.72 s per tuning with the \
-speed-ups). What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per \
-bin; decisions, cluster, bill and headroom the rest), which runs while the workers idle, and the replays' closed \
-loops (the planner about half of them). The Deployments share nodes at every tick, so their forecasts and decisions \
-stay in one process."""
+# Measured 2026-11-26 with --perf on the project's shared 2-core machine (before and after in one session, twice).
+PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, \
+bursty and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the \
+shared machine with the code before the last speed-ups and after them, one run after the other, twice: before, 195 \
+and 197 s wall, 298 and 302 s of CPU (96 s in the fleet's process, 202-207 s in two worker processes that run the \
+self-tuning replays, `--jobs 2`, the default); **after, 182 and 172 s wall, 282 and 272 s of CPU (85 and 76 s + \
+197 and 196 s)**, the first pair at load average 1.5-1.8 on its 2 cores, the second at 0.7-1.6; 78,826 billed \
+GPU-h at 99.477% in all four, and every decision, forecast and tuning the same (hashed on a 3-day fleet and on one \
+trace's self-tuned frontier). **The target (under 3 minutes on 2 cores) is met, narrowly: 172 s in the quieter \
+pair, 182 s in the other.** The wall time is about the fleet's own CPU plus half the replays' (76 + 196 / 2 = 174 \
+s): the replays that fall due at one tick (every Deployment refits, and so tunes, on the same day) all start \
+before any Deployment decides, each whole in one of the two workers, and the fleet waits for them at that tick, \
+after its decisions (each choice runs from the next decision, as in the controller); between tunings only the \
+fleet's process runs. What moved: the fleet's traffic was drawn with a token length for every request, which \
+nothing here reads (5 s of the fleet's process; `synth_trace(tokens=False)` draws the same requests alone); a \
+decision whose new replicas may fit on free GPUs plans its node-lead count without steps, and a fleet's decisions \
+keep no steps at all (nothing in a fleet reads them); the lead-only point's median is read from the band's list, \
+not through a numpy index at every decision; a model's update sanitizes its bin without entering a numpy errstate. \
+What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; \
+decisions, with two plans where free GPUs may take the new replicas, and cluster, bill and headroom the rest), \
+which runs while the workers idle, and the replays' closed loops (the planner about half of them). The Deployments \
+share nodes at every tick, so their forecasts and decisions stay in one process."""
 
 
 def fleet(days: float) -> FleetConfig:
@@ -143,7 +145,7 @@ def perf_fleet(days: float, n: int = PERF_DEPLOYMENTS) -> FleetConfig:
     shapes = ("diurnal", "bursty", "flat")
     deps = []
     for i in range(n):
-        series = synth_trace(days=days, seed=i + 1, shape=shapes[i % 3]).requests
+        series = synth_trace(days=days, seed=i + 1, shape=shapes[i % 3], tokens=False).requests
         peak = float(np.nanmax(series.values))
         deps.append(DeploymentSpec(f"synth-{i + 1}", series, ("a", "b")[i % 2], peak / PEAK_REPLICAS,
                                    max_replicas=4 * PEAK_REPLICAS, team=f"team-{i % 4}"))

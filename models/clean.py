@@ -62,8 +62,9 @@ _POISSON_SQRT_SD = 0.5  # sd of sqrt(Poisson count), any rate
 def sanitize(values: FloatArray) -> FloatArray:
     """A copy with infinite and negative values replaced by NaN."""
     out = np.array(values, dtype=np.float64, copy=True)
-    with np.errstate(invalid="ignore"):
-        out[~np.isfinite(out) | (out < 0)] = np.nan
+    # No errstate around it: comparing NaN sets no floating-point flag, and entering one costs more than the rest on
+    # the one bin of an update (sanitized on every update of every model).
+    out[~np.isfinite(out) | (out < 0)] = np.nan
     return out
 
 

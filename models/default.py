@@ -985,8 +985,9 @@ class DefaultForecaster:
         else:
             ks = np.arange(1, h + 1)
             qs = qtable[:, np.minimum(ks, k_max) - 1] * np.sqrt(np.maximum(ks / k_max, 1.0))
-        if self._band_scale > 0.0:  # the calibration widens the upper bands (levels 50 and up)
-            qs = np.where((rows >= 49)[:, None], qs * math.exp(self._band_scale), qs)
+        if self._band_scale > 0.0:  # the calibration widens the upper bands (levels 50 and up): all those asked, mostly
+            widen = math.exp(self._band_scale)
+            qs = qs * widen if min(asked) >= 50 else np.where((rows >= 49)[:, None], qs * widen, qs)
         table = np.maximum(root + qs, 0.0) ** (1.0 / lam) / step
         floor = served / step
         bands = {p: np.maximum(row, floor) if p >= 50 else row for p, row in zip(asked, table, strict=True)}

@@ -15,7 +15,7 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
-from autoscaler.simulation.predictive import factory
+from autoscaler.simulation.predictive import PredictivePolicy, factory
 from autoscaler.simulation.reactive import ReactiveHPA
 from autoscaler.synth import synth_trace
 from models import registry
@@ -211,6 +211,36 @@ def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
     assert np.array_equal(only.result.ready, alone.ready)
     assert only.result.slo_attainment == alone.slo_attainment
     assert only.result.gpu_hours == pytest.approx(alone.gpu_hours)
+
+
+def test_a_fleet_decides_the_same_without_the_planners_steps() -> None:
+    # A fleet's policies keep no planner steps (nothing in a fleet reads them; ``predictive_builder``): the same
+    # decisions, nodes and bill as with every step kept, in a shared pool where free GPUs may take new replicas.
+    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8, shape), "p", capacity_per_replica=0.5, max_replicas=60)
+                 for i, shape in enumerate(("diurnal", "bursty")))
+    config = FleetConfig(deps, (PoolSpec("p", 8, 10.0),))
+    profile = ForecastProfile()
+    built: dict[bool, list[PredictivePolicy]] = {True: [], False: []}
+
+    def builder(explain: bool) -> object:
+        def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
+            policy = factory(lambda: registry.make_chain("default"), profile=profile, explain=explain)(
+                d.series, sim, cluster)
+            assert isinstance(policy, PredictivePolicy)
+            built[explain].append(policy)
+            return policy
+
+        return build
+
+    kept = run_fleet(config, builder(True), "kept", headroom=True)  # type: ignore[arg-type]
+    bare = run_fleet(config, builder(False), "bare", headroom=True)  # type: ignore[arg-type]
+    for a, b in zip(kept.deployments, bare.deployments, strict=True):
+        assert np.array_equal(a.decisions, b.decisions)
+        assert np.array_equal(a.result.ready, b.result.ready)
+    assert np.array_equal(kept.nodes["p"], bare.nodes["p"])
+    assert np.array_equal(kept.headroom_nodes["p"], bare.headroom_nodes["p"])
+    assert all(p.decision is not None and p.decision.steps for p in built[True])
+    assert not any(p.decision is not None and p.decision.steps for p in built[False])
 
 
 def test_tunings_in_worker_processes_choose_and_decide_as_in_one_process() -> None:

@@ -141,6 +141,15 @@ def test_the_shapes_differ_flat_has_no_cycle_and_bursty_the_highest_variation(tr
     assert local_cv(traces["flat"]) == pytest.approx(synth.NOISE_CV, rel=0.25)  # the noise, Poisson adding little
 
 
+def test_without_tokens_the_requests_are_the_same_and_no_token_column() -> None:
+    for shape in SHAPES:
+        full = synth_trace(days=2, seed=5, shape=shape)
+        bare = synth_trace(days=2, seed=5, shape=shape, tokens=False)
+        assert np.array_equal(bare.requests.values, full.requests.values)
+        assert (bare.name, bare.requests.start) == (full.name, full.requests.start)
+        assert not bare.tokens
+
+
 def test_token_columns_have_the_documented_lengths_per_request(traces: dict[str, Trace]) -> None:
     share = synth.CODE_SHARE
     prompt = share * synth.CODE_PROMPT_MEAN + (1 - share) * synth.CONVERSATION_PROMPT_MEAN

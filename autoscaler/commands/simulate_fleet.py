@@ -189,7 +189,7 @@ def _series(w: _Where, where: str, m: Mapping[str, Any], base: Path, days: float
                        lambda x: 0 < x <= 60, "a number of days in (0, 60]")
         step = round(_seconds(w, f"{where}.synth.step", s.get("step", "60s"), positive=True))
         try:
-            series = synth_trace(days=span, seed=seed, shape=shape, step_seconds=step).requests
+            series = synth_trace(days=span, seed=seed, shape=shape, step_seconds=step, tokens=False).requests
         except ValueError as exc:
             raise w.error(f"{where}.synth", str(exc)) from None
         series = replace(series, values=series.values * scale)
@@ -363,8 +363,9 @@ def predictive_builder(profile: ForecastProfile, interval_seconds: int, model: s
                              warmup_seconds=profile.history_seconds, gpus_per_node=cluster.gpus_per_node,
                              timeout_seconds=sim.queue.timeout_seconds, executor=executor,
                              horizon_seconds=profile.horizon_seconds)
-        return factory(make, decision_interval_seconds=interval_seconds, profile=profile, retune=retune)(
-            d.series, sim, cluster)
+        # no decision's steps are read in a fleet (its report is counts, bills and attainment): none are kept
+        return factory(make, decision_interval_seconds=interval_seconds, profile=profile, retune=retune,
+                       explain=False)(d.series, sim, cluster)
 
     return build
 

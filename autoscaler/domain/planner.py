@@ -46,8 +46,6 @@ ceilings; node pools and cost ceilings are not folded in here.
 
 from __future__ import annotations
 
-import numpy as np
-
 from autoscaler.domain.capacity import (
     ForecastNeed,
     LeadGap,
@@ -85,8 +83,7 @@ def _lead_rise(forecast: Forecast, need: ForecastNeed, now: int, level: int) -> 
     """The lead-only point's rise: the median (``level``) over the look-ahead window after the lead (``need``) over
     the median now, at least 1 (a forecast fall is left to the stabilisation window, as the HPA leaves it); and the
     median now."""
-    band = forecast.band(level)
-    here = max(0.0, float(np.max(band[select_window(forecast, now, 0.0, 0.0).indices])))
+    here = max(0.0, select_window(forecast, now, 0.0, 0.0).max_of(forecast.band_list(level)))
     return (max(1.0, need.demand / here) if here > 0 else 1.0), here
 
 

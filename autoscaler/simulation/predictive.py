@@ -103,7 +103,9 @@ class PredictivePolicy:
     """Forecast + ``plan_replicas`` every tick, on one Deployment's trace."""
 
     name = "predictive"
-    explains = True  # whether its decisions keep the planner's steps (a self-tuning replay's are never read)
+    # whether its decisions keep the planner's steps (``explain=False``: a fleet's and a self-tuning replay's are never
+    # read, only their counts and numbers)
+    explains = True
 
     def __init__(
         self,
@@ -118,8 +120,11 @@ class PredictivePolicy:
         name: str = "predictive",
         retune: Retune | None = None,
         horizon_seconds: int = ForecastProfile().horizon_seconds,
+        explain: bool = True,
     ) -> None:
         self.name = name
+        if not explain:
+            self.explains = False
         self.base_policy = policy
         self.retune = retune
         self.tunings: list[TuningOutcome] = []  # every self-tuning replay, in order
@@ -337,12 +342,14 @@ def factory(
     profile: ForecastProfile | None = None,
     name: str = "predictive",
     retune: Retune | None = None,
+    explain: bool = True,
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
     ``profile`` is the operator's forecast profile (sizing knobs, refit interval and history length);
     ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``). ``name`` names the
     run (``predictive-persistence`` for the last-value planner: ``make_model`` = persistence); ``retune`` makes it
-    self-tune after each daily refit (``autoscaler.simulation.tuning.retuner``)."""
+    self-tune after each daily refit (``autoscaler.simulation.tuning.retuner``); ``explain=False``: its decisions keep
+    no planner steps (the same counts; a fleet reads none)."""
     chosen = profile or ForecastProfile()
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
@@ -354,7 +361,7 @@ def factory(
         return PredictivePolicy(
             series, make_model, policy, cold_start, cluster, decision_interval_seconds,
             refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name, retune=retune,
-            horizon_seconds=chosen.horizon_seconds,
+            horizon_seconds=chosen.horizon_seconds, explain=explain,
         )
 
     return build
