@@ -122,7 +122,10 @@ not through a numpy index at every decision; a model's update sanitizes its bin 
 What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; \
 decisions, with two plans where free GPUs may take the new replicas, and cluster, bill and headroom the rest), \
 which runs while the workers idle, and the replays' closed loops (the planner about half of them). The Deployments \
-share nodes at every tick, so their forecasts and decisions stay in one process."""
+share nodes at every tick, so their forecasts and decisions stay in one process. **Re-measured after the tuner's \
+start point was merged with these speed-ups** (same day, quiet machine, load average 0.7 before and 1.8 after): \
+166 s wall, 263 s of CPU (72 s + 190 s), 78,850 billed GPU-h at 99.471% (the start point moves the decisions of \
+each Deployment's first two days)."""
 
 
 def fleet(days: float) -> FleetConfig:
