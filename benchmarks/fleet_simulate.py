@@ -116,8 +116,8 @@ before any Deployment decides, each whole in one of the two workers, and the fle
 after its decisions (each choice runs from the next decision, as in the controller); between tunings only the \
 fleet's process runs. What moved: the fleet's traffic was drawn with a token length for every request, which \
 nothing here reads (5 s of the fleet's process; `synth_trace(tokens=False)` draws the same requests alone); a \
-decision whose new replicas may fit on free GPUs plans its node-lead count without steps, and a fleet's decisions \
-keep no steps at all (nothing in a fleet reads them); the lead-only point's median is read from the band's list, \
+fleet's decisions keep no planner steps (nothing in a fleet reads them; with them, a decision whose new replicas \
+may fit on free GPUs planned its node-lead count with steps too); the lead-only point's median is read from the band's list, \
 not through a numpy index at every decision; a model's update sanitizes its bin without entering a numpy errstate. \
 What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; \
 decisions, with two plans where free GPUs may take the new replicas, and cluster, bill and headroom the rest), \

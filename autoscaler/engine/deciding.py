@@ -144,20 +144,19 @@ def decide(forecast: Forecast | None, observed: Observed, policy: ScalingPolicy,
         decision = capacity_hold(observed.replicas, policy.min_replicas, policy.max_replicas, capacity_unknown,
                                  recommendations, cold.lead_seconds(False), now)
     else:
-        def state(free_gpus: int = 0) -> WorkloadState:
-            return WorkloadState(current_replicas=observed.replicas, ready_replicas=observed.ready,
-                                 current_demand=observed.demand, free_gpus=free_gpus,
-                                 gpus_per_replica=observed.gpus_per_replica, recommendations=recommendations)
-
+        state = WorkloadState(
+            current_replicas=observed.replicas,
+            ready_replicas=observed.ready,
+            current_demand=observed.demand,
+            gpus_per_replica=observed.gpus_per_replica,
+            recommendations=recommendations,
+        )
+        decision = plan_replicas(forecast, state, policy, cold, now, explain=explain)
         fit = fitting_replicas(observed)
-        # With free GPUs the node-lead plan is made for its count alone (no steps): whether every replica it adds
-        # fits on them. Then a pod start-up is the whole lead, and the plan kept is the one at the pod lead.
-        decision = plan_replicas(forecast, state(), policy, cold, now, explain=explain and not fit)
         if fit and decision.desired_replicas - observed.replicas <= fit:
-            decision = plan_replicas(forecast, state(fit * observed.gpus_per_replica), policy, cold, now,
-                                     explain=explain)
-        elif fit and explain:  # the node-lead plan stands: made again with its steps
-            decision = plan_replicas(forecast, state(), policy, cold, now)
+            # every replica the node-lead plan adds fits on a free GPU: a pod start-up is the whole lead
+            decision = plan_replicas(forecast, replace(state, free_gpus=fit * observed.gpus_per_replica), policy,
+                                     cold, now, explain=explain)
     stuck = stuck_pods(observed, cold)
     if stuck and decision.desired_replicas > observed.replicas:
         held = observed.replicas

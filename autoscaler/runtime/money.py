@@ -359,8 +359,7 @@ class MoneyStage:
         return classes
 
     def _observe(self, planned: Sequence[PlannedWorkload], pools: PoolsRead | None, shapes: Mapping[str, PoolShape],
-                 views: Sequence[NodePoolView], cfg: Config, metrics: ControllerMetrics,
-                 errors: list[str]) -> list[PoolObservation] | None:
+                 views: Sequence[NodePoolView], cfg: Config) -> list[PoolObservation] | None:
         """The NodePools observed for forecast-sized headroom (``engine.money.observe_pools``); None when some pool
         has Deployments but its nodes were not read (told once: headroom is then neither sized nor lowered, never
         sized as if the pools were empty). A GPU Deployment that names no NodePool has no pool to hold nodes in:
@@ -435,7 +434,7 @@ class MoneyStage:
                 metrics.errors.labels("kube_read").inc()
                 errors.append(f"CapacityBuffer discovery failed; no headroom changes this tick: {exc}")
         queues = self._read_queues(all_gangs, metrics, errors) if kind is not None else None
-        observations = self._observe(planned, pools, shapes, views or [], cfg, metrics, errors) if kind else ()
+        observations = self._observe(planned, pools, shapes, views or [], cfg) if kind else ()
         snapshot = MoneySnapshot(
             now=t, horizon_seconds=horizon_seconds, node_startup_seconds=node_startup, ceilings=cfg.ceilings,
             prices=prices, planned=tuple(planned), gangs=tuple(all_gangs), pools=views, shapes=shapes,

@@ -29,7 +29,7 @@ from autoscaler.runtime.state import (
     objective,
 )
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE
-from autoscaler.simulation.tuning import Tuning, candidate_policy, start_policy, tune
+from autoscaler.simulation.tuning import Tuning, candidate_policy, running_point, start_policy, tune
 from models.registry import make_chain
 
 log = logging.getLogger(LOGGER)
@@ -134,9 +134,7 @@ class TuningSchedule(ControllerBase):
             previous = last if last is not None and job.inputs == memory.tuning_inputs else None
             wait, target = job.inputs[0], job.inputs[1]
             # what ran during the day about to be replayed: the error budget counts its replay as lived
-            running = (
-                (previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen is not None
-                else (start_policy(job.policy).warm_pool_level, start_policy(job.policy).reactive_utilisation))
+            running = running_point(previous, job.policy)
             try:
                 result = tune(
                     history.slice(0, len(history) - 1), job.policy, job.cold, partial(make_chain, job.profile.model),

@@ -417,6 +417,16 @@ def start_policy(base: ScalingPolicy, hpa_targets: Sequence[float] = DEFAULT_HPA
     return base if target is None else candidate_policy(base, LEAD_ONLY_QUANTILE, target)
 
 
+def running_point(previous: Tuning | None, base: ScalingPolicy,
+                  hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS) -> tuple[int, float]:
+    """The operating point that ran during the day about to be replayed (what the error budget counts as lived): the
+    one ``previous`` chose, else the start point."""
+    if previous is not None and previous.chosen is not None:
+        return previous.chosen, previous.chosen_utilisation
+    start = start_policy(base, hpa_targets)
+    return start.warm_pool_level, start.reactive_utilisation
+
+
 def start_target(hpa_targets: Sequence[float] = DEFAULT_HPA_TARGETS) -> float | None:
     """The utilisation target of the start point (``start_policy``): the middle of ``hpa_targets``, the lower of the
     two middle ones for an even count; None without targets."""
@@ -697,9 +707,7 @@ class _Retuner:
 
     def __call__(self, history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
                  gpus_per_replica: int, previous: Tuning | None) -> PendingTuning:
-        start = self.start(base)
-        running = ((previous.chosen, previous.chosen_utilisation) if previous is not None and previous.chosen
-                   is not None else (start.warm_pool_level, start.reactive_utilisation))
+        running = running_point(previous, base, self.settings.hpa_targets)
         job = _TuneJob(self.settings, history, base, cold_start, gpus_per_replica, previous, running)
         if self.executor is None:
             done = job.run()
