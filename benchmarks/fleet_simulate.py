@@ -118,8 +118,8 @@ fleet's process runs. What moved: the fleet's traffic was drawn with a token len
 nothing here reads (5 s of the fleet's process; `synth_trace(tokens=False)` draws the same requests alone); a \
 fleet's decisions keep no planner steps (nothing in a fleet reads them; with them, a decision whose new replicas \
 may fit on free GPUs planned its node-lead count with steps too); the lead-only point's median is read from \
-the band's list, not through a numpy index at every decision; a model's update sanitizes its bin without entering a numpy errstate. \
-What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; \
+the band's list, not through a numpy index at every decision; a model's update sanitizes its bin without \
+entering a numpy errstate. What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; \
 decisions, with two plans where free GPUs may take the new replicas, and cluster, bill and headroom the rest), \
 which runs while the workers idle, and the replays' closed loops (the planner about half of them). The Deployments \
 share nodes at every tick, so their forecasts and decisions stay in one process. **Re-measured after the tuner's \
