@@ -102,30 +102,29 @@ fit on free GPUs at the pod lead, and headroom is sized on what the controller r
 (`engine.money.observe_pools`)."""
 
 # Measured 2026-11-26 with --perf on the project's shared 2-core machine (before and after in one session, twice).
-PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, \
-bursty and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the \
-shared machine with the code before the last speed-ups and after them, one run after the other, twice: before, 195 \
-and 197 s wall, 298 and 302 s of CPU (96 s in the fleet's process, 202-207 s in two worker processes that run the \
-self-tuning replays, `--jobs 2`, the default); **after, 182 and 172 s wall, 282 and 272 s of CPU (85 and 76 s + \
-197 and 196 s)**, the first pair at load average 1.5-1.8 on its 2 cores, the second at 0.7-1.6; 78,826 billed \
-GPU-h at 99.477% in all four, and every decision, forecast and tuning the same (hashed on a 3-day fleet and on one \
-trace's self-tuned frontier). **The target (under 3 minutes on 2 cores) is met, narrowly: 172 s in the quieter \
-pair, 182 s in the other.** The wall time is about the fleet's own CPU plus half the replays' (76 + 196 / 2 = 174 \
-s): the replays that fall due at one tick (every Deployment refits, and so tunes, on the same day) all start \
-before any Deployment decides, each whole in one of the two workers, and the fleet waits for them at that tick, \
-after its decisions (each choice runs from the next decision, as in the controller); between tunings only the \
-fleet's process runs. What moved: the fleet's traffic was drawn with a token length for every request, which \
-nothing here reads (5 s of the fleet's process; `synth_trace(tokens=False)` draws the same requests alone); a \
-fleet's decisions keep no planner steps (nothing in a fleet reads them; with them, a decision whose new replicas \
-may fit on free GPUs planned its node-lead count with steps too); the lead-only point's median is read from \
-the band's list, not through a numpy index at every decision; a model's update sanitizes its bin without \
-entering a numpy errstate. What remains: the fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; \
-decisions, with two plans where free GPUs may take the new replicas, and cluster, bill and headroom the rest), \
-which runs while the workers idle, and the replays' closed loops (the planner about half of them). The Deployments \
-share nodes at every tick, so their forecasts and decisions stay in one process. **Re-measured after the tuner's \
-start point was merged with these speed-ups** (same day, quiet machine, load average 0.7 before and 1.8 after): \
-166 s wall, 263 s of CPU (72 s + 190 s), 78,850 billed GPU-h at 99.471% (the start point moves the decisions of \
-each Deployment's first two days)."""
+PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
+and flat shapes on two NodePools, 14 days, our policy self-tuned with headroom), measured 2026-11-26 on the shared \
+machine with the code before the last speed-ups and after them, one run after the other, twice: before, 195 and 197 \
+s wall, 298 and 302 s of CPU (96 s in the fleet's process, 202-207 s in two worker processes that run the \
+self-tuning replays, `--jobs 2`, the default); **after, 182 and 172 s wall, 282 and 272 s of CPU (85 and 76 s + 197 \
+and 196 s)**, the first pair at load average 1.5-1.8 on its 2 cores, the second at 0.7-1.6; 78,826 billed GPU-h at \
+99.477% in all four, and every decision, forecast and tuning the same (hashed on a 3-day fleet and on one trace's \
+self-tuned frontier). **The target (under 3 minutes on 2 cores) is met, narrowly: 172 s in the quieter pair, 182 s \
+in the other.** The wall time is about the fleet's own CPU plus half the replays' (76 + 196 / 2 = 174 s): the \
+replays that fall due at one tick (every Deployment refits, and so tunes, on the same day) all start before any \
+Deployment decides, each whole in one of the two workers, and the fleet waits for them at that tick, after its \
+decisions (each choice runs from the next decision, as in the controller); between tunings only the fleet's process \
+runs. What moved: the fleet's traffic was drawn with a token length for every request, which nothing here reads (5 s \
+of the fleet's process; `synth_trace(tokens=False)` draws the same requests alone); a fleet's decisions keep no \
+planner steps (nothing in a fleet reads them; with them, a decision whose new replicas may fit on free GPUs planned \
+its node-lead count with steps too); the lead-only point's median is read from the band's list, not through a numpy \
+index at every decision; a model's update sanitizes its bin without entering a numpy errstate. What remains: the \
+fleet's own process (forecasts about two fifths of it: a chain update and predict per bin; decisions, with two plans \
+where free GPUs may take the new replicas, and cluster, bill and headroom the rest), which runs while the workers \
+idle, and the replays' closed loops (the planner about half of them). The Deployments share nodes at every tick, so \
+their forecasts and decisions stay in one process. **Re-measured after the tuner's start point was merged with these \
+speed-ups** (same day, quiet machine, load average 0.7 before and 1.8 after): 166 s wall, 263 s of CPU (72 s + 190 \
+s), 78,850 billed GPU-h at 99.471% (the start point moves the decisions of each Deployment's first two days)."""
 
 
 def fleet(days: float) -> FleetConfig:
