@@ -66,7 +66,8 @@ class PodView:
 
     ``owner_replicaset``: the name of the ReplicaSet that controls it (None: no controlling ReplicaSet);
     ``template_hash``: its ``pod-template-hash`` label. Times are Unix seconds; ``ready_since`` is the Ready
-    condition's last transition when Ready, else None. ``annotations`` and ``labels`` are the pod's own.
+    condition's last transition when Ready, else None. ``annotations`` and ``labels`` are the pod's own; ``node``
+    is the node it is bound to (``spec.nodeName``; None: not scheduled).
     """
 
     name: str
@@ -79,6 +80,7 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     namespace: str = ""
+    node: str | None = None
 
     @property
     def ready(self) -> bool:
@@ -193,13 +195,16 @@ class PoolGpus:
     ``free``: GPUs free on its Ready, schedulable nodes (allocatable ``nvidia.com/gpu`` minus the GPUs requested by
     the pods bound there; our own headroom placeholders excepted: every real replica preempts them); ``busy_nodes``:
     those of its Ready, schedulable nodes where pods hold GPUs; ``partial_free``: the GPUs free on them (room without
-    an idle node); ``nodes``: every node of the pool in any state (what Karpenter bills).
+    an idle node); ``nodes``: every node of the pool in any state (what Karpenter bills); ``node_gpus``: the GPUs the
+    pods bound to each of its Ready, schedulable nodes request, by node name (what a scale-down that empties whole
+    nodes ranks pods by, ``autoscaler.domain.scaledown``).
     """
 
     free: int = 0
     busy_nodes: int = 0
     partial_free: int = 0
     nodes: int = 0
+    node_gpus: Mapping[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("free", "busy_nodes", "partial_free", "nodes"):

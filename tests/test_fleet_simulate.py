@@ -12,7 +12,7 @@ import yaml
 
 from autoscaler.cli import main
 from autoscaler.config.schema import ForecastProfile
-from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
+from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
 from autoscaler.simulation.predictive import PredictivePolicy, factory
@@ -84,6 +84,38 @@ def test_two_deployments_pods_share_a_node() -> None:
         a.advance(k)
     assert a.ready == 3
     assert a.pod_startups[-1] == 20
+
+
+@pytest.mark.parametrize(("scale_in", "nodes_left"), [(NEWEST_FIRST, 3), (EMPTIEST_NODE_FIRST, 2)])
+def test_a_scale_down_that_takes_the_emptiest_nodes_pods_lets_a_node_go(scale_in: str, nodes_left: int) -> None:
+    """Two Deployments share 8-GPU nodes and ``a`` scales 11 -> 10. Its newest replica sits on a node ``b`` fills, an
+    older one alone on a third node. The ReplicaSet's own order removes the newest, and three nodes stay billed; the
+    controller's marks take the pods of the emptiest nodes first (``domain.scaledown``): the lone one goes, its node
+    empties and is consolidated."""
+    pool = _pool(consolidate=0)
+    a = Cluster(_cfg(), 8, pool, scale_in)  # node 1: 8 of a
+    b = Cluster(_cfg(), 0, pool)
+
+    def advance(k: int) -> None:
+        for c in (a, b):
+            c.advance(k)
+
+    advance(0)
+    a.scale_to(0, 9)  # node 2
+    b.scale_to(0, 7)  # node 2, full
+    a.scale_to(0, 10)  # node 3, alone
+    for k in range(1, 26):
+        advance(k)  # all Ready (node + pod start-up: 20 ticks)
+    b.scale_to(25, 6)  # a GPU frees on node 2 ...
+    a.scale_to(25, 11)  # ... and a's newest takes it (the fullest Ready node with room)
+    for k in range(26, 40):
+        advance(k)
+    assert (a.ready, b.ready, pool.node_count) == (11, 6, 3)
+    a.scale_to(40, 10)
+    advance(41)
+    assert pool.node_count == nodes_left
+    assert a.ready == 10
+    assert pool.used_gpus() == 16
 
 
 def test_a_buffer_node_makes_a_scale_up_pay_only_the_pod_startup() -> None:

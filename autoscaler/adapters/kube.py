@@ -403,7 +403,7 @@ class KubeCluster:
             phase = status.phase or "Pending"
             conditions = {c.type: c for c in (status.conditions or [])}
             ready = conditions.get("Ready")
-            views.append(self._pod_view(meta, created, phase, ready))
+            views.append(self._pod_view(meta, created, phase, ready, pod.spec))
             if meta.deletion_timestamp is not None or phase in ("Succeeded", "Failed"):
                 continue
             if ready is not None and ready.status == "True":
@@ -447,11 +447,12 @@ class KubeCluster:
             if meta is None or meta.creation_timestamp is None:
                 continue
             ready = next((c for c in status.conditions or [] if c.type == "Ready"), None)
-            views.append(self._pod_view(meta, meta.creation_timestamp, status.phase or "Pending", ready))
+            views.append(self._pod_view(meta, meta.creation_timestamp, status.phase or "Pending", ready, pod.spec))
         return views
 
     @staticmethod
-    def _pod_view(meta: client.V1ObjectMeta, created: datetime, phase: str, ready: Any) -> PodView:
+    def _pod_view(meta: client.V1ObjectMeta, created: datetime, phase: str, ready: Any,
+                  spec: client.V1PodSpec | None) -> PodView:
         owner = next((o.name for o in meta.owner_references or [] if o.controller and o.kind == "ReplicaSet"), None)
         ready_at = ready.last_transition_time if ready is not None and ready.status == "True" else None
         return PodView(
@@ -466,6 +467,7 @@ class KubeCluster:
             annotations=dict(meta.annotations or {}),
             labels=dict(meta.labels or {}),
             namespace=meta.namespace or "",
+            node=(spec.node_name or None) if spec is not None else None,
         )
 
     def pool_gpus(self, pools: Sequence[str]) -> dict[str, PoolGpus]:
@@ -477,6 +479,7 @@ class KubeCluster:
         moment behind etcd is fine for a count re-read every tick. Our headroom placeholder pods hold no GPU here:
         every real replica preempts them, so their GPUs are free to it and their node is idle headroom."""
         counts = {pool: [0, 0, 0, 0] for pool in pools}  # free, busy nodes, free on busy nodes, nodes
+        held: dict[str, dict[str, int]] = {pool: {} for pool in pools}  # GPUs requested on each node, by name
         if not counts:
             return {}
         selector = f"{NODEPOOL_LABEL} in ({','.join(sorted(counts))})"
@@ -503,11 +506,13 @@ class KubeCluster:
                        if (p.status is None or p.status.phase not in ("Succeeded", "Failed"))
                        and not _placeholder(p))
             free = max(0, allocatable - used)
+            held[pool][name or ""] = used
             c[0] += free
             if used > 0:
                 c[1] += 1
                 c[2] += free
-        return {pool: PoolGpus(*c) for pool, c in counts.items()}
+        return {pool: PoolGpus(free=c[0], busy_nodes=c[1], partial_free=c[2], nodes=c[3], node_gpus=held[pool])
+                for pool, c in counts.items()}
 
     # ---- writes ----------------------------------------------------------------------------------
 

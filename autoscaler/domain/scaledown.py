@@ -31,6 +31,17 @@ Which pods count as idle (pure: the loop passes the pods it listed and the per-p
   pod template), nothing is marked: that order is theirs. The plan says so (``unmarked``), and the loop puts it
   in the ``ScaledDown`` Event, the status, the log and a counter.
 
+**Whole nodes first.** A cluster pays for whole nodes, and Karpenter removes a node only once no pod holds it, so
+a scale-down that takes one pod from each of several nodes frees GPUs that are still billed. When the Deployment's
+NodePool was read on the tick (``ports.PoolGpus.node_gpus``: the GPUs the pods on each node request), Ready pods are
+ranked by the GPUs in use on their node, fewest first, and by load only among pods on equally used nodes: the
+scale-down takes the pods of the emptiest nodes, the mirror of the scheduler's bin-packing, so the nodes that
+empty are consolidated (the fleet simulator removes replicas in the same order for our policy,
+``simulation.cluster``). A busier pod on an emptier node may so go before an idler one on a full node: like any
+removed pod, it finishes its requests in its ``preStop`` hook (the example Deployment's). A pod on a node the read
+did not cover (no NodePool, not Ready) ranks after every pod on a node it did. Without the read (a Deployment naming
+no NodePool, a failed read) the order is by load alone.
+
 **During a rollout the marks cannot choose** (:func:`guard_scale_down`). While more than one ReplicaSet of the
 Deployment has pods, the Deployment controller splits a scale-down across them in proportion to their sizes
 (``scale`` in its ``sync.go``), and each ReplicaSet deletes its share in its own order: a ReplicaSet whose share
@@ -229,17 +240,34 @@ def release_marks(pods: Sequence[PodView], why: str) -> ScaleDownMarks:
     return _clear_all(pods, f"marks cleared: {why}")
 
 
-Rank = tuple[int, float, int, float, str]
+Rank = tuple[int, float, float, int, float, str]
+
+
+def _node_text(pod: PodView, node_gpus: Mapping[str, int] | None) -> str:
+    if not node_gpus:
+        return ""
+    used = node_gpus.get(pod.node or "")
+    if used is None:
+        return f", its node {pod.node or '(none)'} not read"
+    return f", on {pod.node} with {used} GPU(s) in use"
 
 
 def _ranked(
-    active: Sequence[PodView], loads: Mapping[str, float], now: float,
+    active: Sequence[PodView], loads: Mapping[str, float], now: float, node_gpus: Mapping[str, int] | None = None,
 ) -> tuple[list[tuple[Rank, PodView, float | None, str]], list[str]]:
-    """The active pods a scale-down may mark, best to remove first, and the Ready ones of unknown load."""
+    """The active pods a scale-down may mark, best to remove first, and the Ready ones of unknown load.
+
+    ``node_gpus`` (GPUs in use per node, as the NodePools were read): the Ready pods on the emptiest nodes first (a
+    node whose GPUs were not read after every node that was), then by load; None or empty: by load alone."""
 
     def load_of(p: PodView) -> float | None:
         value = loads.get(p.name)
         return value if value is not None and math.isfinite(value) else None
+
+    def used(p: PodView) -> float:
+        if not node_gpus:
+            return 0.0
+        return float(node_gpus.get(p.node or "", math.inf))
 
     measured = [v for p in active if p.ready_since is not None and (v := load_of(p)) is not None]
     typical = sum(measured) / len(measured) if measured else 0.0
@@ -247,16 +275,17 @@ def _ranked(
     unknown: list[str] = []
     for p in active:
         load = load_of(p)
+        where = _node_text(p, node_gpus)
         if p.ready_since is None:
             why = "not Ready" + ("" if load is None else f", {_fmt(load)} in flight")
-            ranked.append(((0, load or 0.0, 0, -p.created, p.name), p, load, why))
+            ranked.append(((0, 0.0, load or 0.0, 0, -p.created, p.name), p, load, why))
         elif load is not None:
-            ranked.append(((1, load, 0, -p.ready_since, p.name), p, load, f"{_fmt(load)} in flight"))
+            ranked.append(((1, used(p), load, 0, -p.ready_since, p.name), p, load, f"{_fmt(load)} in flight{where}"))
         elif now - p.ready_since < UNSCRAPED_GRACE_SECONDS:
             why = (f"Ready {_fmt(max(0.0, now - p.ready_since))}s ago, not scraped yet (load unknown, taken as the "
-                   f"mean {_fmt(round(typical, 2))} in flight)")
+                   f"mean {_fmt(round(typical, 2))} in flight){where}")
             # A pod measured idle goes first; at a busy mean, the ReplicaSet's own tie-break (most recently Ready).
-            ranked.append(((1, typical, 1 if typical == 0 else 0, -p.ready_since, p.name), p, None, why))
+            ranked.append(((1, used(p), typical, 1 if typical == 0 else 0, -p.ready_since, p.name), p, None, why))
         else:
             unknown.append(p.name)
     ranked.sort(key=lambda r: r[0])
@@ -265,7 +294,7 @@ def _ranked(
 
 def plan_marks(
     deployment: str, pods: Sequence[PodView], remove: int, loads: Mapping[str, float] | None, now: float,
-    *, per_replicaset: bool = False,
+    *, per_replicaset: bool = False, node_gpus: Mapping[str, int] | None = None,
 ) -> ScaleDownMarks:
     """Marks for a scale-down removing ``remove`` replicas of ``deployment``.
 
@@ -273,7 +302,8 @@ def plan_marks(
     query failed, every load is unknown); ``now``: Unix seconds. Marks of ours on pods not chosen are cleared.
     ``per_replicaset``: the scale-down goes ahead during a rollout (:func:`guard_scale_down`), so the Deployment
     controller splits it across the ReplicaSets: the ``remove`` idlest pods of *each* ReplicaSet are marked, so
-    each removes its own idlest first whatever its share.
+    each removes its own idlest first whatever its share. ``node_gpus``: the GPUs in use on each node, by name, as
+    the Deployment's NodePool was read this tick (None: not read): the Ready pods on the emptiest nodes go first.
     """
     if remove <= 0:
         return plan_clear(deployment, pods, replicas=len(active_pods(deployment, pods)), now=now)
@@ -287,7 +317,7 @@ def plan_marks(
                                 f"set ({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}): no pod "
                                 "marked, that order is kept (the ReplicaSet removes pods in its own order)",
                           FOREIGN_COST)
-    ranked, unknown = _ranked(active, loads, now)
+    ranked, unknown = _ranked(active, loads, now, node_gpus)
     groups: dict[str | None, list[tuple[Rank, PodView, float | None, str]]] = {}
     for entry in ranked:
         groups.setdefault(entry[1].owner_replicaset if per_replicaset else None, []).append(entry)

@@ -15,7 +15,10 @@ The model (the ``simulate`` command documents the same rules to users):
 * Placement: a Ready node with a free GPU before one still provisioning, then the fullest node first
   (bin-packing, like the scheduler's ``MostAllocated`` scoring), so scale-in empties whole nodes.
 * Scale-down removes replicas in the Kubernetes ReplicaSet order that matters here: not-yet-Ready
-  replicas first (the one furthest from Ready first), then Ready replicas, newest first.
+  replicas first (the one furthest from Ready first), then Ready replicas, newest first
+  (``NEWEST_FIRST``). A Deployment whose pods the controller marks before a scale-down (``pod-deletion-cost``,
+  ``autoscaler.domain.scaledown``: our policy, ``scale_in`` of the policy) loses its Ready replicas on the emptiest
+  nodes first, the most recently Ready among equals (``EMPTIEST_NODE_FIRST``), so nodes empty and are consolidated.
 * Nodes: an empty node is removed ``consolidate_after_seconds`` after it became empty (Karpenter's
   ``consolidationPolicy: WhenEmpty`` with ``consolidateAfter``); a replica placed on it before then
   cancels the removal and starts without node provisioning.
@@ -47,6 +50,12 @@ from autoscaler.ports import PoolGpus
 # GPUs per node where nothing says otherwise: a p4d/p5-class node (also what a self-tuning replay assumes for a
 # Deployment that names no NodePool, or one whose shape the controller could not read)
 DEFAULT_GPUS_PER_NODE = 8
+
+# Which Ready replica a scale-down removes (``Cluster.scale_in``): the ReplicaSet's own order (no pod marked: the HPA's
+# Deployments), or the controller's marks, which rank pods by the GPUs in use on their node, fewest first
+# (``autoscaler.domain.scaledown``; the simulated pods carry equal loads, so the tie-break is the most recently Ready)
+NEWEST_FIRST = "newest"
+EMPTIEST_NODE_FIRST = "emptiest-node"
 
 
 @dataclass(frozen=True)
@@ -303,13 +312,17 @@ class Cluster:
     nodes are shared with the other Deployments built on it; without, the Deployment has a pool of its own.
     """
 
-    def __init__(self, config: ClusterConfig, initial_ready: int, pool: NodePool | None = None) -> None:
+    def __init__(self, config: ClusterConfig, initial_ready: int, pool: NodePool | None = None,
+                 scale_in: str = NEWEST_FIRST) -> None:
         if initial_ready < 0:
             raise ValueError(f"initial replicas must be >= 0, got {initial_ready}")
         if pool is not None and pool.gpus_per_node < config.gpus_per_replica:
             raise ValueError(f"a replica needs {config.gpus_per_replica} GPUs but a node holds only "
                              f"{pool.gpus_per_node}: it could never be scheduled")
+        if scale_in not in (NEWEST_FIRST, EMPTIEST_NODE_FIRST):
+            raise ValueError(f"scale_in must be {NEWEST_FIRST!r} or {EMPTIEST_NODE_FIRST!r}, got {scale_in!r}")
         self.config = config
+        self.scale_in = scale_in
         self.pool = pool if pool is not None else NodePool.for_config(config)
         self._gpr = config.gpus_per_replica
         self.ready_replicas: list[_Replica] = []  # in ask order: newest last
@@ -404,6 +417,14 @@ class Cluster:
                 return (_NEVER if r.ready_tick is None else r.ready_tick, r.ask_tick)
 
             victim = self.starting.pop(max(range(len(self.starting)), key=key))
+        elif self.scale_in == EMPTIEST_NODE_FIRST:
+            ready = self.ready_replicas
+
+            def emptiest(i: int) -> tuple[int, int, int]:
+                r = ready[i]
+                return (r.node.used if r.node is not None else 0, -(r.ready_tick or 0), -i)
+
+            victim = ready.pop(min(range(len(ready)), key=emptiest))
         else:
             victim = self.ready_replicas.pop()
         self.pool.release(k, victim)

@@ -51,7 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
+from autoscaler.simulation.cluster import NEWEST_FIRST, Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.money import MoneyConfig, MoneyLedger, MoneyOutcome
 from autoscaler.simulation.oracle import oracle_schedule
 from autoscaler.simulation.queue import P99, FluidQueue, QueueConfig, Segments, replay
@@ -89,6 +89,12 @@ def _decides(policy: TickPolicy) -> Callable[[int], bool]:
     if callable(found):
         return found  # type: ignore[no-any-return]
     return lambda k: True
+
+
+def scale_in_of(policy: object) -> str:
+    """The order in which a scale-down of ``policy``'s Deployment removes Ready replicas (``Cluster.scale_in``): its
+    ``scale_in`` (our policy's: the controller's marks), else the ReplicaSet's own."""
+    return str(getattr(policy, "scale_in", NEWEST_FIRST))
 
 
 def tick_seconds_for(step_seconds: int, sync_seconds: int = 15) -> int:
@@ -456,8 +462,8 @@ def simulate(
         queue = FluidQueue(segments) if callable(getattr(policy, "observe_queue", None)) else None
         nodes = NodePool.for_config(cluster_cfg)
         nodes.name = config.nodepool
-        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial, nodes), ledger, queue,
-                                           config.capacity_per_replica)
+        requested, ready = run_closed_loop(policy, demand, Cluster(cluster_cfg, initial, nodes, scale_in_of(policy)),
+                                           ledger, queue, config.capacity_per_replica)
         money = ledger.outcome() if ledger is not None else None
         if money is not None:
             notes.extend(money.notes)

@@ -73,6 +73,7 @@ from autoscaler.simulation.engine import (
     SimulationConfig,
     TickPolicy,
     need_per_tick,
+    scale_in_of,
     score,
     tick_seconds_for,
 )
@@ -385,8 +386,9 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     if ceilings.any:
         initial = _within_ceilings(deps, initial, ceilings, prices)
     # initial pods are Ready on nodes that were there before the replay (no limit or guard applies to them)
-    clusters = [Cluster(config.cluster_config(d), n0, pools[d.pool]) for d, n0 in zip(deps, initial, strict=True)]
     policies = [build(i, d, config.simulation_config(d), config.cluster_config(d)) for i, d in enumerate(deps)]
+    clusters = [Cluster(config.cluster_config(d), n0, pools[d.pool], scale_in_of(pol))
+                for d, n0, pol in zip(deps, initial, policies, strict=True)]
 
     requested = np.zeros((len(deps), n_ticks), dtype=np.int64)
     ready = np.zeros((len(deps), n_ticks), dtype=np.int64)

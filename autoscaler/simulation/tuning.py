@@ -82,7 +82,13 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels, forecast_steps
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE, Cluster, ClusterConfig
-from autoscaler.simulation.engine import DEFAULT_REACTIVE_TARGETS, run_closed_loop, score, tick_seconds_for
+from autoscaler.simulation.engine import (
+    DEFAULT_REACTIVE_TARGETS,
+    run_closed_loop,
+    scale_in_of,
+    score,
+    tick_seconds_for,
+)
 from autoscaler.simulation.predictive import FORECAST_ERRORS, PendingTuning, PredictivePolicy, Retune
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.reactive import SCALE_DOWN_STABILIZATION_SECONDS
@@ -479,7 +485,8 @@ class _Replay:
         for (q, u), policy in jobs:
             replayed = _Replayed(self.forecasts, self.window, _replay_only, policy, self.cold_start, self.cluster,
                                  DECISION_INTERVAL_SECONDS)
-            requested, ready = run_closed_loop(replayed, self.demand, Cluster(self.cluster, self.initial))
+            requested, ready = run_closed_loop(replayed, self.demand,
+                                               Cluster(self.cluster, self.initial, scale_in=scale_in_of(replayed)))
             result = score(f"q{q}/u{u:g}", self.demand, requested, ready, self.capacity, tick,
                            self.cluster.gpus_per_replica, 0.0, queue=self.queue, segments=self.segments)
             out.append(Candidate(q, result.gpu_hours, result.slo_attainment, result.wait_p99_seconds,

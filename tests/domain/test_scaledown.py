@@ -41,13 +41,14 @@ HASH = "7d9f8b6c5d"
 
 def pod(suffix: str, *, ready_for: float | None = 3600.0, age: float = 7200.0, phase: str = "Running",
         terminating: bool = False, owner: str | None = f"{DEP}-{HASH}", template_hash: str | None = HASH,
-        annotations: dict[str, str] | None = None) -> PodView:
+        annotations: dict[str, str] | None = None, node: str | None = None) -> PodView:
     annotations = annotations or {}
     return PodView(
         name=f"{DEP}-{HASH}-{suffix}", created=NOW - age,
         ready_since=None if ready_for is None else NOW - ready_for, phase=phase, terminating=terminating,
         owner_replicaset=owner, template_hash=template_hash, annotations=annotations,
         labels={MARK_LABEL: "true"} if MARK_ANNOTATION in annotations else {},  # as the controller writes a mark
+        node=node,
     )
 
 
@@ -120,6 +121,35 @@ def test_a_pod_not_scraped_yet_is_taken_as_carrying_the_mean_load() -> None:
     pods = [pod("light"), pod("heavy"), pod("fresh", ready_for=30.0)]
     loads = {name("light"): 1.0, name("heavy"): 9.0}  # mean 5
     assert marked(plan_marks(DEP, pods, 2, loads, NOW)) == [(name("light"), -2), (name("fresh"), -1)]
+
+
+def test_with_the_nodes_read_the_pods_of_the_emptiest_nodes_go_first_and_load_decides_among_equals() -> None:
+    """The bill is whole nodes: a scale-down that takes the pods of the emptiest nodes lets them be consolidated.
+    Two pods alone on a node go before an idle pod on a full node; between the two, the idler goes first."""
+    pods = [pod("full0", node="n-full"), pod("sole1", node="n-a"), pod("sole2", node="n-b"),
+            pod("pair1", node="n-c"), pod("pair2", node="n-c")]
+    loads = {name("full0"): 0.0, name("sole1"): 6.0, name("sole2"): 2.0, name("pair1"): 1.0, name("pair2"): 1.0}
+    node_gpus = {"n-full": 8, "n-a": 1, "n-b": 1, "n-c": 2}
+    plan = plan_marks(DEP, pods, 2, loads, NOW, node_gpus=node_gpus)
+    assert marked(plan) == [(name("sole2"), -2), (name("sole1"), -1)]
+    assert "on n-b with 1 GPU(s) in use" in plan.marks[0].why
+    # without the read, the same pods rank by load alone, as before
+    assert marked(plan_marks(DEP, pods, 2, loads, NOW)) == [(name("full0"), -2), (name("pair1"), -1)]
+    assert marked(plan_marks(DEP, pods, 2, loads, NOW, node_gpus={})) == [(name("full0"), -2), (name("pair1"), -1)]
+    # four: both pods of the two-GPU node follow, so that node empties too
+    assert {m.pod for m in plan_marks(DEP, pods, 4, loads, NOW, node_gpus=node_gpus).marks} == {
+        name("sole1"), name("sole2"), name("pair1"), name("pair2")}
+
+
+def test_a_pod_on_a_node_the_read_did_not_cover_ranks_after_the_nodes_it_did() -> None:
+    """Nothing says removing a pod on an unread node (no NodePool, not Ready) frees anything; not Ready pods still
+    go first, whatever their node."""
+    pods = [pod("unrd0", node="elsewhere"), pod("full0", node="n-full"), pod("nonde", node=None),
+            pod("start", ready_for=None, phase="Pending", node=None)]
+    loads = {name("unrd0"): 0.0, name("full0"): 5.0, name("nonde"): 1.0}
+    plan = plan_marks(DEP, pods, 3, loads, NOW, node_gpus={"n-full": 8})
+    assert marked(plan) == [(name("start"), -3), (name("full0"), -2), (name("unrd0"), -1)]
+    assert "its node elsewhere not read" in plan.marks[2].why
 
 
 def test_a_ready_pod_without_metrics_for_long_is_unknown_and_never_marked() -> None:

@@ -52,7 +52,7 @@ from autoscaler.ports import (
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.money import MoneyStage
 from autoscaler.simulation.cluster import Cluster as SimCluster
-from autoscaler.simulation.cluster import ClusterConfig, NodePool
+from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, ClusterConfig, NodePool
 from autoscaler.simulation.engine import SimulationConfig, tick_seconds_for
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
 from autoscaler.simulation.money import SIM_NAMESPACE, GangSpec, MoneyConfig, MoneyLedger
@@ -351,7 +351,7 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     def simulated() -> SimCluster:
         pool = NodePool.for_config(cluster_cfg)
         pool.name = nodepool
-        return SimCluster(cluster_cfg, 1, pool)
+        return SimCluster(cluster_cfg, 1, pool, EMPTIEST_NODE_FIRST)  # the ReplicaSet removes the pods marked
 
     sim = simulated()
     ledger = None if ceiling is None and gang is None else MoneyLedger(
@@ -627,7 +627,10 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int]]:
     shared.append(NodePool(pool.gpus_per_node, pool.node_startup_seconds, pool.consolidate_after_seconds, tick,
                            may_add_node=lambda: shared[0].node_count * pool.node_usd_per_hour
                            + pool.node_usd_per_hour <= ceiling + 1e-9))
-    sims = {name: SimCluster(fleet.cluster_config(d), int(ran[name].result.requested[0]), shared[0])
+    # a scale-down removes the pods the controller's marks choose, those of the emptiest nodes first (as run_fleet
+    # models our policy's Deployments): this side's ports list no pods, so the marks' choice is modelled here too
+    sims = {name: SimCluster(fleet.cluster_config(d), int(ran[name].result.requested[0]), shared[0],
+                             EMPTIEST_NODE_FIRST)
             for name, d in zip(series, deps, strict=True)}
     # the demand the simulated traffic serves each tick, as run_fleet spreads each bin over its ticks
     per_tick = {name: spread(s.values, STEP // tick, resolve(fleet.bin_shape, STEP)) for name, s in series.items()}

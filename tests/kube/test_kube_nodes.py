@@ -66,6 +66,9 @@ def test_pool_gpus_are_allocatable_minus_what_bound_pods_request_on_ready_nodes(
     # nothing free, but every node of the pool is billed
     assert read == {"gpu": PoolGpus(free=6, busy_nodes=2, partial_free=6, nodes=6),
                     "other": PoolGpus(free=0, busy_nodes=1, partial_free=0, nodes=1), "empty": PoolGpus()}
+    # the GPUs in use on each node read (what a scale-down that empties whole nodes ranks pods by)
+    assert dict(read["gpu"].node_gpus) == {"a1": 7, "a2": 3}
+    assert dict(read["other"].node_gpus) == {"b1": 8}
     nodes_listed = [r for r in fake_api.requests if r.path == "/api/v1/nodes"]
     assert len(nodes_listed) == 1
     assert nodes_listed[0].query["labelSelector"] == [f"{NODEPOOL_LABEL} in (empty,gpu,other)"]
@@ -87,7 +90,9 @@ def test_our_placeholders_hold_no_gpu_their_node_is_idle_headroom(fake_api: Fake
     fake_api.add("pods", placeholder)
     fake_api.add("pods", lookalike)
     # a real replica preempts the placeholder: its 8 GPUs are free to it, and h1 holds no pod of a Deployment
-    assert cluster.pool_gpus(["gpu"]) == {"gpu": PoolGpus(free=14, busy_nodes=1, partial_free=6, nodes=2)}
+    read = cluster.pool_gpus(["gpu"])
+    assert read == {"gpu": PoolGpus(free=14, busy_nodes=1, partial_free=6, nodes=2)}
+    assert dict(read["gpu"].node_gpus) == {"h1": 0, "h2": 2}
 
 
 def test_no_pools_asked_reads_nothing(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:

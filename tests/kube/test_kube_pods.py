@@ -35,6 +35,7 @@ def test_pod_startups_lists_every_pod_as_a_plain_view(fake_api: FakeKubeAPI, clu
     ready = owned(pod("ml", "llama-7d9f-aaaaa", "llama", created=T0, ready_at=T0 + timedelta(seconds=90)),
                   "llama-7d9f", "7d9f")
     ready["metadata"]["annotations"] = {DELETION_COST_ANNOTATION: "-1"}  # type: ignore[index]
+    ready["spec"]["nodeName"] = "gpu-node-1"  # type: ignore[index]
     leaving = owned(pod("ml", "llama-7d9f-bbbbb", "llama", created=T0, ready_at=T0), "llama-7d9f", "7d9f")
     leaving["metadata"]["deletionTimestamp"] = "2025-03-01T12:10:00Z"  # type: ignore[index]
     for obj in (ready, leaving, pod("ml", "llama-bare", "llama", created=T0)):
@@ -48,9 +49,10 @@ def test_pod_startups_lists_every_pod_as_a_plain_view(fake_api: FakeKubeAPI, clu
     assert (a.created, a.ready_since) == (T0.timestamp(), T0.timestamp() + 90)
     assert a.ready
     assert dict(a.annotations) == {DELETION_COST_ANNOTATION: "-1"}
+    assert a.node == "gpu-node-1"  # the node it is bound to: a scale-down ranks pods by how full theirs is
     assert views["llama-7d9f-bbbbb"].terminating
     bare = views["llama-bare"]
-    assert (bare.owner_replicaset, bare.template_hash, bare.ready_since) == (None, None, None)
+    assert (bare.owner_replicaset, bare.template_hash, bare.ready_since, bare.node) == (None, None, None, None)
 
 
 def test_patch_pod_annotations_is_one_merge_patch_without_a_read(fake_api: FakeKubeAPI, cluster: KubeCluster) -> None:

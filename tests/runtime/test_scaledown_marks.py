@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from autoscaler.adapters.kube import KubeCluster
+from autoscaler.adapters.kube import NODEPOOL_LABEL, KubeCluster
 from autoscaler.adapters.prometheus import PrometheusSource
 from autoscaler.commands.explain import explain
 from autoscaler.config.parser import parse_config_text
@@ -652,3 +652,51 @@ def test_marks_the_replicaset_never_acted_on_expire(
     report = controller_.tick(now0 + MARK_TTL_SECONDS)
     assert report.ok, report.errors
     assert_unmarked(shrinking, NOT_READY, FRESH)
+
+
+def test_with_its_nodepool_read_a_scale_down_takes_the_pods_of_the_emptiest_nodes_so_a_node_empties(
+    fleet: FakeKubeAPI, api_client: client.ApiClient, config: Config, prometheus_server: PrometheusServer,
+    now0: int,
+) -> None:
+    """The Deployment names its NodePool, so the tick reads the GPUs in use on each of its nodes: the scale-down takes
+    the pod alone on its node (busier than the two idle pods on a full node) and the pod on the half-used node, so a
+    whole node empties and Karpenter can remove it. By load alone it would take the two idle pods and free two GPUs
+    of a node that stays billed (``domain.scaledown``)."""
+    lone, half, idle0, idle1 = (f"{RS}-{s}" for s in ("lone1", "half1", "idle0", "idle1"))
+    where = {lone: "gpu-a", half: "gpu-b", idle0: "gpu-c", idle1: "gpu-c"}
+    pods = [rs_pod(p, RS, now0, ready_ago=3600 + i) for i, p in enumerate((lone, half, idle0, idle1))]
+    others = {"gpu-b": 3, "gpu-c": 6}  # GPUs other teams' pods hold on those nodes
+    for obj in pods:
+        obj["spec"]["nodeName"] = where[obj["metadata"]["name"]]
+        obj["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"},
+                                                     "limits": {"nvidia.com/gpu": "1"}}
+    for n in ("gpu-a", "gpu-b", "gpu-c"):
+        fleet.add("nodes", {"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": n, "labels": {NODEPOOL_LABEL: "gpu"}},
+                            "status": {"allocatable": {"nvidia.com/gpu": "8"},
+                                       "conditions": [{"type": "Ready", "status": "True"}]}})
+    scene(fleet, pods)
+    for n in others:
+        other = pod("batch", f"other-{n}", "other", created=at(now0 - 7200), ready_at=at(now0 - 7000))
+        other["spec"]["nodeName"] = n
+        other["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": str(others[n])},
+                                                       "limits": {"nvidia.com/gpu": str(others[n])}}
+        fleet.add("pods", other)
+    dep = fleet.get("deployments", NS, DEP)
+    assert dep is not None
+    dep["metadata"]["annotations"][PREFIX + "nodepool"] = "gpu"
+    fleet.add("deployments", dep)
+    controller_, _ = controller(api_client, config, prometheus_server.url,
+                                loads={lone: 4.0, half: 2.0, idle0: 0.0, idle1: 0.5})
+    model = DeploymentModel.from_pods(fleet, NS, DEP, max_surge=1)
+    prime(controller_, now0)
+    report = controller_.tick(now0)
+    assert report.ok, report.errors
+    assert replicas(fleet) == 2
+    outcome = mistral(report)
+    assert outcome.scale_down_marks is not None
+    assert [(m.pod, m.cost) for m in outcome.scale_down_marks.marks] == [(lone, -2), (half, -1)]
+    assert "on gpu-a with 1 GPU(s) in use" in outcome.scale_down_marks.marks[0].why
+    gone = set(model.settle(at(now0)))
+    assert gone == {lone, half}
+    assert {p for p, n in where.items() if n == "gpu-a"} <= gone, "node gpu-a is left without a pod: Karpenter can go"
