@@ -51,8 +51,8 @@ from autoscaler.ports import (
 )
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.money import MoneyStage
-from autoscaler.simulation.cluster import Cluster as SimCluster
 from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, ClusterConfig, NodePool
+from autoscaler.simulation.cluster import Cluster as SimCluster
 from autoscaler.simulation.engine import SimulationConfig, tick_seconds_for
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
 from autoscaler.simulation.money import SIM_NAMESPACE, GangSpec, MoneyConfig, MoneyLedger
