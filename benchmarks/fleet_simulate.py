@@ -72,34 +72,37 @@ PERF_DEPLOYMENTS = 20
 
 # Measured 2026-11-26 with the runs above; kept next to the code that prints it.
 READING = """Reading the fleet frontier (measured 2026-11-26 on the one engine: every Deployment decides through the \
-controller's `decide` on what the controller observes, the free GPUs of its NodePool included, and the pool's node \
-headroom is sized by the controller's own `pools_headroom`; the HPAs read the arrival rate of the last minute, as \
-our controller does). **The GPU-hour target is met by the self-tuned default, and missed by a hair with headroom; \
-the SLO-miss target is not met at any operating point.** The self-tuned default needs 34% fewer billed GPU-hours \
-than the HPA + Karpenter curve at its attainment (16,246 at 99.636%, which the HPA reaches between its targets 0.3 \
-and 0.4) and has 52% fewer misses at its GPU-hours; with headroom 30% (29.95%: 17,801 at 99.649%) and 43%. Along \
-our frontier the cut grows with the band: -12% at p80 (more misses than the HPA at its GPU-hours), 28% at p90, 66% \
-at p95, 82% at p99 (19,766 GPU-h for 99.910%, all four objectives met, more than the HPA attains at any target, for \
-at least 37% fewer GPU-hours than its best); 90% at p99's GPU-hours would need 99.951%. **Where the misses come \
-from**: pod start-up (replicas asked for but still loading) 47% of the self-tuned default's and 57% of p99's, the \
-backlog an earlier shortfall leaves 29-36%, replicas not asked for 7-13%, **node waits 2-8%** (the HPA's: 4-12%). \
-Our planner asks a node start-up ahead whenever it sees no free GPU, so the misses a node buffer removes are already \
-rare; the rest need Ready replicas (a higher band: p99's misses are a quarter of p95's) or starts faster than 120 s. \
-**Forecast-sized headroom still does not pay**: at every point it costs 8-10% more billed GPU-hours for at most \
-+0.03 points of attainment (at the self-tuned default it takes the node waits from 8% to 2% of the misses). What \
-moved since the page's previous run (16,487 GPU-h at 99.655%, 36% and 51%; with headroom 17,997 at 99.668%, 32%): \
-**a self-tuned Deployment starts at the HPA's own point at 0.7** (started early) until its first replay chooses, two \
-days in, where it started at the profile's p95 point (`simulation.tuning.start_policy`; taken for the frontier's \
-bursty shapes, where those two days left the fortnight dominated by an HPA target). On this fleet it is a step \
-along the curve, 1.5% fewer GPU-hours for 0.02 points less attainment: NASA 99.80% -> 99.66% (the HPA at 0.7 \
-attains 98.4% there), LoRA 98.82% -> 98.74%, ServeGen m_small 2,814 -> 2,869 GPU-h at the same attainment. Because \
-the HPA's curve is steep here (0.12 points between its targets 0.3 and 0.4 cost 7,541 GPU-h), that step moves the \
-saving at equal attainment by two points. The page's run before that (16,788 GPU-h at 99.704%, 39% and 49%) \
-preceded the HPAs reading the last minute's rate, the replays forecasting through the controller's `ForecastKeeper`, \
-the HPA's own point adding only the forecast's rise, an out-of-reach objective running the safest HPA point and a \
-tuned point running from the decision after its replay (frontier section); the free-GPU read plans replicas that \
-fit on free GPUs at the pod lead, and headroom is sized on what the controller reads \
-(`engine.money.observe_pools`)."""
+controller's `decide` on what the controller observes, the free GPUs of its NodePool included, the pool's node \
+headroom is sized by the controller's own `pools_headroom`, and a scale-down of our policy removes the replicas the \
+controller's `pod-deletion-cost` marks choose, those of the emptiest nodes first; the HPAs read the arrival rate of \
+the last minute, as our controller does, and their Deployments keep the ReplicaSet's own order, newest first). \
+**The GPU-hour target is met by the self-tuned default, and missed by a hair with headroom; the SLO-miss target is \
+not met at any operating point.** The self-tuned default needs 38% fewer billed GPU-hours than the HPA + Karpenter \
+curve at its attainment (14,488 at 99.607%, which the HPA reaches between its targets 0.4 and 0.5) and has 68% fewer \
+misses at its GPU-hours; with headroom 29.8% (16,961 at 99.629%) and 45%. Along our frontier the cut grows with the \
+band: p80 is cheaper than any HPA target (11,733 GPU-h for 97.437%, outside the curve), 51% at p90, 77% at p95, 86% \
+at p99 (17,443 GPU-h for 99.909%, all four objectives met, more than the HPA attains at any target, for at least 45% \
+fewer GPU-hours than its best); 90% at p99's GPU-hours would need 99.936%. **What moved: scale-in that empties \
+whole nodes** (`domain.scaledown`, the controller's marks; `simulation.cluster`'s `EMPTIEST_NODE_FIRST`). The \
+ReplicaSet's own order removes the newest replica wherever it sits, so with four Deployments scaling on one pool \
+every node kept a few replicas: the self-tuned run paid for 3,666 idle GPU-hours on nodes that held pods (23% of its \
+bill). Taking the replicas of the emptiest nodes first lets those nodes empty and go: the same replicas (12,586 \
+replica GPU-h, 12,580 before) on 1,811 node-hours instead of 2,031, 10.8% fewer billed GPU-hours (16,246 -> 14,488) \
+for 0.03 points less attainment (99.636% -> 99.607%), which moves the misses cut at equal GPU-hours from 52% to 68% \
+and the saving at equal attainment from 34% to 38%; p95 15,387 -> 13,849 GPU-h, p99 19,766 -> 17,443 (82% -> 86%). \
+The price is node waits: the holes that half-used nodes left were room a scale-up took without a node, and the \
+self-tuned default's node-wait misses rise from 0.029% to 0.057% of the fleet's work. The HPA rows do not move. \
+The HPA + Karpenter baseline consolidates empty nodes only (`WhenEmpty`, what GPU inference pools commonly set, \
+because moving a pod costs a model load); Karpenter v1's default, `WhenEmptyOrUnderutilized`, would also repack \
+the HPA's half-used nodes by evicting pods, each eviction a cold start, which the simulator models for neither \
+side. **Where the misses come from**: pod start-up (replicas asked for but still loading) 43% of the self-tuned \
+default's and 52% of p99's, the backlog an earlier shortfall leaves 29-35%, replicas not asked for 6-10%, node \
+waits 7-15% (the HPA's: 4-12%); the rest need Ready replicas (a higher band: p99's misses are a quarter of p95's) \
+or starts faster than 120 s. **Forecast-sized headroom still does not pay**: it keeps whole idle nodes (0.9 on \
+average at the self-tuned default), 17-18% more billed GPU-hours for at most +0.11 points of attainment, and halves \
+the node waits. The page's run before this one (16,246 GPU-h at 99.636%, 34% and 52%) preceded the emptiest-node \
+scale-in; the one before that (16,487 GPU-h at 99.655%) the tuner's start point at the HPA's own point at 0.7 \
+(`simulation.tuning.start_policy`)."""
 
 # Measured 2026-11-26 with --perf on the project's shared 2-core machine (before and after in one session, twice).
 PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
@@ -124,7 +127,10 @@ where free GPUs may take the new replicas, and cluster, bill and headroom the re
 idle, and the replays' closed loops (the planner about half of them). The Deployments share nodes at every tick, so \
 their forecasts and decisions stay in one process. **Re-measured after the tuner's start point was merged with these \
 speed-ups** (same day, quiet machine, load average 0.7 before and 1.8 after): 166 s wall, 263 s of CPU (72 s + 190 \
-s), 78,850 billed GPU-h at 99.471% (the start point moves the decisions of each Deployment's first two days)."""
+s), 78,850 billed GPU-h at 99.471% (the start point moves the decisions of each Deployment's first two days). \
+**Re-measured after the emptiest-node scale-in** (quiet machine, load average 0.04 at the start): 167 s wall, 263 s \
+of CPU (73 s + 190 s), 78,169 billed GPU-h at 99.466% (0.9% fewer: with headroom on, the pools keep \
+idle nodes anyway)."""
 
 
 def fleet(days: float) -> FleetConfig:
