@@ -292,9 +292,36 @@ def _ranked(
     return ranked, unknown
 
 
+def _choose(entries: Sequence[tuple[Rank, PodView, float | None, str]], remove: int,
+            node_gpus: Mapping[str, int] | None, pod_gpus: int) -> list[tuple[Rank, PodView, float | None, str]]:
+    """The ``remove`` best of ``entries`` (ranked by ``_ranked``), one at a time: each pod chosen frees its GPUs on
+    its node, so the next is ranked on what the nodes would hold then (the pods of a node that starts to empty
+    follow, and it empties whole rather than a pod from each of two equal nodes)."""
+    if not node_gpus:
+        return list(entries[:remove])
+    used = {node: float(gpus) for node, gpus in node_gpus.items()}
+    left = list(entries)
+    chosen: list[tuple[Rank, PodView, float | None, str]] = []
+
+    def now_ranked(entry: tuple[Rank, PodView, float | None, str]) -> Rank:
+        rank, pod = entry[0], entry[1]
+        if rank[0] == 0:
+            return rank
+        return (rank[0], used.get(pod.node or "", math.inf), *rank[2:])
+
+    while left and len(chosen) < remove:
+        best = min(left, key=now_ranked)
+        left.remove(best)
+        chosen.append(best)
+        node = best[1].node
+        if node is not None and node in used:
+            used[node] -= pod_gpus
+    return chosen
+
+
 def plan_marks(
     deployment: str, pods: Sequence[PodView], remove: int, loads: Mapping[str, float] | None, now: float,
-    *, per_replicaset: bool = False, node_gpus: Mapping[str, int] | None = None,
+    *, per_replicaset: bool = False, node_gpus: Mapping[str, int] | None = None, pod_gpus: int = 1,
 ) -> ScaleDownMarks:
     """Marks for a scale-down removing ``remove`` replicas of ``deployment``.
 
@@ -303,7 +330,8 @@ def plan_marks(
     ``per_replicaset``: the scale-down goes ahead during a rollout (:func:`guard_scale_down`), so the Deployment
     controller splits it across the ReplicaSets: the ``remove`` idlest pods of *each* ReplicaSet are marked, so
     each removes its own idlest first whatever its share. ``node_gpus``: the GPUs in use on each node, by name, as
-    the Deployment's NodePool was read this tick (None: not read): the Ready pods on the emptiest nodes go first.
+    the Deployment's NodePool was read this tick (None: not read): the Ready pods on the emptiest nodes go first,
+    chosen one at a time as their GPUs (``pod_gpus`` each) leave their node.
     """
     if remove <= 0:
         return plan_clear(deployment, pods, replicas=len(active_pods(deployment, pods)), now=now)
@@ -324,7 +352,7 @@ def plan_marks(
     marks_list: list[PodMark] = []
     short: list[str] = []
     for _, entries in sorted(groups.items(), key=lambda g: g[0] or ""):
-        chosen = entries[:remove]
+        chosen = _choose(entries, remove, node_gpus, pod_gpus)
         k = len(chosen)
         marks_list.extend(PodMark(p.name, i - k, load, why) for i, (_, p, load, why) in enumerate(chosen))
         if k < remove and not per_replicaset:

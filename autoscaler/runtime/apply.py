@@ -143,7 +143,8 @@ class PlanApplier(MetricsExport):
             pods = memory.startups.pods
             mine = None if loads is None else {pod: v for (ns, pod), v in loads.items() if ns == view.namespace}
             marks = plan_marks(view.name, pods, view.replicas - desired, mine, now,
-                               per_replicaset=guard is not None and not guard.held, node_gpus=self._node_gpus())
+                               per_replicaset=guard is not None and not guard.held, node_gpus=self._node_gpus(),
+                               pod_gpus=max(1, spec.gpus_per_replica))
         elif memory.marks_seen:
             scaling_up = desired > view.replicas
             marks = plan_clear(view.name, memory.startups.pods, view.replicas, now, scaling_up=scaling_up,

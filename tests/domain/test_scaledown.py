@@ -141,6 +141,21 @@ def test_with_the_nodes_read_the_pods_of_the_emptiest_nodes_go_first_and_load_de
         name("sole1"), name("sole2"), name("pair1"), name("pair2")}
 
 
+def test_pods_are_chosen_one_at_a_time_so_the_node_that_starts_to_empty_empties_whole() -> None:
+    """Two equally used nodes, two of this Deployment's pods on each: once the idlest pod is chosen its node holds
+    fewer GPUs, so its sibling (busier than a pod on the other node) goes next and the node empties; taking the
+    idlest two would leave both nodes billed. ``pod_gpus`` is what each chosen pod frees."""
+    pods = [pod("a1idl", node="n-a"), pod("a2bsy", node="n-a"), pod("b1idl", node="n-b"), pod("b2bsy", node="n-b")]
+    loads = {name("a1idl"): 0.0, name("a2bsy"): 5.0, name("b1idl"): 1.0, name("b2bsy"): 6.0}
+    plan = plan_marks(DEP, pods, 2, loads, NOW, node_gpus={"n-a": 4, "n-b": 4}, pod_gpus=2)
+    assert marked(plan) == [(name("a1idl"), -2), (name("a2bsy"), -1)]
+    # a node that holds fewer GPUs still goes first: n-b, with 3 in use, loses both its pods before n-a any
+    plan = plan_marks(DEP, pods, 3, loads, NOW, node_gpus={"n-a": 4, "n-b": 3}, pod_gpus=1)
+    assert marked(plan) == [(name("b1idl"), -3), (name("b2bsy"), -2), (name("a1idl"), -1)]
+    # without the read, by load alone: the idlest two, one on each node
+    assert marked(plan_marks(DEP, pods, 2, loads, NOW)) == [(name("a1idl"), -2), (name("b1idl"), -1)]
+
+
 def test_a_pod_on_a_node_the_read_did_not_cover_ranks_after_the_nodes_it_did() -> None:
     """Nothing says removing a pod on an unread node (no NodePool, not Ready) frees anything; not Ready pods still
     go first, whatever their node."""

@@ -31,6 +31,7 @@ from autoscaler.config.parser import parse_config_text
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, PRIORITY_TIERS
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.gangs import ACTIVATED_ANNOTATION
+from autoscaler.domain.scaledown import plan_marks
 from autoscaler.domain.status import encode_status, status_object_name
 from autoscaler.ports import (
     CustomObjects,
@@ -701,3 +702,48 @@ def test_self_tuning_chooses_and_runs_the_same_points_on_both_sides() -> None:
     replayed = _replay(days=3.0, tuned=True, nodepool="gpu")
     assert replayed.decisions == 3 * 86_400 // DECISION
     assert replayed.tuned, "no replay chose a point: nothing was compared"
+
+
+def test_the_simulated_scale_in_removes_the_replicas_the_controllers_marks_choose() -> None:
+    """Which replicas a scale-down of our policy removes is the controller's call (``domain.scaledown.plan_marks``:
+    the emptiest nodes first, then the idlest, then the most recently Ready); the simulator's cluster removes them in
+    its own loop (``Cluster.scale_in``). On a shared pool where three Deployments came and went, each step down of
+    ``a`` removes exactly the replicas the marks would, the pods shown to ``plan_marks`` as the simulator holds them
+    (equal loads: a simulated pod carries no load of its own)."""
+    cfg = ClusterConfig(pod_startup_seconds=30, node_startup_seconds=60, gpus_per_node=4, consolidate_after_seconds=0)
+    pool = NodePool.for_config(cfg)
+    a = SimCluster(cfg, 0, pool, EMPTIEST_NODE_FIRST)
+    b, c = SimCluster(cfg, 0, pool), SimCluster(cfg, 0, pool)
+    k = 0
+
+    def settle() -> None:
+        nonlocal k
+        for _ in range(8):
+            k += 1
+            for cl in (a, b, c):
+                cl.advance(k)
+
+    for cl, n in ((a, 3), (b, 2), (a, 5), (c, 3), (a, 8), (b, 5), (a, 10)):
+        cl.scale_to(k, n)
+        settle()
+    b.scale_to(k, 1)
+    c.scale_to(k, 1)
+    settle()
+    names = {id(n): f"node-{i}" for i, n in enumerate(pool.nodes)}
+    removed_total = 0
+    while a.requested > 2:
+        # named so that names sort newest first: the simulator breaks exact ties (same node, same Ready tick) by
+        # the newer ask, as the controller breaks them by name (``plan_marks``'s last tie-break)
+        replicas = {f"a-h-{99 - i:02d}": r for i, r in enumerate(a.ready_replicas)}
+        pods = [PodView(name, created=r.ask_tick * 15.0, ready_since=float(r.ready_tick or 0) * 15.0, phase="Running",
+                        terminating=False, owner_replicaset="a-h", template_hash="h",
+                        node=names[id(r.node)] if r.node is not None else None) for name, r in replicas.items()]
+        used = {names[id(n)]: n.used for n in pool.nodes}
+        marks = plan_marks("a", pods, 2, dict.fromkeys(replicas, 0.0), now=k * 15.0, node_gpus=used)
+        chosen = {id(replicas[m.pod]) for m in marks.marks}
+        before = {id(r) for r in a.ready_replicas}
+        a.scale_to(k, a.requested - 2)
+        assert before - {id(r) for r in a.ready_replicas} == chosen, f"step down to {a.requested}"
+        removed_total += 2
+        settle()
+    assert removed_total == 8
