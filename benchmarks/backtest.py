@@ -228,6 +228,7 @@ NOT_MET = (
 # Shapes of traffic the shared traces do not have, made here from a fixed seed (the same series every run): a model
 # must hold its targets on them too, or it is tuned to four traces. Each is 14 days, scored like a trace.
 SHAPE_DAYS = 14
+DRAW_SEED_STEP = 10  # a draw's seeds: each shape's own + 10 x the draw (draw 0: 1, 2, 3, 4; draw 1: 11, 12, 13, 14)
 SHAPE_START = 1_700_006_400 + 13 * 3600 + 37 * 60  # not a midnight: the profile's phase must come from the timestamps
 
 
@@ -265,10 +266,14 @@ def _pareto_sizes(rng: np.random.Generator, k: int) -> FloatArray:
     return np.asarray(np.minimum(rng.pareto(0.8, k) + 1.0, 200.0), dtype=np.float64)
 
 
-def synthetic_traces() -> list[Trace]:
-    """The synthetic shapes of the benchmark (see ``SHAPES_TEXT``)."""
-    out = [synth_trace(days=SHAPE_DAYS, seed=1, shape="diurnal", step_seconds=60)]
-    out[0] = Trace("synthetic: diurnal web (1 min)", out[0].requests, {})
+def synthetic_traces(draw: int = 0) -> list[Trace]:
+    """The synthetic shapes of the benchmark (see ``SHAPES_TEXT``). ``draw`` > 0: the same shapes drawn again with
+    other seeds (each shape's seed + ``DRAW_SEED_STEP`` x ``draw``), named with `` [draw N]``: the traffic a user's
+    Deployment of that shape would see, not the one series the benchmarks were read on."""
+    shift = DRAW_SEED_STEP * draw
+    tag = f" [draw {draw}]" if draw else ""
+    out = [synth_trace(days=SHAPE_DAYS, seed=1 + shift, shape="diurnal", step_seconds=60)]
+    out[0] = Trace("synthetic: diurnal web (1 min)" + tag, out[0].requests, {})
     step = 600
     n = SHAPE_DAYS * SECONDS_PER_DAY // step
     t = SHAPE_START + step * np.arange(n)
@@ -278,22 +283,22 @@ def synthetic_traces() -> list[Trace]:
         ("synthetic: LLM serving, no daily cycle, turning volatile (10 min)", 3, np.where(np.arange(n) < n // 2, 0.03,
                                                                                           0.12), 0.0),
     ):
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed + shift)
         level = _wandering_level(rng, n, step, drift, 1.0)
         burst = _bursts(rng, n, step, bursts, partial(_lognormal_sizes, rng), 2.0)
         counts = rng.poisson(4000.0 * np.exp(level) * burst).astype(np.float64)
         counts[outage] = 0.0  # a daily 30-minute collection outage that the metric reports as zeros
-        out.append(trace_from_rates(name, TrafficSeries(counts / step, step, SHAPE_START)))
+        out.append(trace_from_rates(name + tag, TrafficSeries(counts / step, step, SHAPE_START)))
     step = 60
     n = SHAPE_DAYS * SECONDS_PER_DAY // step
     t = SHAPE_START + step * np.arange(n)
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(4 + shift)
     level = _wandering_level(rng, n, step, np.full(n, 0.12), 0.5)
     daily = 1.0 + 0.3 * np.sin(2 * np.pi * ((t % SECONDS_PER_DAY) / SECONDS_PER_DAY - 0.3))
     burst = _bursts(rng, n, step, 20.0, partial(_pareto_sizes, rng), 20.0)
     counts = rng.poisson(2.0 * step * np.exp(level) * daily * burst).astype(np.float64)
     social = TrafficSeries(counts / step, step, SHAPE_START)
-    out.append(trace_from_rates("synthetic: bursty social stream (1 min)", social))
+    out.append(trace_from_rates("synthetic: bursty social stream (1 min)" + tag, social))
     return out
 
 

@@ -8,9 +8,11 @@ objective; and the start-up sensitivity table has one row per trace and start-up
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from autoscaler.simulation.engine import PolicyResult
-from benchmarks.frontier import Curve, cheapest_meeting, dominated, sensitivity
+from benchmarks.backtest import synthetic_traces
+from benchmarks.frontier import Curve, _draws, cheapest_meeting, dominated, draws, sensitivity
 
 
 def _run(name: str, gpu_hours: float, attained: float) -> PolicyResult:
@@ -52,3 +54,31 @@ def test_the_sensitivity_table_has_a_row_per_trace_and_start_up() -> None:
     assert all("reactive@0.7" in r for r in rows)
     # the self-tuned run costs 130 against the HPA's 140 at 99.5%: not dominated
     assert all(r.rstrip().endswith("| no |") for r in rows)
+
+
+def test_the_other_draws_table_has_a_row_per_trace_and_says_what_dominates() -> None:
+    curves = [_curve((130.0, 0.996), trace="shape [draw 1]"), _curve((145.0, 0.994), trace="shape [draw 2]")]
+    text = draws(curves, 10.0, (1, 2))
+    assert "`python -m benchmarks.frontier --draws 1,2`" in text
+    rows = [line for line in text.splitlines() if line.startswith("| shape [draw")]
+    assert len(rows) == 2
+    assert rows[0].rstrip().endswith("| no |")
+    assert rows[1].rstrip().endswith("| reactive@0.7 |")
+
+
+@pytest.mark.parametrize("spec", ["0", "", "1,x", "-1"])
+def test_draws_are_numbered_from_one(spec: str) -> None:
+    with pytest.raises(SystemExit, match="--draws"):
+        _draws(spec)
+    assert _draws("2,1,2") == (1, 2)
+
+
+def test_a_draw_is_the_same_shapes_on_other_seeds() -> None:
+    """Draw 1 keeps each shape (its bin size, span and start) and its name, tagged; its traffic differs."""
+    first, again = synthetic_traces(), synthetic_traces(1)
+    assert [t.name + " [draw 1]" for t in first] == [t.name for t in again]
+    for a, b in zip(first, again, strict=True):
+        assert (a.requests.step_seconds, len(a.requests), a.requests.start) == (
+            b.requests.step_seconds, len(b.requests), b.requests.start)
+        assert not np.array_equal(a.requests.values, b.requests.values)
+    assert [t.name for t in synthetic_traces(0)] == [t.name for t in first]
