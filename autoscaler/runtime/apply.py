@@ -143,7 +143,7 @@ class PlanApplier(MetricsExport):
             pods = memory.startups.pods
             mine = None if loads is None else {pod: v for (ns, pod), v in loads.items() if ns == view.namespace}
             marks = plan_marks(view.name, pods, view.replicas - desired, mine, now,
-                               per_replicaset=guard is not None and not guard.held, node_gpus=self._node_gpus(),
+                               per_replicaset=guard is not None and not guard.held, node_gpus=self._node_gpus,
                                pod_gpus=max(1, spec.gpus_per_replica))
         elif memory.marks_seen:
             scaling_up = desired > view.replicas
@@ -161,12 +161,6 @@ class PlanApplier(MetricsExport):
                 else:
                     memory.marks_seen = True  # list the pods next tick: clear the marks once the scale-down landed
         return marks
-
-    def _node_gpus(self) -> dict[str, int] | None:
-        """The GPUs in use on each node of the NodePools read this tick, by node name (None: none read)."""
-        if not self._pool_reads:
-            return None
-        return {node: used for read in self._pool_reads.values() for node, used in read.node_gpus.items()}
 
     def _confirm_marks(
         self, view: WorkloadView, decision: ScalingDecision, marks: ScaleDownMarks, now: float, errors: list[str],

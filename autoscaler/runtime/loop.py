@@ -225,6 +225,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._free_gpus: dict[str, int] = {}  # this tick's free GPUs per NodePool, less what plans claimed
         self._pool_reads: dict[str, PoolGpus] | None = {}  # this tick's read of the NodePools' nodes (None: not read)
         self._pools_unread = ""  # why they were not read
+        self._node_gpus: dict[str, int] | None = None  # this tick's GPUs in use per node read (None: none read)
 
     # ------------------------------------------------------------------ tick
 
@@ -267,6 +268,9 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._read_statuses(views, write, errors)
         self._pool_reads, self._pools_unread = self._read_pool_gpus(cfg, valid, errors)
         self._free_gpus = {pool: read.free for pool, read in (self._pool_reads or {}).items()}
+        # GPUs in use per node of the pools read, by node name: what a scale-down's marks rank pods by
+        self._node_gpus = {node: used for read in (self._pool_reads or {}).values()
+                           for node, used in read.node_gpus.items()} or None
 
         metrics_ok = self._fetch(cfg, valid, int(now), errors)
         if metrics_ok:

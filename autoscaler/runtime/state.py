@@ -27,7 +27,7 @@ from autoscaler.domain.learned_capacity import LearnedCapacity
 from autoscaler.domain.scaledown import ScaleDownMarks, has_marks
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step
 from autoscaler.engine.forecasting import ForecastKeeper
-from autoscaler.ports import Cluster, EventType, PodStartups, PoolGpus, StatusObject, WorkloadView
+from autoscaler.ports import Cluster, EventType, PodStartups, StatusObject, WorkloadView
 from autoscaler.runtime.clock import utc
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyStage
@@ -305,7 +305,7 @@ class ControllerBase:
     _tune_deadline: float
     _deferred_fits: int
     _swept_at: float
-    _pool_reads: dict[str, PoolGpus] | None
+    _node_gpus: dict[str, int] | None
 
     def _event(
         self, view: WorkloadView, kind: EventType, reason: str, message: str, now: float, errors: list[str]
