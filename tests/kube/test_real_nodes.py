@@ -79,6 +79,8 @@ def test_the_controllers_service_account_reads_the_pools_gpus_under_the_shipped_
         read = KubeCluster(api, instance="nodes-test", sleep=lambda _: None).pool_gpus([pool])
     # node 0: 8 - (3 + 2) free, busy; node 1: 8 free, idle; node 2 not Ready: billed, nothing free
     assert read == {pool: PoolGpus(free=11, busy_nodes=1, partial_free=3, nodes=3)}
+    # the GPUs in use per Ready node, which a scale-down ranks pods by (the emptiest nodes' first)
+    assert dict(read[pool].node_gpus) == {f"{pool}-0": 5, f"{pool}-1": 0}
 
 
 def test_without_the_nodes_grant_the_read_is_refused(kube_server: KubeServer, pool: str, tmp_path: Path) -> None:
