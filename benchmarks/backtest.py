@@ -23,6 +23,10 @@ newest release that installs beside its pandas 3.1.1; 2.1.1 requires pandas < 3)
 
 Every figure is a ratio against anchors measured in the same run (persistence, Holt-Winters,
 Prophet), so the verdicts do not depend on the machine.
+
+``--draws 1,2`` scores the default model and persistence on the synthetic shapes drawn again with other seeds
+(``synthetic_traces(draw)``) and writes the ``backtest on other draws`` section: the targets must hold on traffic
+the project has not seen, not only on the one series of each shape they were read on.
 """
 
 from __future__ import annotations
@@ -656,6 +660,57 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _draw_numbers(spec: str) -> tuple[int, ...]:
+    """``--draws 1,2``: the draw numbers (each >= 1: draw 0 is the backtest section's own series)."""
+    try:
+        numbers = tuple(sorted({int(x) for x in spec.split(",") if x.strip()}))
+    except ValueError:
+        raise SystemExit(f"--draws {spec!r}: expected draw numbers such as 1,2") from None
+    if not numbers or min(numbers) < 1:
+        raise SystemExit(f"--draws {spec!r}: draws are numbered from 1 (draw 0 is the backtest section's own)")
+    return numbers
+
+
+def render_draws(runs: list[TraceRun], numbers: tuple[int, ...], seconds: float) -> str:
+    """The ``backtest on other draws`` section: the default model against persistence on the synthetic shapes drawn
+    again, with the targets that must hold on traffic the project has not seen."""
+    lo, hi = COVERAGE_RANGE
+    lines = [
+        "## backtest on other draws",
+        "",
+        f"`{COMMAND} --draws {','.join(str(n) for n in numbers)}`: the synthetic shapes of the section above drawn "
+        f"again with other seeds (`synthetic_traces(draw)`: each shape's seed + {DRAW_SEED_STEP} x the draw), scored "
+        "as above (rolling origin at every bin, step h = ceil(15 min / bin), p90 band, daily refits on at most 14 "
+        "days; the ratio to four places, since the check is strict). Why: the self-check and the bands were read on "
+        "one series of each shape.",
+        "",
+        "| trace | default WAPE | persistence WAPE | default / persistence | default p90 coverage | "
+        f"<= 1.00x persistence | coverage in [{lo:g}, {hi:g}] |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    passed = total = 0
+    for run in runs:
+        de, pe = run.results["default"], run.results["persistence"]
+        ratio = _ratio(de.wape, pe.wape)
+        checks = (ratio <= 1.0, lo <= de.coverage <= hi)
+        passed += sum(checks)
+        total += len(checks)
+        lines.append(f"| {run.trace.name} | {_f(de.wape)} | {_f(pe.wape)} | {ratio:.4f} | {_f(de.coverage)} | "
+                     f"{_verdict(checks[0])} | {_verdict(checks[1])} |")
+    lines += ["", f"Targets: {passed} of {total} pass. Run time {seconds:.0f} s. Machine: {machine()}.", "",
+              READING_DRAWS]
+    return "\n".join(lines)
+
+
+# Measured 2026-11-26 with ``--draws 1,2``; kept next to the code that prints it.
+READING_DRAWS = (
+    "Reading (measured 2026-11-26): the forecast's targets hold on the other draws but one, by a hair. Where the "
+    "last value is the best forecast there is (the LLM series turning volatile and the social stream) the self-check "
+    "serves persistence and scores 1.0000x; on the volatile series' draw 2 it served the model at a few origins where "
+    "it lost, 1.0002x, so the strict check fails. The p90 coverage stays within 0.883-0.917 on every draw."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--traces", default=None, help="comma-separated trace file names (default: all > 1 day)")
@@ -672,8 +727,19 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(PEERS),
         help="statsforecast peers to run when statsforecast is importable (empty: none)",
     )
+    parser.add_argument("--draws", default=None, metavar="N[,N...]",
+                        help="instead, the default model and persistence on the synthetic shapes drawn again with "
+                        "other seeds (draws 1, 2, ...); writes the 'backtest on other draws' section")
     args = parser.parse_args(argv)
     logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)  # "Importing plotly failed": we never use it
+    if args.draws is not None:
+        numbers = _draw_numbers(args.draws)
+        started = time.perf_counter()
+        drawn = [run_trace(trace, ("default", "persistence")) for n in numbers for trace in synthetic_traces(n)]
+        text = render_draws(drawn, numbers, time.perf_counter() - started)
+        print(text)
+        update_section("backtest-draws", text)
+        return 0
     wanted = None if args.traces is None else {t.strip() for t in args.traces.split(",")}
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())

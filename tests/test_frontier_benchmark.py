@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from autoscaler.simulation.engine import PolicyResult
-from benchmarks.backtest import synthetic_traces
+from autoscaler.traces import Trace
+from benchmarks.backtest import TraceRun, _draw_numbers, render_draws, synthetic_traces
 from benchmarks.frontier import Curve, _draws, cheapest_meeting, dominated, draws, sensitivity
+from models.evaluation import ModelResult
+from models.types import TrafficSeries
 
 
 def _run(name: str, gpu_hours: float, attained: float) -> PolicyResult:
@@ -82,3 +85,29 @@ def test_a_draw_is_the_same_shapes_on_other_seeds() -> None:
             b.requests.step_seconds, len(b.requests), b.requests.start)
         assert not np.array_equal(a.requests.values, b.requests.values)
     assert [t.name for t in synthetic_traces(0)] == [t.name for t in first]
+
+
+def _result(wape: float, coverage: float) -> ModelResult:
+    empty = np.zeros(0)
+    return ModelResult("m", wape, 0.0, coverage, 0.0, 0.0, 0.0, 0, 1, np.zeros(0, dtype=np.int64), empty, empty,
+                       empty)
+
+
+def test_the_backtest_on_other_draws_checks_each_draw_strictly() -> None:
+    """A default model 0.02% worse than persistence fails ``<= 1.00x``; coverage outside [0.85, 0.95] fails."""
+
+    def run(name: str, default: tuple[float, float], persistence: float) -> TraceRun:
+        results = {"default": _result(*default), "persistence": _result(persistence, 0.9)}
+        return TraceRun(Trace(name, TrafficSeries(np.ones(3), 60, 0), {}), results, 900, 60, 1.0, {})
+
+    text = render_draws([run("a [draw 1]", (0.1, 0.9), 0.1), run("b [draw 1]", (0.10002, 0.9), 0.1),
+                         run("c [draw 1]", (0.05, 0.96), 0.1)], (1,), 3.0)
+    assert "`python -m benchmarks.backtest --draws 1`" in text
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ") and "[draw" in line}
+    assert rows["a [draw 1]"].endswith("| PASS | PASS |")
+    assert rows["b [draw 1]"].endswith("| **FAIL** | PASS |")
+    assert "1.0002" in rows["b [draw 1]"]
+    assert rows["c [draw 1]"].endswith("| PASS | **FAIL** |")
+    assert "Targets: 4 of 6 pass." in text
+    with pytest.raises(SystemExit, match="--draws"):
+        _draw_numbers("0")
