@@ -148,10 +148,11 @@ LLM series with bursts and the diurnal shape at another seed become so); keeping
 the objective unless the best saves 5% or 10% (no change on the LLM draws); never a point cheaper than the running \
 one on a pool of under three days (the LLM series at one other seed is no longer dominated; the series turning \
 volatile, with 3.9 times the HPA's misses at equal GPU-hours, and the social stream become dominated); the same on \
-a pool of one day only (both LLM draws stay dominated, both draws of the series turning volatile become so). What \
-is left to try: a first choice that waits for a pool that shows day-to-day variation, without holding the start \
-point on calm traffic, and candidates without the lead where the forecast's rise adds nothing (on the LLM series \
-the rise is 1 almost always: removing it changed nothing there)."""
+a pool of one day only (both LLM draws stay dominated, both draws of the series turning volatile become so); \
+starting at the HPA's point at 0.6 instead of 0.7 (the LLM draws stay dominated, one volatile draw becomes so). \
+What is left to try: a first choice that waits for a pool that shows day-to-day variation, without holding the \
+start point on calm traffic, and candidates without the lead where the forecast's rise adds nothing (on the LLM \
+series the rise is 1 almost always: removing it changed nothing there)."""
 
 DAYS = 14
 POD_STARTUP_SECONDS = 120  # the frontier section's; --pod-startup gives others
