@@ -660,14 +660,15 @@ def render(runs: list[TraceRun], total_seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _draw_numbers(spec: str) -> tuple[int, ...]:
-    """``--draws 1,2``: the draw numbers (each >= 1: draw 0 is the backtest section's own series)."""
+def draw_numbers(spec: str) -> tuple[int, ...]:
+    """``--draws 1,2`` (this benchmark's and the frontier's): the draw numbers, each >= 1 (draw 0 is the series the
+    benchmark's own section is read on)."""
     try:
         numbers = tuple(sorted({int(x) for x in spec.split(",") if x.strip()}))
     except ValueError:
         raise SystemExit(f"--draws {spec!r}: expected draw numbers such as 1,2") from None
     if not numbers or min(numbers) < 1:
-        raise SystemExit(f"--draws {spec!r}: draws are numbered from 1 (draw 0 is the backtest section's own)")
+        raise SystemExit(f"--draws {spec!r}: draws are numbered from 1 (draw 0 is the section's own series)")
     return numbers
 
 
@@ -733,7 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)  # "Importing plotly failed": we never use it
     if args.draws is not None:
-        numbers = _draw_numbers(args.draws)
+        numbers = draw_numbers(args.draws)
         started = time.perf_counter()
         drawn = [run_trace(trace, ("default", "persistence")) for n in numbers for trace in synthetic_traces(n)]
         text = render_draws(drawn, numbers, time.perf_counter() - started)

@@ -56,7 +56,7 @@ from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulat
 from autoscaler.simulation.predictive import factory
 from autoscaler.simulation.tuning import operating_points, retuner
 from autoscaler.traces import Trace, load_trace, parse_duration
-from benchmarks.backtest import DRAW_SEED_STEP, synthetic_traces
+from benchmarks.backtest import DRAW_SEED_STEP, draw_numbers, synthetic_traces
 from benchmarks.report import machine, require_traces, update_section
 from benchmarks.simulate import PEAK_REPLICAS, TRACES, multi_day
 from models import registry
@@ -453,17 +453,6 @@ def sensitivity(by_startup: dict[int, list[Curve]], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _draws(spec: str) -> tuple[int, ...]:
-    """``--draws 1,2``: the draw numbers (each >= 1: draw 0 is the frontier section's own series)."""
-    try:
-        numbers = tuple(sorted({int(x) for x in spec.split(",") if x.strip()}))
-    except ValueError:
-        raise SystemExit(f"--draws {spec!r}: expected draw numbers such as 1,2") from None
-    if not numbers or min(numbers) < 1:
-        raise SystemExit(f"--draws {spec!r}: draws are numbered from 1 (draw 0 is the frontier section's own)")
-    return numbers
-
-
 def _startups(spec: str) -> tuple[int, ...]:
     try:
         values = tuple(dict.fromkeys(parse_duration(v.strip()) for v in spec.split(",") if v.strip()))  # in order
@@ -501,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     startups = _startups(args.pod_startup)
     t0 = time.perf_counter()
     if args.draws is not None:
-        numbers = _draws(args.draws)
+        numbers = draw_numbers(args.draws)
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [pool.submit(run_trace, trace, POD_STARTUP_SECONDS, False)
                        for n in numbers for trace in synthetic_traces(n)]

@@ -12,8 +12,8 @@ import pytest
 
 from autoscaler.simulation.engine import PolicyResult
 from autoscaler.traces import Trace
-from benchmarks.backtest import TraceRun, _draw_numbers, render_draws, synthetic_traces
-from benchmarks.frontier import Curve, _draws, cheapest_meeting, dominated, draws, sensitivity
+from benchmarks.backtest import TraceRun, draw_numbers, render_draws, synthetic_traces
+from benchmarks.frontier import Curve, cheapest_meeting, dominated, draws, sensitivity
 from models.evaluation import ModelResult
 from models.types import TrafficSeries
 
@@ -72,8 +72,8 @@ def test_the_other_draws_table_has_a_row_per_trace_and_says_what_dominates() -> 
 @pytest.mark.parametrize("spec", ["0", "", "1,x", "-1"])
 def test_draws_are_numbered_from_one(spec: str) -> None:
     with pytest.raises(SystemExit, match="--draws"):
-        _draws(spec)
-    assert _draws("2,1,2") == (1, 2)
+        draw_numbers(spec)
+    assert draw_numbers("2,1,2") == (1, 2)
 
 
 def test_a_draw_is_the_same_shapes_on_other_seeds() -> None:
@@ -110,4 +110,4 @@ def test_the_backtest_on_other_draws_checks_each_draw_strictly() -> None:
     assert rows["c [draw 1]"].endswith("| PASS | **FAIL** |")
     assert "Targets: 4 of 6 pass." in text
     with pytest.raises(SystemExit, match="--draws"):
-        _draw_numbers("0")
+        draw_numbers("0")
