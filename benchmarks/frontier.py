@@ -133,23 +133,23 @@ at 99.076%), the series turning volatile's draw 4 (by the HPA at 0.8), the socia
 0.4 and 0.5) and the diurnal shape's draw 4 (by the HPA at 0.5). The volatile series' other draws stay well ahead \
 (33-61% fewer misses at equal GPU-hours); the diurnal shape's other draws are not dominated but below the HPA's \
 curve (-9% to -30%). **Why, measured on the LLM series with bursts**: each operating point pinned for the \
-fortnight lies on the HPA's curve (within a hundredth of a point) or above it (draw 3: p80 at 0.85, 1.22x at 99.139%; draw 2: the HPA's own point at \
-0.6 started early, 1.64x at 99.526% against the HPA at 0.6's 1.58x at 99.470%), and the self-tuned run is below it \
-because of how it moves between them. Its choices follow the bursts already seen (draw 3: the HPA's 0.9 after a \
-calm first day, then p80 at 0.85, 0.6, 0.5, 0.6, p80 at 0.65 four times, p90, p80 at 0.75, 0.6), but the bursts of \
-this shape do not repeat on the next day, so it runs dear points after bursty days and cheap ones before them: the \
-cost of the dear points with the attainment of the cheap ones. **Tried on these draws and on the eight frontier \
-traces, none adopted, each leaving the LLM draws dominated or trading them for another trace**: choosing the HPA's \
-own point unless a band point saves 5% or 10% on the pool; choosing on pooled attainment alone, without the \
-next-day spread and every-day rules (with the margin at 25% of the error budget ServeGen m_small and m_mid become \
-dominated; at 50% the LLM draws stay dominated); dropping only the every-day rule; keeping the running point while \
-it meets the objective unless the best saves 5% or 10%; never a point cheaper than the running one on a pool of \
-under two or three days (the volatile series becomes dominated); no error-budget catch-up (draw 3: 1.43x, still \
-dominated); a pool of 14 days instead of 7 (draw 3 no longer dominated, the other three still); starting at the \
-HPA's 0.6 instead of 0.7; lead-only points without the forecast's rise (the rise is about 1 on these series). What \
-the evidence points to: on traffic whose bad days do not predict the next, a tuner that re-chooses daily from the \
-days behind loses to any one fixed point; it should settle on one point and move only on evidence that the traffic \
-changed, not on one more bursty day."""
+fortnight lies on the HPA's curve (within a hundredth of a point) or above it (draw 3: p80 at 0.85, 1.22x at \
+99.139%; draw 2: the HPA's own point at 0.6 started early, 1.64x at 99.526% against the HPA at 0.6's 1.58x at \
+99.470%), and the self-tuned run is below it because of how it moves between them. Its choices follow the bursts \
+already seen (draw 3: the HPA's 0.9 after a calm first day, then p80 at 0.85, 0.6, 0.5, 0.6, p80 at 0.65 four \
+times, p90, p80 at 0.75, 0.6), but the bursts of this shape do not repeat on the next day, so it runs dear points \
+after bursty days and cheap ones before them: the cost of the dear points with the attainment of the cheap ones. \
+**Tried on these draws and on the eight frontier traces, none adopted, each leaving the LLM draws dominated or \
+trading them for another trace**: choosing the HPA's own point unless a band point saves 5% or 10% on the pool; \
+choosing on pooled attainment alone, without the next-day spread and every-day rules (with the margin at 25% of \
+the error budget ServeGen m_small and m_mid become dominated; at 50% the LLM draws stay dominated); dropping only \
+the every-day rule; keeping the running point while it meets the objective unless the best saves 5% or 10%; never \
+a point cheaper than the running one on a pool of under two or three days (the volatile series becomes dominated); \
+no error-budget catch-up (draw 3: 1.43x, still dominated); a pool of 14 days instead of 7 (draw 3 no longer \
+dominated, the other three still); starting at the HPA's 0.6 instead of 0.7; lead-only points without the \
+forecast's rise (the rise is about 1 on these series). What the evidence points to: on traffic whose bad days do \
+not predict the next, a tuner that re-chooses daily from the days behind loses to any one fixed point; it should \
+settle on one point and move only on evidence that the traffic changed, not on one more bursty day."""
 
 DAYS = 14
 POD_STARTUP_SECONDS = 120  # the frontier section's; --pod-startup gives others
