@@ -240,7 +240,7 @@ def release_marks(pods: Sequence[PodView], why: str) -> ScaleDownMarks:
     return _clear_all(pods, f"marks cleared: {why}")
 
 
-Rank = tuple[int, float, float, int, float, str]
+Rank = tuple[int, float, int, float, str]
 
 
 def _node_text(pod: PodView, node_gpus: Mapping[str, int] | None) -> str:
@@ -255,19 +255,12 @@ def _node_text(pod: PodView, node_gpus: Mapping[str, int] | None) -> str:
 def _ranked(
     active: Sequence[PodView], loads: Mapping[str, float], now: float, node_gpus: Mapping[str, int] | None = None,
 ) -> tuple[list[tuple[Rank, PodView, float | None, str]], list[str]]:
-    """The active pods a scale-down may mark, best to remove first, and the Ready ones of unknown load.
-
-    ``node_gpus`` (GPUs in use per node, as the NodePools were read): the Ready pods on the emptiest nodes first (a
-    node whose GPUs were not read after every node that was), then by load; None or empty: by load alone."""
+    """The active pods a scale-down may mark, best to remove first by load (``_choose`` puts the emptiest nodes
+    first), and the Ready ones of unknown load. ``node_gpus`` only names each pod's node in its reason."""
 
     def load_of(p: PodView) -> float | None:
         value = loads.get(p.name)
         return value if value is not None and math.isfinite(value) else None
-
-    def used(p: PodView) -> float:
-        if not node_gpus:
-            return 0.0
-        return float(node_gpus.get(p.node or "", math.inf))
 
     measured = [v for p in active if p.ready_since is not None and (v := load_of(p)) is not None]
     typical = sum(measured) / len(measured) if measured else 0.0
@@ -278,14 +271,14 @@ def _ranked(
         where = _node_text(p, node_gpus)
         if p.ready_since is None:
             why = "not Ready" + ("" if load is None else f", {_fmt(load)} in flight")
-            ranked.append(((0, 0.0, load or 0.0, 0, -p.created, p.name), p, load, why))
+            ranked.append(((0, load or 0.0, 0, -p.created, p.name), p, load, why))
         elif load is not None:
-            ranked.append(((1, used(p), load, 0, -p.ready_since, p.name), p, load, f"{_fmt(load)} in flight{where}"))
+            ranked.append(((1, load, 0, -p.ready_since, p.name), p, load, f"{_fmt(load)} in flight{where}"))
         elif now - p.ready_since < UNSCRAPED_GRACE_SECONDS:
             why = (f"Ready {_fmt(max(0.0, now - p.ready_since))}s ago, not scraped yet (load unknown, taken as the "
                    f"mean {_fmt(round(typical, 2))} in flight){where}")
             # A pod measured idle goes first; at a busy mean, the ReplicaSet's own tie-break (most recently Ready).
-            ranked.append(((1, used(p), typical, 1 if typical == 0 else 0, -p.ready_since, p.name), p, None, why))
+            ranked.append(((1, typical, 1 if typical == 0 else 0, -p.ready_since, p.name), p, None, why))
         else:
             unknown.append(p.name)
     ranked.sort(key=lambda r: r[0])
@@ -294,20 +287,21 @@ def _ranked(
 
 def _choose(entries: Sequence[tuple[Rank, PodView, float | None, str]], remove: int,
             node_gpus: Mapping[str, int] | None, pod_gpus: int) -> list[tuple[Rank, PodView, float | None, str]]:
-    """The ``remove`` best of ``entries`` (ranked by ``_ranked``), one at a time: each pod chosen frees its GPUs on
-    its node, so the next is ranked on what the nodes would hold then (the pods of a node that starts to empty
-    follow, and it empties whole rather than a pod from each of two equal nodes)."""
+    """The ``remove`` best of ``entries`` (ranked by ``_ranked``). With ``node_gpus`` (GPUs in use per node, as the
+    NodePools were read) the Ready pods on the emptiest nodes go first (a node not read after every node that was),
+    then by their rank, chosen one at a time: each pod chosen frees its GPUs on its node, so the next is ranked on
+    what the nodes would hold then (the pods of a node that starts to empty follow, and it empties whole rather than a
+    pod from each of two equal nodes). Without: the first ``remove`` by rank."""
     if not node_gpus:
         return list(entries[:remove])
     used = {node: float(gpus) for node, gpus in node_gpus.items()}
     left = list(entries)
     chosen: list[tuple[Rank, PodView, float | None, str]] = []
 
-    def now_ranked(entry: tuple[Rank, PodView, float | None, str]) -> Rank:
+    def now_ranked(entry: tuple[Rank, PodView, float | None, str]) -> tuple[int, float, Rank]:
         rank, pod = entry[0], entry[1]
-        if rank[0] == 0:
-            return rank
-        return (rank[0], used.get(pod.node or "", math.inf), *rank[2:])
+        ready = rank[0] == 1  # not Ready pods go first anyway, whatever their node
+        return (rank[0], used.get(pod.node or "", math.inf) if ready else 0.0, rank)
 
     while left and len(chosen) < remove:
         best = min(left, key=now_ranked)
