@@ -2,7 +2,7 @@
 
 The benchmark's every number rests on two claims: that replaying the tuner's own rule on the days it recorded gives
 the choices the live tuner made (else a variant is measured against a copy), and that the variants decide as their
-docstrings say (the self-check runs an HPA point only when it did strictly better than what ran).
+docstrings say. The self-check itself (``tuning.beaten_by``, ``tuning.decide``) is tested in ``test_tuning``.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from __future__ import annotations
 from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, Candidate, Day
 from benchmarks.backtest import synthetic_traces
 from benchmarks.tuner_rules import (
-    beaten_by,
     current_rule,
     estimate,
     fewest_misses_within,
     record,
     replay,
-    self_check,
     start_point,
+    without_self_check,
 )
 
 HPA = (LEAD_ONLY_QUANTILE, 0.7)
@@ -43,24 +42,11 @@ def test_replaying_the_current_rule_on_the_recorded_days_gives_the_live_tuners_c
         assert replay(rec, lambda days, target: start_point()).gpu_hours != replayed.gpu_hours
 
 
-def test_the_self_check_runs_the_hpa_point_only_where_it_did_strictly_better_than_what_ran() -> None:
-    days = [_day(86400, BAND, (10.0, 0.99), (12.0, 0.98)), _day(2 * 86400, BAND, (10.0, 0.995), (12.0, 0.99))]
-    assert [c.point for c in beaten_by(days)] == [HPA]
-    rule = self_check(lambda d, t: BAND)
-    assert rule(days, 0.99) == HPA
-    # what ran was the HPA point itself: nothing did strictly better, the inner rule decides
-    lived = [Day(d.end, d.candidates, HPA) for d in days]
-    assert beaten_by(lived) == ()
-    assert rule(lived, 0.99) == BAND
-    # one day whose point is unknown: no record to check
-    assert beaten_by([days[0], Day(days[1].end, days[1].candidates, None)]) == ()
-
-
 def test_with_nothing_meeting_the_objective_the_cheapest_within_twice_the_fewest_misses_runs() -> None:
     # the HPA point misses 3%, the band point 2%: nothing meets 99%; 3% <= 2 x 2%, and the HPA point is cheaper
     days = [_day(86400, HPA, (10.0, 0.97), (14.0, 0.98)), _day(2 * 86400, HPA, (10.0, 0.97), (14.0, 0.98))]
     assert fewest_misses_within(days, 0.99) == HPA
-    assert current_rule(days, 0.99) == BAND  # the current rule runs the safest
+    assert current_rule(days, 0.99) == without_self_check(days, 0.99) == BAND  # the tuner runs the safest
     # 5% is more than twice 2%: the band point runs
     worse = [_day(86400, HPA, (10.0, 0.95), (14.0, 0.98)), _day(2 * 86400, HPA, (10.0, 0.95), (14.0, 0.98))]
     assert fewest_misses_within(worse, 0.99) == BAND

@@ -21,10 +21,12 @@ from autoscaler.simulation.tuning import (
     Candidate,
     Day,
     Tuning,
+    beaten_by,
     budget_lost,
     budget_requirement,
     candidate_policy,
     choose,
+    decide,
     holds,
     meets,
     operating_points,
@@ -309,24 +311,27 @@ def test_a_point_that_held_on_every_day_is_preferred_to_one_that_missed_one() ->
     assert choose(pool(swinging), 0.99) == (q80, True)
 
 
-def test_each_tuning_pools_the_days_replayed_before_up_to_a_week() -> None:
+def test_each_tuning_keeps_a_record_of_its_days_and_pools_the_newest_week() -> None:
     history = _noisy_daily(12, seed=2)
     day_bins = DAY // STEP
     last = None
     ends = []
     for d in range(3, 12):
         last = tune(history.slice(0, d * day_bins), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
-                    slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7)
+                    slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7, record_days=8)
         ends.append(last.at)
-        assert [d.end for d in last.days] == ends[-7:]
+        assert [d.end for d in last.days] == ends[-8:]
+        assert [d.end for d in last.pooled_days] == ends[-7:]
     assert last is not None
-    assert len(last.days) == 7
-    # the pooled candidates are exactly the pool of the days kept
-    assert last.candidates == pool([d.candidates for d in last.days])
+    assert len(last.days) == 8
+    # the pooled candidates are exactly the pool of the newest week of the record
+    assert last.candidates == pool([d.candidates for d in last.days[-7:]])
+    assert last.to_dict()["days_pooled"] == 7
     # a re-tune a few hours after the last one (a refit) replaces the overlapping day instead of counting it twice
     again = tune(history.slice(0, 11 * day_bins + 180), _policy(capacity=5.0), COLD, Persistence,
-                 quantiles=(80, 99), slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7)
-    assert [d.end for d in again.days] == [*ends[-7:-1], again.at]
+                 quantiles=(80, 99), slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7,
+                 record_days=8)
+    assert [d.end for d in again.days] == [*ends[-8:-1], again.at]
 
 
 def test_operating_points_are_each_quantile_and_the_lowest_with_each_margin() -> None:
@@ -562,3 +567,89 @@ def test_when_nothing_meets_the_objective_a_dearer_point_must_beat_the_safest_hp
     every = (day(1, 0.97, 0.90), day(2, 0.93, 0.90))
     chosen, met = choose(pool([d.candidates for d in every]), 0.99, days=every)
     assert (chosen.point, met) == ((99, 1.0), False)
+
+
+# ---- the self-check -------------------------------------------------------------------------------------
+
+HPA_CHEAP, HPA_SAFE, BAND = (LEAD_ONLY_QUANTILE, 0.9), (LEAD_ONLY_QUANTILE, 0.6), (90, 1.0)
+
+
+def _record_day(end: int, ran: tuple[int, float] | None, **points: tuple[float, float]) -> Day:
+    """A day of 1000 requests: ``cheap``, ``safe`` (the HPA at 0.9 and 0.6 started early) and ``band`` (p90), each
+    (GPU-hours, attainment)."""
+    where = {"cheap": HPA_CHEAP, "safe": HPA_SAFE, "band": BAND}
+    return Day(end, tuple(Candidate(where[k][0], g, a, 0.0, 0.0, 1000.0, where[k][1])
+                          for k, (g, a) in points.items()), ran)
+
+
+def test_an_hpa_point_that_did_strictly_better_than_what_ran_beats_the_record() -> None:
+    # the band point ran: 24 GPU-h, 20 misses; the HPA at 0.9 would have cost 20 for 15 misses, at 0.6 30 for 2
+    days = [_record_day(DAY * (i + 1), BAND, cheap=(10.0, 0.99), safe=(15.0, 0.999), band=(12.0, 0.99))
+            for i in range(2)]
+    days[1] = _record_day(2 * DAY, BAND, cheap=(10.0, 0.995), safe=(15.0, 0.999), band=(12.0, 0.99))
+    assert [c.point for c in beaten_by(days)] == [HPA_CHEAP]
+    # the same days with the HPA at 0.9 running: it does not beat itself
+    assert beaten_by([Day(d.end, d.candidates, HPA_CHEAP) for d in days]) == ()
+    # one day says nothing; a day whose running point is unknown voids the record
+    assert beaten_by(days[:1]) == ()
+    assert beaten_by([days[0], Day(days[1].end, days[1].candidates, None)]) == ()
+    # equal on both axes is not better (sums in another order differ in their last bits)
+    same = [_record_day(DAY * (i + 1), BAND, cheap=(0.1 + 0.2, 0.99), band=(0.3, 0.99)) for i in range(2)]
+    assert beaten_by(same) == ()
+
+
+def test_the_self_check_runs_the_hpa_point_that_beat_the_record_until_the_error_budget_is_spent() -> None:
+    # a week of calm days where the band point ran and the HPA at 0.9 did as well for less
+    calm = [_record_day(DAY * (i + 1), BAND, cheap=(10.0, 0.998), safe=(15.0, 1.0), band=(12.0, 0.997))
+            for i in range(7)]
+    decision = decide(calm, 0.99)
+    assert decision.beaten is not None
+    assert decision.best.point == HPA_CHEAP
+    assert decision.best == next(c for c in decision.pooled if c.point == HPA_CHEAP)
+    # a day when the HPA at 0.9 ran into a burst and missed 5.5%: with the band's misses on the days before, the
+    # week has spent most of its error budget, and the choice goes back to ``choose`` (held to the raised
+    # requirement: the safe point, the only one that held every day)
+    burst = [*calm[1:], _record_day(8 * DAY, HPA_CHEAP, cheap=(10.0, 0.945), safe=(15.0, 0.999), band=(12.0, 0.975))]
+    assert budget_requirement(burst, 0.99) > 0.99
+    spent = decide(burst, 0.99)
+    assert spent.beaten is None
+    assert spent.best.point == choose(spent.pooled, spent.budget, days=spent.days)[0].point == HPA_SAFE
+    with pytest.raises(ValueError, match="no replayed day"):
+        decide([], 0.99)
+
+
+def test_a_tuning_chosen_by_the_self_check_says_so_and_its_record_survives_a_restart() -> None:
+    history = _noisy_daily(6, seed=4)
+    day_bins = DAY // STEP
+    last = None
+    for d in range(3, 7):
+        running = None if last is None else (last.chosen, last.chosen_utilisation)
+        last = tune(history.slice(0, d * day_bins), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
+                    slo_wait_seconds=2, slo_attainment=0.99, previous=last, running=running or (99, 1.0))
+    assert last is not None
+    decision = decide(last.days, 0.99)
+    # the first day ran p99, dearer than the HPA at 0.5 for no more attainment: that HPA point beats the record
+    assert last.beaten
+    assert decision.beaten is not None
+    assert (last.chosen, last.chosen_utilisation) == decision.best.point == decision.beaten.point
+    assert "self-check" in last.reason
+    back = Tuning.from_dict(json.loads(json.dumps(last.to_dict())))
+    assert [d.to_dict() for d in back.days] == [d.to_dict() for d in last.days]  # the whole record
+    assert (len(back.days), back.pool_days, back.beaten) == (len(last.days), last.pool_days, last.beaten)
+    # a status written before the record (no pool_days, no beaten) reads as a week pooled, chosen by ``choose``
+    old = last.to_dict()
+    del old["pool_days"], old["beaten"]
+    assert (Tuning.from_dict(old).pool_days, Tuning.from_dict(old).beaten) == (7, False)
+
+
+def test_the_slo_state_tells_a_point_run_below_the_objective_by_the_self_check_from_an_unreachable_one() -> None:
+    meeting = Candidate(80, 12.0, 0.999, 0.0, 0.0, 1000.0)
+    short = Candidate(LEAD_ONLY_QUANTILE, 10.0, 0.985, 0.0, 0.0, 1000.0, 0.9)
+
+    def tuning(met: bool, beaten: bool, *candidates: Candidate) -> Tuning:
+        return Tuning(short.warm_pool_quantile, met, candidates, 2.0, 0.99, 0.9925, DAY, DAY, "why",
+                      chosen_utilisation=short.reactive_utilisation, beaten=beaten)
+
+    assert tuning(True, False, meeting, short).slo_state == "met"
+    assert tuning(False, True, meeting, short).slo_state == "below"  # p80 met it; the self-check ran the HPA point
+    assert tuning(False, True, short).slo_state == "unreachable"  # nothing met it

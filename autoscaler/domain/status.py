@@ -4,7 +4,8 @@ Why not on the Deployment (where older versions kept it, as the ``predictive-aut
 annotation): the Deployment controller copies a Deployment's annotations onto its ReplicaSet, so every status
 write (2 KB, about 5 KB with the self-tuning days) was also a ReplicaSet update, a conflict retry in
 kube-controller-manager and an event for every watcher of ReplicaSets. The inputs a team sets (``min-replicas``
-and the rest) stay annotations on the Deployment; only what the controller writes moves.
+and the rest) stay annotations on the Deployment; only what the controller writes moves. (Since the self-tuning
+record keeps four weeks of replayed days, a status is about 20 KB.)
 
 Why a ConfigMap and not a custom resource (the VPA keeps its checkpoints in objects of their own; KEDA keeps
 its state in its custom resource's status): a CRD must be installed and upgraded with the controller and read

@@ -55,6 +55,10 @@ from autoscaler.runtime.state import (
 log = logging.getLogger(LOGGER)
 
 
+# The Event for each ``Tuning.slo_state``: met, run below by the self-check's choice, out of reach of every point.
+SLO_EVENTS = {"met": "SLOReachable", "below": "SelfCheckBelowSLO", "unreachable": "SLOUnreachable"}
+
+
 class PlanApplier(MetricsExport):
     """The writes of a tick (after ``MetricsExport``: a Deployment is exported once its decision is applied)."""
 
@@ -64,10 +68,10 @@ class PlanApplier(MetricsExport):
         view, spec = plan.view, plan.spec
         memory = self._memory[(view.namespace, view.name)]
         if write and memory.tuning_state is not None:
-            met, lead_only, why = memory.tuning_state
-            kind: EventType = "Normal" if met else "Warning"
-            reason = "SLOReachable" if met else "SLOUnreachable"
-            memory.notices.tell("slo", met, partial(self._event, view, kind, reason, why, now, errors), quiet=True)
+            slo, lead_only, why = memory.tuning_state
+            kind: EventType = "Normal" if slo == "met" else "Warning"
+            reason = SLO_EVENTS[slo]
+            memory.notices.tell("slo", slo, partial(self._event, view, kind, reason, why, now, errors), quiet="met")
             reason = "ForecastAddsOnlyLead" if lead_only else "ForecastInUse"
             memory.notices.tell("lead-only", lead_only, partial(self._event, view, "Normal", reason, why, now, errors),
                                 quiet=False)

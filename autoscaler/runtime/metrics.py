@@ -164,7 +164,8 @@ class ControllerMetrics:
         self.slo_met = Gauge(
             "predictive_autoscaler_slo_tuning_met",
             "1 when the chosen operating point met the Deployment's latency objective on the replay of its own last "
-            "day, 0 when no operating point did (the safest one runs, and an SLOUnreachable Event says so).",
+            "day, 0 when it did not: no operating point did (the safest one runs, and an SLOUnreachable Event says "
+            "so), or the self-check chose an HPA point that did better than what ran (a SelfCheckBelowSLO Event).",
             WORKLOAD,
             registry=r,
         )

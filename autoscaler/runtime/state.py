@@ -171,7 +171,7 @@ class Memory:
     tuning: Tuning | None = None
     tuning_tried: float = -math.inf
     tuning_inputs: tuple[float, ...] | None = None  # objective and sizing it was tuned for: a change re-tunes
-    tuning_state: tuple[bool, bool, str] | None = None
+    tuning_state: tuple[str, bool, str] | None = None
     tuning_read: bool = False  # the state a previous controller left in the status was looked for
 
 

@@ -102,7 +102,7 @@ class TuningSchedule(ControllerBase):
             return
         memory.tuning, memory.tuning_inputs, memory.tuning_tried = tuning, inputs, tried
         # the Events for this state were posted by whoever chose it
-        memory.notices.set("slo", tuning.met)
+        memory.notices.set("slo", tuning.slo_state)
         memory.notices.set("lead-only", any(c.lead_only and c.point == (tuning.chosen, tuning.chosen_utilisation)
                                             for c in tuning.candidates))
         self._note_tuning((view.namespace, view.name), memory, tuning)
@@ -159,8 +159,8 @@ class TuningSchedule(ControllerBase):
         self._replays = []
 
     def _note_tuning(self, key: Key, memory: Memory, result: Tuning) -> None:
-        """Export a replay's outcome and queue an Event when the objective becomes unreachable (or reachable
-        again): one per transition, not per replay."""
+        """Export a replay's outcome and queue an Event when the objective becomes unreachable, or is run below by
+        the self-check (or is met again): one per transition, not per replay."""
         if result.chosen is None:
             return
         chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
@@ -171,7 +171,7 @@ class TuningSchedule(ControllerBase):
         # Told by the next applied tick, once per transition (reachable is assumed before anything was told). Where
         # the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and once more
         # when the forecast earns its place again.
-        memory.tuning_state = (result.met, chosen.lead_only, result.reason)
+        memory.tuning_state = (result.slo_state, chosen.lead_only, result.reason)
 
 
 def _inputs(spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy) -> tuple[float, ...]:
