@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.config.schema import ForecastProfile
-from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulate
+from autoscaler.simulation.engine import PolicyResult, PredictiveFactory, SimulationConfig, simulate
 from autoscaler.simulation.predictive import factory
 from autoscaler.simulation.tuning import operating_points, retuner
 from autoscaler.traces import Trace, load_trace, parse_duration
@@ -61,7 +61,7 @@ from benchmarks.report import machine, require_traces, update_section
 from benchmarks.simulate import PEAK_REPLICAS, TRACES, multi_day
 from models import registry
 from models.clean import prepare
-from models.types import SECONDS_PER_DAY
+from models.types import SECONDS_PER_DAY, TrafficSeries
 
 # Measured while building self-tuning (see the section text); kept next to the code that prints it.
 READING = """Reading the frontier (measured 2026-11-26 on the one engine; the four synthetic shapes are on this page \
@@ -173,21 +173,41 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
     return float(np.interp(x, np.asarray(xs)[order], np.asarray(ys)[order]))
 
 
+def first_days(trace: Trace, days: int = DAYS) -> TrafficSeries:
+    """The trace's request rate, cleaned as the CLI cleans it, over its first ``days``."""
+    series = prepare(trace.requests)
+    return series.slice(0, min(len(series), days * SECONDS_PER_DAY // series.step_seconds))
+
+
+def frontier_config(series: TrafficSeries, pod_startup_seconds: int, policies: tuple[str, ...]) -> SimulationConfig:
+    """The frontier's simulation settings for ``series``: replicas sized so its peak needs ``PEAK_REPLICAS``, the
+    HPA ``TARGETS``, the objective's wait (``OBJECTIVE``), bins replayed as ``--bin-shape auto``."""
+    peak = float(np.nanmax(series.values))
+    base = SimulationConfig(capacity_per_replica=peak / PEAK_REPLICAS, reactive_targets=TARGETS,
+                            max_replicas=4 * PEAK_REPLICAS, bin_shape="auto", policies=policies)
+    return replace(base, queue=replace(base.queue, slo_wait_seconds=OBJECTIVE[0]),
+                   cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
+
+
+def self_tuned() -> PredictiveFactory:
+    """The self-tuned default as the controller runs it, for the objective ``OBJECTIVE``."""
+    profile = ForecastProfile()
+    wait, share = OBJECTIVE
+    hook = retuner(lambda: registry.make_chain("default"), quantiles=profile.tune_quantiles,
+                   utilisations=profile.tune_utilisations, slo_wait_seconds=wait, slo_attainment=share,
+                   warmup_seconds=profile.history_seconds)
+    return factory(lambda: registry.make_chain("default"), profile=profile, retune=hook)
+
+
 def run_trace(source: Path | Trace, pod_startup_seconds: int = POD_STARTUP_SECONDS, whole: bool = True) -> Curve:
     """One trace's frontier (a trace file, or a trace such as a synthetic shape); ``whole=False`` runs only what the
     start-up sensitivity needs (the self-tuned default, the HPA targets and the oracle)."""
     t0 = time.perf_counter()
     trace = source if isinstance(source, Trace) else load_trace(source)
-    series = prepare(trace.requests)
-    series = series.slice(0, min(len(series), DAYS * SECONDS_PER_DAY // series.step_seconds))
-    peak = float(np.nanmax(series.values))
-    base = SimulationConfig(capacity_per_replica=peak / PEAK_REPLICAS, reactive_targets=TARGETS,
-                            max_replicas=4 * PEAK_REPLICAS, bin_shape="auto",
-                            policies=("reactive", "oracle", "hpa-queue", "prodstack-queue", "keda-queue",
-                                      "predictive-persistence") if whole else ("reactive", "oracle"))
-    wait, share = OBJECTIVE
-    base = replace(base, queue=replace(base.queue, slo_wait_seconds=wait),
-                   cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
+    series = first_days(trace)
+    base = frontier_config(series, pod_startup_seconds,
+                           ("reactive", "oracle", "hpa-queue", "prodstack-queue", "keda-queue",
+                            "predictive-persistence") if whole else ("reactive", "oracle"))
     pinned = replace(ForecastProfile(), self_tune=False)
     persistence = factory(lambda: registry.make_chain("persistence"),
                           profile=replace(pinned, model="persistence"), name="predictive-persistence")
@@ -199,12 +219,7 @@ def run_trace(source: Path | Trace, pod_startup_seconds: int = POD_STARTUP_SECON
             lambda: registry.make_chain("default"),
             profile=replace(pinned, warm_pool_quantile=q, quantile=min(pinned.quantile, q), reactive_utilisation=u)))
         points.append(replace(run.policies["predictive"], name=f"predictive@{q}" + ("" if u == 1 else f"/u{u:g}")))
-    profile = ForecastProfile()
-    hook = retuner(lambda: registry.make_chain("default"), quantiles=profile.tune_quantiles,
-                   utilisations=profile.tune_utilisations, slo_wait_seconds=wait, slo_attainment=share,
-                   warmup_seconds=profile.history_seconds)
-    tuned_run = simulate(series, only, trace.name,
-                         predictive=factory(lambda: registry.make_chain("default"), profile=profile, retune=hook))
+    tuned_run = simulate(series, only, trace.name, predictive=self_tuned())
     hpa = tuple(r for n, r in anchors.policies.items() if n.startswith("reactive@"))
     others = tuple(r for n, r in anchors.policies.items()
                    if n.startswith(("hpa-queue", "prodstack-queue", "keda-queue", "predictive-persistence")))

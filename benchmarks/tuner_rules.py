@@ -38,9 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.config.schema import ForecastProfile
-from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
-from autoscaler.simulation.predictive import PredictivePolicy, factory
+from autoscaler.simulation.engine import TickPolicy, simulate
+from autoscaler.simulation.predictive import PredictivePolicy
 from autoscaler.simulation.tuning import (
     DEFAULT_MARGIN,
     DEFAULT_POOL_DAYS,
@@ -54,16 +53,12 @@ from autoscaler.simulation.tuning import (
     decide,
     misses,
     pool,
-    retuner,
     start_target,
 )
 from autoscaler.traces import Trace
 from benchmarks.backtest import draw_numbers, synthetic_traces
-from benchmarks.frontier import DAYS, OBJECTIVE, POD_STARTUP_SECONDS, TARGETS
+from benchmarks.frontier import DAYS, OBJECTIVE, POD_STARTUP_SECONDS, first_days, frontier_config, self_tuned
 from benchmarks.report import machine, update_section
-from benchmarks.simulate import PEAK_REPLICAS
-from models import registry
-from models.clean import prepare
 from models.types import SECONDS_PER_DAY
 
 Point = tuple[int, float]
@@ -96,21 +91,11 @@ class Replayed:
 
 def record(trace: Trace, days: int = DAYS, pod_startup_seconds: int = POD_STARTUP_SECONDS) -> Recorded:
     """The frontier's self-tuned default on the first ``days`` of ``trace``, with every tuning kept."""
-    series = prepare(trace.requests)
-    series = series.slice(0, min(len(series), days * SECONDS_PER_DAY // series.step_seconds))
-    peak = float(np.nanmax(series.values))
-    wait, share = OBJECTIVE
-    base = SimulationConfig(capacity_per_replica=peak / PEAK_REPLICAS, reactive_targets=TARGETS,
-                            max_replicas=4 * PEAK_REPLICAS, bin_shape="auto", policies=("reactive",))
-    base = replace(base, queue=replace(base.queue, slo_wait_seconds=wait),
-                   cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
+    series = first_days(trace, days)
+    base = frontier_config(series, pod_startup_seconds, ("reactive",))
     hpa = simulate(series, base, trace.name).policies
-    profile = ForecastProfile()
-    hook = retuner(lambda: registry.make_chain("default"), quantiles=profile.tune_quantiles,
-                   utilisations=profile.tune_utilisations, slo_wait_seconds=wait, slo_attainment=share,
-                   warmup_seconds=profile.history_seconds)
     made: list[TickPolicy] = []
-    make = factory(lambda: registry.make_chain("default"), profile=profile, retune=hook)
+    make = self_tuned()
 
     def keep(*args: Any, **kwargs: Any) -> TickPolicy:
         policy = make(*args, **kwargs)
