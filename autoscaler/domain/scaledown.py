@@ -26,7 +26,11 @@ Which pods count as idle (pure: the loop passes the pods it listed and the per-p
   for good (its metrics are not scraped): it is never marked (left to the ReplicaSet's own order, like an
   unmarked pod);
 * ties: the most recently Ready first (it has the coldest caches; the ReplicaSet's own tie-break), then name;
-* when the in-flight query failed, nothing is marked (the load of every pod is unknown) and the plan says so;
+* when the in-flight query failed, the load of every pod is unknown: with the Deployment's NodePool read on the tick,
+  the pods are marked by node alone (below: the emptiest nodes first, a not Ready pod before them, the most recently
+  Ready first among equals; a Ready pod on a node the read did not cover is not marked), which is no blinder to the
+  load than the ReplicaSet's own order (newest first) and lets nodes empty; without the read nothing is marked.
+  Either way the plan says so (``unmarked`` = ``no_pod_loads``);
 * when a pod of the Deployment carries a deletion cost the controller did not set (a team's own, e.g. in the
   pod template), nothing is marked: that order is theirs. The plan says so (``unmarked``), and the loop puts it
   in the ``ScaledDown`` Event, the status, the log and a counter.
@@ -253,19 +257,34 @@ def _node_text(pod: PodView, node_gpus: Mapping[str, int] | None) -> str:
 
 
 def _ranked(
-    active: Sequence[PodView], loads: Mapping[str, float], now: float, node_gpus: Mapping[str, int] | None = None,
+    active: Sequence[PodView], loads: Mapping[str, float] | None, now: float,
+    node_gpus: Mapping[str, int] | None = None,
 ) -> tuple[list[tuple[Rank, PodView, float | None, str]], list[str]]:
     """The active pods a scale-down may mark, best to remove first by load (``_choose`` puts the emptiest nodes
-    first), and the Ready ones of unknown load. ``node_gpus`` only names each pod's node in its reason."""
+    first), and the Ready ones of unknown load. ``node_gpus`` names each pod's node in its reason. ``loads`` None
+    (the query failed): a Ready pod on a node ``node_gpus`` covers is ranked by node alone (the most recently Ready
+    first among equals, the ReplicaSet's own tie-break); every other Ready pod is of unknown load."""
 
     def load_of(p: PodView) -> float | None:
-        value = loads.get(p.name)
+        value = None if loads is None else loads.get(p.name)
         return value if value is not None and math.isfinite(value) else None
+
+    ranked: list[tuple[Rank, PodView, float | None, str]] = []
+    unknown: list[str] = []
+    if loads is None:
+        for p in active:
+            if p.ready_since is None:
+                ranked.append(((0, 0.0, 0, -p.created, p.name), p, None, "not Ready"))
+            elif node_gpus and (p.node or "") in node_gpus:
+                ranked.append(((1, 0.0, 0, -p.ready_since, p.name), p, None,
+                               f"load unknown (no in-flight numbers per pod){_node_text(p, node_gpus)}"))
+            else:
+                unknown.append(p.name)
+        ranked.sort(key=lambda r: r[0])
+        return ranked, unknown
 
     measured = [v for p in active if p.ready_since is not None and (v := load_of(p)) is not None]
     typical = sum(measured) / len(measured) if measured else 0.0
-    ranked: list[tuple[Rank, PodView, float | None, str]] = []
-    unknown: list[str] = []
     for p in active:
         load = load_of(p)
         where = _node_text(p, node_gpus)
@@ -329,7 +348,7 @@ def plan_marks(
     """
     if remove <= 0:
         return plan_clear(deployment, pods, replicas=len(active_pods(deployment, pods)), now=now)
-    if loads is None:
+    if loads is None and not node_gpus:
         return _clear_all(pods, "in-flight requests per pod unknown (the query failed): no pod marked, the "
                                 "ReplicaSet's default order applies", NO_POD_LOADS)
     active = active_pods(deployment, pods)
@@ -358,6 +377,10 @@ def plan_marks(
         note = (f"marked per ReplicaSet ({len(groups)} have pods: the Deployment controller splits the scale-down "
                 f"across them): up to {remove} idlest pod(s) of each, so each removes its own idlest first")
         unmarked = ROLLOUT
+    elif loads is None:
+        note = ("in-flight requests per pod unknown: pods marked by node alone, the emptiest nodes first"
+                + (f"; {short[0]}, the ReplicaSet picks the rest in its default order" if short else ""))
+        unmarked = NO_POD_LOADS
     elif short:
         note = (short[0] + ": "
                 + (f"{len(unknown)} Ready pod(s) have no in-flight series (unknown load, never marked)"

@@ -138,7 +138,8 @@ class PlanApplier(MetricsExport):
             return None
         desired = decision.desired_replicas
         if desired < view.replicas:
-            if loads is None and not memory.marks_seen:  # nothing to mark from, no mark of ours known: no pod read
+            if loads is None and not memory.marks_seen and not self._node_gpus:
+                # nothing to mark from (no load, no node read), no mark of ours known: no pod read
                 why = "the query failed" if isinstance(self.source, PodLoadSource) else "no per-pod query"
                 return ScaleDownMarks(note=f"in-flight requests per pod unknown ({why}): no pod marked, the "
                                            "ReplicaSet's default order applies", unmarked=NO_POD_LOADS)

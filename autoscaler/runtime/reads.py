@@ -366,7 +366,8 @@ class SnapshotReads(ControllerBase):
 
     def _pod_loads(self, namespaces: set[str], now: float, errors: list[str]) -> Mapping[Key, float] | None:
         """In-flight requests per pod, now, in the namespaces of this tick's scale-downs (one query); None when
-        unknown (the source cannot say, or the query failed: then no pod is marked, and the tick says so)."""
+        unknown (the source cannot say, or the query failed: then pods are marked by node alone where the NodePool
+        was read, else none, and the tick says so)."""
         if not isinstance(self.source, PodLoadSource):
             return None
         try:

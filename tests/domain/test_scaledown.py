@@ -141,6 +141,31 @@ def test_with_the_nodes_read_the_pods_of_the_emptiest_nodes_go_first_and_load_de
         name("sole1"), name("sole2"), name("pair1"), name("pair2")}
 
 
+def test_with_the_in_flight_query_failed_the_nodes_read_still_choose_so_a_node_empties() -> None:
+    """Every load unknown: with the NodePool read, the pods of the emptiest nodes are marked (the most recently Ready
+    first among equals, the ReplicaSet's own tie-break), one at a time; a pod on a node the read did not cover is not
+    marked; without the read nothing is. The plan says the loads were unknown either way."""
+    pods = [pod("full0", node="n-full"), pod("sole1", node="n-a", ready_for=7200.0),
+            pod("sole2", node="n-b", ready_for=3600.0), pod("pair1", node="n-c"), pod("pair2", node="n-c"),
+            pod("stray", node="n-x")]
+    node_gpus = {"n-full": 8, "n-a": 1, "n-b": 1, "n-c": 2}
+    plan = plan_marks(DEP, pods, 2, None, NOW, node_gpus=node_gpus)
+    assert marked(plan) == [(name("sole2"), -2), (name("sole1"), -1)]
+    assert plan.unmarked == NO_POD_LOADS
+    assert plan.note is not None
+    assert "marked by node alone" in plan.note
+    assert "load unknown" in plan.marks[0].why
+    assert "on n-b with 1 GPU(s) in use" in plan.marks[0].why
+    # six: the two-GPU node's pods follow, then the full node's; the pod on the unread node is never marked
+    plan = plan_marks(DEP, pods, 6, None, NOW, node_gpus=node_gpus)
+    assert [m.pod for m in plan.marks] == [name(s) for s in ("sole2", "sole1", "pair1", "pair2", "full0")]
+    assert plan.note is not None
+    assert "5 of 6 pod(s) to remove marked" in plan.note
+    # without the read: no pod marked, the ReplicaSet's default order
+    assert plan_marks(DEP, pods, 2, None, NOW).marks == ()
+    assert plan_marks(DEP, pods, 2, None, NOW, node_gpus={}).marks == ()
+
+
 def test_pods_are_chosen_one_at_a_time_so_the_node_that_starts_to_empty_empties_whole() -> None:
     """Two equally used nodes, two of this Deployment's pods on each: once the idlest pod is chosen its node holds
     fewer GPUs, so its sibling (busier than a pod on the other node) goes next and the node empties; taking the

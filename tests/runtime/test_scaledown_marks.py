@@ -654,14 +654,16 @@ def test_marks_the_replicaset_never_acted_on_expire(
     assert_unmarked(shrinking, NOT_READY, FRESH)
 
 
+@pytest.mark.parametrize("loads_read", [True, False], ids=["loads read", "in-flight query failed"])
 def test_with_its_nodepool_read_a_scale_down_takes_the_pods_of_the_emptiest_nodes_so_a_node_empties(
     fleet: FakeKubeAPI, api_client: client.ApiClient, config: Config, prometheus_server: PrometheusServer,
-    now0: int,
+    now0: int, loads_read: bool,
 ) -> None:
     """The Deployment names its NodePool, so the tick reads the GPUs in use on each of its nodes: the scale-down takes
     the pod alone on its node (busier than the two idle pods on a full node) and the pod on the half-used node, so a
     whole node empties and Karpenter can remove it. By load alone it would take the two idle pods and free two GPUs
-    of a node that stays billed (``domain.scaledown``)."""
+    of a node that stays billed (``domain.scaledown``). With the per-pod in-flight query failing the nodes still
+    choose (the loads are unknown either way to the ReplicaSet's own order), and the outcome says so."""
     lone, half, idle0, idle1 = (f"{RS}-{s}" for s in ("lone1", "half1", "idle0", "idle1"))
     where = {lone: "gpu-a", half: "gpu-b", idle0: "gpu-c", idle1: "gpu-c"}
     pods = [rs_pod(p, RS, now0, ready_ago=3600 + i) for i, p in enumerate((lone, half, idle0, idle1))]
@@ -686,17 +688,25 @@ def test_with_its_nodepool_read_a_scale_down_takes_the_pods_of_the_emptiest_node
     assert dep is not None
     dep["metadata"]["annotations"][PREFIX + "nodepool"] = "gpu"
     fleet.add("deployments", dep)
-    controller_, _ = controller(api_client, config, prometheus_server.url,
-                                loads={lone: 4.0, half: 2.0, idle0: 0.0, idle1: 0.5})
+    broken = 'sum by (namespace, pod) (vllm:num_requests_running{namespace=~"{namespaces}"}'  # a parse error
+    if loads_read:
+        controller_, _ = controller(api_client, config, prometheus_server.url,
+                                    loads={lone: 4.0, half: 2.0, idle0: 0.0, idle1: 0.5})
+    else:
+        controller_, _ = controller(api_client, config, prometheus_server.url, queries={"pod_in_flight": broken})
     model = DeploymentModel.from_pods(fleet, NS, DEP, max_surge=1)
     prime(controller_, now0)
     report = controller_.tick(now0)
-    assert report.ok, report.errors
+    assert report.ok == loads_read, report.errors
     assert replicas(fleet) == 2
     outcome = mistral(report)
     assert outcome.scale_down_marks is not None
     assert [(m.pod, m.cost) for m in outcome.scale_down_marks.marks] == [(lone, -2), (half, -1)]
     assert "on gpu-a with 1 GPU(s) in use" in outcome.scale_down_marks.marks[0].why
+    if not loads_read:
+        assert any(e.startswith("in-flight requests per pod unknown") for e in report.errors)
+        assert outcome.scale_down_marks.unmarked == "no_pod_loads"
+        assert "load unknown" in outcome.scale_down_marks.marks[0].why
     gone = set(model.settle(at(now0)))
     assert gone == {lone, half}
     assert {p for p, n in where.items() if n == "gpu-a"} <= gone, "node gpu-a is left without a pod: Karpenter can go"
