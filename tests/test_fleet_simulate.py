@@ -12,7 +12,7 @@ import yaml
 
 from autoscaler.cli import main
 from autoscaler.config.schema import ForecastProfile
-from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool
+from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool, ScaleIn
 from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
 from autoscaler.simulation.predictive import PredictivePolicy, factory
@@ -87,7 +87,7 @@ def test_two_deployments_pods_share_a_node() -> None:
 
 
 @pytest.mark.parametrize(("scale_in", "nodes_left"), [(NEWEST_FIRST, 3), (EMPTIEST_NODE_FIRST, 2)])
-def test_a_scale_down_that_takes_the_emptiest_nodes_pods_lets_a_node_go(scale_in: str, nodes_left: int) -> None:
+def test_a_scale_down_that_takes_the_emptiest_nodes_pods_lets_a_node_go(scale_in: ScaleIn, nodes_left: int) -> None:
     """Two Deployments share 8-GPU nodes and ``a`` scales 11 -> 10. Its newest replica sits on a node ``b`` fills, an
     older one alone on a third node. The ReplicaSet's own order removes the newest, and three nodes stay billed; the
     controller's marks take the pods of the emptiest nodes first (``domain.scaledown``): the lone one goes, its node

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from autoscaler.ports import PoolGpus
 
@@ -54,8 +55,9 @@ DEFAULT_GPUS_PER_NODE = 8
 # Which Ready replica a scale-down removes (``Cluster.scale_in``): the ReplicaSet's own order (no pod marked: the HPA's
 # Deployments), or the controller's marks, which rank pods by the GPUs in use on their node, fewest first
 # (``autoscaler.domain.scaledown``; the simulated pods carry equal loads, so the tie-break is the most recently Ready)
-NEWEST_FIRST = "newest"
-EMPTIEST_NODE_FIRST = "emptiest-node"
+ScaleIn = Literal["newest", "emptiest-node"]
+NEWEST_FIRST: ScaleIn = "newest"
+EMPTIEST_NODE_FIRST: ScaleIn = "emptiest-node"
 
 
 @dataclass(frozen=True)
@@ -313,7 +315,7 @@ class Cluster:
     """
 
     def __init__(self, config: ClusterConfig, initial_ready: int, pool: NodePool | None = None,
-                 scale_in: str = NEWEST_FIRST) -> None:
+                 scale_in: ScaleIn = NEWEST_FIRST) -> None:
         if initial_ready < 0:
             raise ValueError(f"initial replicas must be >= 0, got {initial_ready}")
         if pool is not None and pool.gpus_per_node < config.gpus_per_replica:

@@ -51,7 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from autoscaler.simulation.cluster import NEWEST_FIRST, Cluster, ClusterConfig, NodePool
+from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool, ScaleIn
 from autoscaler.simulation.money import MoneyConfig, MoneyLedger, MoneyOutcome
 from autoscaler.simulation.oracle import oracle_schedule
 from autoscaler.simulation.queue import P99, FluidQueue, QueueConfig, Segments, replay
@@ -91,10 +91,16 @@ def _decides(policy: TickPolicy) -> Callable[[int], bool]:
     return lambda k: True
 
 
-def scale_in_of(policy: object) -> str:
+def scale_in_of(policy: object) -> ScaleIn:
     """The order in which a scale-down of ``policy``'s Deployment removes Ready replicas (``Cluster.scale_in``): its
     ``scale_in`` (our policy's: the controller's marks), else the ReplicaSet's own."""
-    return str(getattr(policy, "scale_in", NEWEST_FIRST))
+    order = getattr(policy, "scale_in", NEWEST_FIRST)
+    if order == EMPTIEST_NODE_FIRST:
+        return EMPTIEST_NODE_FIRST
+    if order == NEWEST_FIRST:
+        return NEWEST_FIRST
+    raise ValueError(f"{type(policy).__name__}.scale_in must be {NEWEST_FIRST!r} or {EMPTIEST_NODE_FIRST!r}, "
+                     f"got {order!r}")
 
 
 def tick_seconds_for(step_seconds: int, sync_seconds: int = 15) -> int:

@@ -52,7 +52,7 @@ from autoscaler.domain.types import ScalingDecision, ScalingPolicy
 from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS, Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.engine.retuning import tuning_due
-from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, Cluster, ClusterConfig
+from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, Cluster, ClusterConfig, ScaleIn
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
 from models.types import SECONDS_PER_DAY, Forecast, TrafficSeries
@@ -104,7 +104,7 @@ class PredictivePolicy:
 
     name = "predictive"
     # the controller marks the pods a scale-down removes: those on the emptiest nodes first (``domain.scaledown``)
-    scale_in = EMPTIEST_NODE_FIRST
+    scale_in: ScaleIn = EMPTIEST_NODE_FIRST
     # whether its decisions keep the planner's steps (``explain=False``: a fleet's and a self-tuning replay's are never
     # read, only their counts and numbers)
     explains = True
