@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import pytest
 import yaml
@@ -122,7 +122,11 @@ class KubeServer:
         """A TokenRequest token of a ServiceAccount (the ServiceAccount must exist)."""
         with self.admin() as api:
             request = {"spec": {"audiences": [], "expirationSeconds": seconds}}
-            created = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
+            # cast: the client's signatures want its model classes; it validates a dict into them
+            created = client.CoreV1Api(api).create_namespaced_service_account_token(
+                service_account, namespace, cast(Any, request))
+        assert created.status is not None
+        assert created.status.token is not None
         token: str = created.status.token
         return token
 
@@ -245,9 +249,27 @@ def deploy_objects() -> list[dict[str, Any]]:
     return objects
 
 
+class _Object(Protocol):
+    @property
+    def metadata(self) -> client.V1ObjectMeta | None: ...
+
+
+def metadata(obj: _Object) -> client.V1ObjectMeta:
+    """``obj.metadata``: optional in the client's models, always there on an object the server returns."""
+    assert obj.metadata is not None
+    return obj.metadata
+
+
+def name_of(obj: _Object) -> str:
+    """``obj.metadata.name``, likewise always there on an object the server returns."""
+    name = metadata(obj).name
+    assert name is not None
+    return name
+
+
 def apply(api: client.ApiClient, objects: Iterable[Mapping[str, Any]], *, field_manager: str = FIELD_MANAGER) -> None:
     """Server-side apply each object (as ``kubectl apply --server-side`` does), in order."""
-    dynamic = DynamicClient(api)
+    dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]  # kubernetes.dynamic is unannotated
     for obj in objects:
         resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         meta = obj["metadata"]
@@ -265,7 +287,7 @@ def install_crds(api: client.ApiClient, docs: Iterable[Mapping[str, Any]] | None
     ext = client.ApiextensionsV1Api(api)
     names = [d["metadata"]["name"] for d in docs]
     if record is not None:
-        present = {c.metadata.name for c in ext.list_custom_resource_definition().items}
+        present = {metadata(c).name for c in ext.list_custom_resource_definition().items}
         record.installed_crds.extend(n for n in names if n not in present)
     apply(api, docs)
     deadline = time.monotonic() + timeout
@@ -282,7 +304,7 @@ def install_crds(api: client.ApiClient, docs: Iterable[Mapping[str, Any]] | None
     return names
 
 
-def _wait_discovery(api: client.ApiClient, docs: list[dict[str, Any]], deadline: float) -> None:
+def _wait_discovery(api: client.ApiClient, docs: Sequence[Mapping[str, Any]], deadline: float) -> None:
     """Wait until every CRD's served versions answer a list (Established precedes the handler by a moment)."""
     custom = client.CustomObjectsApi(api)
     for doc in docs:
@@ -306,7 +328,7 @@ def ensure_namespace(api: client.ApiClient, name: str, *, default_service_accoun
     shared cluster)."""
     core = client.CoreV1Api(api)
     try:
-        core.create_namespace({"metadata": {"name": name}})
+        core.create_namespace(cast(Any, {"metadata": {"name": name}}))  # cast: the client validates the dict
         if record is not None:
             record.created_namespaces.append(name)
     except ApiException as exc:
@@ -314,7 +336,7 @@ def ensure_namespace(api: client.ApiClient, name: str, *, default_service_accoun
             raise
     if default_service_account:
         try:
-            core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+            core.create_namespaced_service_account(name, cast(Any, {"metadata": {"name": "default"}}))
         except ApiException as exc:
             if exc.status != 409:
                 raise

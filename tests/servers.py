@@ -116,7 +116,8 @@ class FakePod:
 
     def in_system_present(self) -> np.ndarray:
         """Minutes at which both gauges have a sample (waiting + running is defined)."""
-        return self.gauge_present("waiting") & self.gauge_present("running")
+        both: np.ndarray = self.gauge_present("waiting") & self.gauge_present("running")
+        return both
 
     @property
     def deployment(self) -> str | None:

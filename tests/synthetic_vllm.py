@@ -92,14 +92,17 @@ class DeploymentHistory:
 
     def completed_rate(self) -> np.ndarray:
         """Requests/s completed per minute bin, all pods (bin ``i`` = minute ``i+1``'s increment, as rate() reads)."""
-        return np.sum([p.completions for p in self.pods], axis=0)[1:] / 60.0
+        total: np.ndarray = np.sum([p.completions for p in self.pods], axis=0)
+        return total[1:] / 60.0
 
     def waiting(self) -> np.ndarray:
-        return np.sum([p.waiting for p in self.pods], axis=0)[1:].astype(np.float64)
+        total: np.ndarray = np.sum([p.waiting for p in self.pods], axis=0)
+        return total[1:].astype(np.float64)
 
     def kv_cache(self) -> np.ndarray:
         """Summed over the pods, as the ``kv_cache_usage`` query answers it."""
-        return np.sum([p.kv_cache for p in self.pods], axis=0)[1:]
+        total: np.ndarray = np.sum([p.kv_cache for p in self.pods], axis=0)
+        return total[1:]
 
     def ttft_p90(self) -> np.ndarray:
         """The histogram's 90th percentile per bin, as Prometheus's histogram_quantile interpolates it."""

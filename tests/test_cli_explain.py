@@ -355,7 +355,7 @@ def test_render_shows_the_last_scale_down_and_why_the_marks_did_not_choose_its_p
 
 
 def test_explain_says_when_the_controller_runs_as_the_hpa_started_early() -> None:
-    status = {
+    status: dict[str, Any] = {
         "mode": "scale", "desiredReplicas": 4, "steps": [],
         "tuning": {
             "chosen": 50, "chosen_utilisation": 0.7, "met": True, "slo_wait_seconds": 2.0, "slo_attainment": 0.99,

@@ -6,6 +6,7 @@ import gzip
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -384,7 +385,7 @@ def test_a_binary_scenario_file_is_one_line(tmp_path: Path, capsys: pytest.Captu
     assert "not a YAML text file" in err
 
 
-MAGIC = {
+MAGIC: dict[str, Callable[[bytes], bool]] = {
     "jpg": lambda b: b[:3] == b"\xff\xd8\xff",
     "JPEG": lambda b: b[:3] == b"\xff\xd8\xff",
     "svg": lambda b: b"<svg" in b[:1000],

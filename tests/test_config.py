@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Literal, cast
 
 import pytest
 import yaml
@@ -308,6 +309,7 @@ def test_model_names_match_the_registry_when_there_is_one() -> None:
 
 
 durations = st.integers(min_value=1, max_value=4 * 604_800)
+SURROGATES: tuple[Literal["Cs"]] = ("Cs",)  # a Unicode category, typed as hypothesis wants it (a tuple: hashable)
 
 
 @given(durations)
@@ -329,7 +331,7 @@ def test_format_duration_round_trips_through_parse_duration(seconds: int) -> Non
         st.just({}),
         st.builds(lambda f: {"bearer_token_file": f}, st.from_regex(r"/[a-z0-9/._-]{1,30}", fullmatch=True)),
         st.builds(lambda u, f: {"basic_auth": {"username": u, "password_file": f}},
-                  st.text(st.characters(blacklist_characters=":", blacklist_categories=("Cs",)), min_size=1,
+                  st.text(st.characters(blacklist_characters=":", blacklist_categories=SURROGATES), min_size=1,
                           max_size=12).filter(str.strip),
                   st.from_regex(r"/[a-z0-9/._-]{1,30}", fullmatch=True)),
     ),
@@ -430,7 +432,7 @@ def test_broken_edit_keeps_the_last_good_config_and_reports_once(
 
     write(path, "profiles:\n  default:\n    horizon: 25m\n")  # fixed
     assert store.maybe_reload() is True
-    assert store.last_error is None
+    assert cast("ConfigError | None", store.last_error) is None  # cast: mypy keeps the narrowing above across calls
     assert store.current().profile("default").horizon_seconds == 1500
 
 
@@ -635,8 +637,9 @@ def test_a_profiles_objective_and_self_tuning_keys() -> None:
                             "    self_tune: false\n    tune_quantiles: [99, 90, 90]\n    reactive_utilisation: 0.8\n"
                             "    tune_utilisations: [0.7, 0.9]\n")
     p = cfg.profile("default")
-    assert (p.slo_wait_seconds, p.slo_attainment, p.self_tune, p.tune_quantiles) == (5, pytest.approx(0.999), False,
-                                                                                      (90, 99))
+    # object: mypy's strict equality does not see pytest.approx's __eq__ inside a tuple
+    read: tuple[object, ...] = (p.slo_wait_seconds, p.slo_attainment, p.self_tune, p.tune_quantiles)
+    assert read == (5, pytest.approx(0.999), False, (90, 99))
     assert (p.reactive_utilisation, p.tune_utilisations) == (0.8, (0.9, 0.7))
     assert p.scaling_policy(1.0, 1, 5).reactive_utilisation == 0.8
     # round trip through the file's own spelling

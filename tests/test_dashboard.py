@@ -280,7 +280,7 @@ class Prometheus:
         now = self.server.now
         if instant:
             return self.client.get(f"{self.server.url}/api/v1/query", params={"query": expr, "time": now})
-        params = {"query": expr, "start": now - RANGE_SECONDS, "end": now, "step": STEP_SECONDS}
+        params: dict[str, str | float] = {"query": expr, "start": now - RANGE_SECONDS, "end": now, "step": STEP_SECONDS}
         return self.client.get(f"{self.server.url}/api/v1/query_range", params=params)
 
     def unknown_names(self, expr: str) -> set[str]:
@@ -537,7 +537,8 @@ def test_every_variable_query_runs(prometheus: Prometheus) -> None:
     now = prometheus.server.now
     for scenario in scenarios(dashboard).values():
         for name, selector, label in variable_selectors(dashboard):
-            params = {"match[]": substitute(selector, scenario), "start": now - RANGE_SECONDS, "end": now}
+            params: dict[str, str | float] = {"match[]": substitute(selector, scenario), "start": now - RANGE_SECONDS,
+                                              "end": now}
             response = prometheus.client.get(f"{prometheus.server.url}/api/v1/label/{label}/values", params=params)
             assert response.status_code == 200, f"${name}: {response.text}"
 

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -61,6 +61,7 @@ def controller() -> dict[str, Any]:
 
 
 def controller_container() -> dict[str, Any]:
+    container: dict[str, Any]
     (container,) = controller()["spec"]["template"]["spec"]["containers"]
     return container
 
@@ -156,7 +157,7 @@ def client_deserialize(doc: dict[str, Any], model_name: str) -> Any:
     api = client.ApiClient()
     if "response_text" in inspect.signature(api.deserialize).parameters:  # kubernetes >= 33: the body itself
         return api.deserialize(json.dumps(doc), model_name, "application/json")
-    return api.deserialize(_Response(doc), model_name)
+    return cast(Any, api).deserialize(_Response(doc), model_name)  # cast: the signature of kubernetes < 33
 
 
 def fields_lost_in_client_models(doc: dict[str, Any]) -> set[str]:
@@ -170,7 +171,8 @@ def fields_lost_in_client_models(doc: dict[str, Any]) -> set[str]:
     if not hasattr(client, model_name):
         model_name = f"{group}{version}{doc['kind']}"
     assert hasattr(client, model_name), f"no client model for {doc['apiVersion']} {doc['kind']}"
-    back = client.ApiClient().sanitize_for_serialization(client_deserialize(doc, model_name))
+    back = client.ApiClient().sanitize_for_serialization(  # type: ignore[no-untyped-call]  # unannotated in the client
+        client_deserialize(doc, model_name))
     return key_paths(doc) - key_paths(back)
 
 

@@ -14,7 +14,7 @@ from autoscaler.cli import main
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool, ScaleIn
 from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
-from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
+from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PolicyBuilder, PoolSpec, run_fleet
 from autoscaler.simulation.predictive import PredictivePolicy, factory
 from autoscaler.simulation.reactive import ReactiveHPA
 from autoscaler.synth import synth_trace
@@ -24,9 +24,9 @@ from models.types import TrafficSeries
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fleet.yaml"
 
 
-def _pool(consolidate: int = 60, **kw: int) -> NodePool:
+def _pool(consolidate: int = 60, max_nodes: int | None = None) -> NodePool:
     return NodePool(gpus_per_node=8, node_startup_seconds=180, consolidate_after_seconds=consolidate,
-                    tick_seconds=15, **kw)
+                    tick_seconds=15, max_nodes=max_nodes)
 
 
 def _cfg(gpr: int = 1, pod: int = 120) -> ClusterConfig:
@@ -62,6 +62,7 @@ def test_policies_of_a_named_pool_observe_its_free_gpus_and_a_private_pool_none(
         cluster = Cluster(_cfg(), 1, pool)
         cluster.advance(0)
         policy = build(series, sim, _cfg())
+        assert isinstance(policy, PredictivePolicy)
         assert policy.observed(0, cluster).free_gpus == expect
 
 
@@ -178,7 +179,7 @@ def _series(seed: int, hours: float, shape: str = "bursty") -> TrafficSeries:
     return synth_trace(days=hours / 24, seed=seed, shape=shape).requests
 
 
-def _hpa(target: float) -> object:
+def _hpa(target: float) -> PolicyBuilder:
     def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
         return ReactiveHPA(target, d.capacity_per_replica, cluster.tick_seconds, d.min_replicas, d.max_replicas)
 
@@ -192,7 +193,7 @@ def test_a_ceiling_as_billed_is_never_exceeded() -> None:
     ceiling = 55.0  # five nodes and a half: the HPAs ask for more at peaks
     config = FleetConfig(deps, (PoolSpec("p", 8, price, consolidate_after_seconds=60),), cluster_ceiling=ceiling,
                          team_ceilings={"t1": 30.0})
-    run = run_fleet(config, _hpa(0.5), "reactive@0.5")  # type: ignore[arg-type]
+    run = run_fleet(config, _hpa(0.5), "reactive@0.5")
     nodes = run.nodes["p"]
     assert nodes.max() * price <= ceiling
     assert nodes.max() == 5  # the ceiling binds
@@ -210,8 +211,8 @@ def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
     def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
         return factory(lambda: registry.make_chain("persistence"), profile=profile)(d.series, sim, cluster)
 
-    off = run_fleet(config, build, "off")  # type: ignore[arg-type]
-    on = run_fleet(config, build, "on", headroom=True)  # type: ignore[arg-type]
+    off = run_fleet(config, build, "off")
+    on = run_fleet(config, build, "on", headroom=True)
     assert on.headroom_nodes["p"].max() >= 1
     assert on.node_hours > off.node_hours  # idle nodes are billed
     assert on.slo_misses < off.slo_misses
@@ -237,7 +238,7 @@ def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
     def build(i: int, d: DeploymentSpec, sim: SimulationConfig, c: ClusterConfig) -> TickPolicy:
         return make(d.series, sim, c)
 
-    run = run_fleet(fleet, build, "predictive")  # type: ignore[arg-type]
+    run = run_fleet(fleet, build, "predictive")
     only = run.deployments[0]
     assert np.array_equal(only.decisions, alone.requested)
     assert np.array_equal(only.result.ready, alone.ready)
@@ -254,7 +255,7 @@ def test_a_fleet_decides_the_same_without_the_planners_steps() -> None:
     profile = ForecastProfile()
     built: dict[bool, list[PredictivePolicy]] = {True: [], False: []}
 
-    def builder(explain: bool) -> object:
+    def builder(explain: bool) -> PolicyBuilder:
         def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
             policy = factory(lambda: registry.make_chain("default"), profile=profile, explain=explain)(
                 d.series, sim, cluster)
@@ -264,8 +265,8 @@ def test_a_fleet_decides_the_same_without_the_planners_steps() -> None:
 
         return build
 
-    kept = run_fleet(config, builder(True), "kept", headroom=True)  # type: ignore[arg-type]
-    bare = run_fleet(config, builder(False), "bare", headroom=True)  # type: ignore[arg-type]
+    kept = run_fleet(config, builder(True), "kept", headroom=True)
+    bare = run_fleet(config, builder(False), "bare", headroom=True)
     for a, b in zip(kept.deployments, bare.deployments, strict=True):
         assert np.array_equal(a.decisions, b.decisions)
         assert np.array_equal(a.result.ready, b.result.ready)

@@ -589,8 +589,8 @@ def test_forecasting_with_prophet_and_plotting_write_only_to_the_empty_dir(conta
     """Prophet (cmdstan's temp files, matplotlib imported with it) and a plot (matplotlib's font cache), as
     ``kubectl exec ... predictive-autoscaler backtest`` runs them in the pod: only /tmp is written."""
     tmp = container.mounts["/tmp"]
-    with (tmp / "trace.csv").open("w") as out:
-        write_trace(synth_trace(days=5), out)
+    with (tmp / "trace.csv").open("w") as trace_file:
+        write_trace(synth_trace(days=5), trace_file)
 
     out = container.run("backtest", "--trace", str(tmp / "trace.csv"), "--models", "prophet",
                         "--origin-every", "1h", "--json", "--plot", str(tmp / "backtest.png"), timeout=300)

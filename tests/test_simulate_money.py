@@ -165,6 +165,7 @@ def test_predictive_places_a_gang_that_fits_only_in_the_trough_there() -> None:
         assert run.ceiling_breaches == 0
         assert np.all(_held_dollars(run) <= 10 * PRICE)
         # the gang is paid: GPU-hours = replicas + the gang's GPUs while held
+        assert run.gang_gpus is not None
         assert run.gpu_hours == pytest.approx((run.requested.sum() + run.gang_gpus.sum()) * TICK / 3600)
 
 

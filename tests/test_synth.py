@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import SupportsInt, cast
 
 import numpy as np
 import pandas as pd
@@ -83,9 +84,9 @@ def test_the_daily_cycle_has_the_documented_peak_to_trough(traces: dict[str, Tra
     medians = hour_of_day_medians(traces["diurnal"])
     ratio = medians.max() / medians.min()
     assert ratio == pytest.approx(synth.DAILY_PEAK_TO_TROUGH, rel=0.15)
-    busiest = int(medians.idxmax())
+    busiest = int(cast(SupportsInt, medians.idxmax()))  # cast: an hour of the index (pandas-stubs: Hashable)
     assert abs(busiest - synth.PEAK_HOUR) <= 3  # a plateau around the peak hour
-    quietest = int(medians.idxmin())
+    quietest = int(cast(SupportsInt, medians.idxmin()))
     assert min(abs(quietest - (synth.PEAK_HOUR + 12) % 24), 24 - abs(quietest - (synth.PEAK_HOUR + 12) % 24)) <= 3
 
 

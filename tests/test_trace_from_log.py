@@ -136,7 +136,7 @@ def test_garbled_lines_are_counted_on_one_stderr_line_and_not_fatal(
 def test_json_lines_with_iso_and_epoch_times_and_token_counts(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     base = datetime(2024, 3, 4, 10, 0, 5, tzinfo=UTC)
-    entries = [
+    entries: list[tuple[dict[str, object], datetime, int, int]] = [
         ({"time": base.isoformat().replace("+00:00", "Z")}, base, 100, 20),
         ({"time": (base + timedelta(seconds=40)).astimezone(timezone(timedelta(hours=2))).isoformat()},
          base + timedelta(seconds=40), 50, 5),

@@ -186,7 +186,7 @@ def test_a_grid_larger_than_the_bound_is_refused_before_it_is_allocated(
     def no_grid(*_: object, **__: object) -> None:
         raise AssertionError("the grid was allocated")
 
-    monkeypatch.setattr(traces.np, "full", no_grid)
+    monkeypatch.setattr(np, "full", no_grid)  # the numpy module autoscaler.traces uses
     with pytest.raises(TraceError) as info:
         load_trace(p)
     message = str(info.value)

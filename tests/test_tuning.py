@@ -200,12 +200,14 @@ def test_on_noisy_traffic_more_spare_costs_more_and_the_choice_is_the_cheapest_t
     assert by_q[60].slo_attainment < by_q[99].slo_attainment  # ... and serves more on time
     assert result.met
     need = required_attainment(0.99)
+    assert result.chosen is not None
     chosen = by_point[(result.chosen, result.chosen_utilisation)]
     assert chosen.slo_attainment >= need
     assert all(c.slo_attainment < need for c in result.candidates if c.gpu_hours < chosen.gpu_hours)
     # a looser objective is met no more expensively
     loose = tune(history, _policy(capacity=5.0), COLD, lambda: make_chain("default"), quantiles=(60, 80, 95, 99),
                  slo_wait_seconds=2, slo_attainment=0.9)
+    assert loose.chosen is not None
     assert by_point[(loose.chosen, loose.chosen_utilisation)].gpu_hours <= chosen.gpu_hours
 
 
@@ -516,6 +518,13 @@ class _Uninformed:
     def predict(self, h: int, levels: Any = (50, 90)) -> Forecast:
         bands = {int(p): np.full(h, max(self._q[int(p)], self._mean) if p >= 50 else self._q[int(p)]) for p in levels}
         return Forecast(self._end, self._step, np.full(h, self._mean), bands, self.alias)
+
+    def to_state(self) -> dict[str, Any]:
+        raise NotImplementedError("a test double: never persisted")
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self:
+        raise NotImplementedError("a test double: never persisted")
 
 
 def test_where_the_forecast_adds_nothing_the_hpa_started_early_is_chosen() -> None:

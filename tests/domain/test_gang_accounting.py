@@ -22,7 +22,7 @@ def test_a_pending_gang_the_ceiling_reserves_still_counts_under_the_placement() 
     assert unplaced_deferred(asks, [pending, held], Ceilings(), prices, NOW, 900) == frozenset()
     # nothing to place: nothing to leave out
     assert unplaced_deferred(asks, [pending], Ceilings(cluster=70.0), prices, NOW, 900) == frozenset()
-    forecast = {"h100": [(NOW, 4.0)]}
+    forecast: dict[str | None, list[tuple[int, float]]] = {"h100": [(NOW, 4.0)]}
     counted = place_gangs([pending, held], forecast, {"h100": 25.0}, NOW)[held.key]
     assert (counted.peak_gpus, counted.fits) == (28.0, False)
     absent = place_gangs([pending, held], forecast, {"h100": 25.0}, NOW, absent={pending.key})[held.key]

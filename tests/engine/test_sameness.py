@@ -60,7 +60,7 @@ from autoscaler.simulation.money import SIM_NAMESPACE, GangSpec, MoneyConfig, Mo
 from autoscaler.simulation.money import MoneyOutcome as LedgerOutcome
 from autoscaler.simulation.predictive import PredictivePolicy, scaling_policy_for
 from autoscaler.simulation.traffic import resolve, spread
-from autoscaler.simulation.tuning import retuner
+from autoscaler.simulation.tuning import Tuning, retuner
 from autoscaler.synth import synth_trace
 from models.registry import make_chain
 from models.types import Forecast, TrafficSeries
@@ -443,6 +443,7 @@ def _replay(days: float, ceiling: float | None = None, gang: GangSpec | None = N
     if tuned:  # the controller's last replay is the simulator's last (the days it pooled included)
         assert memory.tuning is not None
         assert policy.tunings
+        assert isinstance(policy.tunings[-1], Tuning)  # what the retuner replays (a TuningOutcome to the policy)
         assert memory.tuning.to_dict() | {"cpu_seconds": 0} == policy.tunings[-1].to_dict() | {"cpu_seconds": 0}
     return Replayed(decisions, forecasts, models, deciding, cuts, money, troughs, needs_node,
                     tuple((t.chosen, t.chosen_utilisation) for t in policy.tunings))

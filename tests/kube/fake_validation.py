@@ -42,8 +42,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
-from kubernetes_validate import utils as kv_utils  # type: ignore[import-untyped]
+import jsonschema
+from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
 KUBERNETES_VERSION = "1.37"  # the newest minor kubernetes-validate ships (a test keeps it so)

@@ -92,7 +92,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import yaml
 
 from tests.kube import fake_cel, fake_validation

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes import client
@@ -48,7 +48,7 @@ from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.status import STATUS_SELECTOR
 from autoscaler.runtime.loop import Controller
 from tests.kube.conftest import deployment, nodepool
-from tests.kubeserver import REPO, ensure_namespace
+from tests.kubeserver import REPO, ensure_namespace, metadata, name_of
 
 CONTROLLER_NAMESPACE = "predictive-autoscaler"
 SERVICE_ACCOUNT = "predictive-autoscaler"
@@ -168,6 +168,11 @@ def _gpu_deployment(namespace: str, name: str, replicas: int, annotations: Mappi
     return obj
 
 
+def as_dict(obj: object) -> dict[str, Any]:
+    """A custom object as ``CustomObjectsApi`` returns it: its JSON dict (the client's signatures say ``object``)."""
+    return cast(dict[str, Any], obj)
+
+
 def set_ready(api: client.ApiClient, namespace: str, name: str, replicas: int) -> None:
     """Write what the deployment controller would after a finished rollout: every replica Ready."""
     client.AppsV1Api(api).patch_namespaced_deployment_status(name, namespace, {"status": {
@@ -204,7 +209,7 @@ def seed_fleet(api: client.ApiClient, *, workload_start: int, podgroup_start: in
     )
     for obj, replicas in fleet:
         meta = obj["metadata"]
-        apps.create_namespaced_deployment(meta["namespace"], obj)
+        apps.create_namespaced_deployment(meta["namespace"], cast(Any, obj))  # cast: the client validates a dict
         set_ready(api, meta["namespace"], meta["name"], replicas)
 
     trainer = {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
@@ -265,12 +270,12 @@ def replicaset_pods(api: client.ApiClient, namespace: str, deployment: str, temp
     labels = {"app": deployment, "pod-template-hash": template_hash}
     rs_name = f"{deployment}-{template_hash}"
     container = {"name": "server", "image": "vllm/vllm-openai:v0.6.0"}
-    rs = apps.create_namespaced_replica_set(namespace, {
+    rs = apps.create_namespaced_replica_set(namespace, cast(Any, {  # cast: the client validates a dict into its model
         "metadata": {"name": rs_name, "labels": labels},
         "spec": {"replicas": len(pods), "selector": {"matchLabels": labels},
                  "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}},
-    })
-    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name, "uid": rs.metadata.uid,
+    }))
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name, "uid": metadata(rs).uid,
              "controller": True, "blockOwnerDeletion": True}
     names: dict[str, str] = {}
     for suffix, ready_at in pods.items():
@@ -278,7 +283,7 @@ def replicaset_pods(api: client.ApiClient, namespace: str, deployment: str, temp
         meta: dict[str, Any] = {"name": name, "labels": labels, "ownerReferences": [owner]}
         if suffix in terminating:
             meta["finalizers"] = [HOLD_FINALIZER]
-        core.create_namespaced_pod(namespace, {"metadata": meta, "spec": {"containers": [container]}})
+        core.create_namespaced_pod(namespace, cast(Any, {"metadata": meta, "spec": {"containers": [container]}}))
         scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": iso(ready_at or 0)}
         ready = {"type": "Ready", "status": "True" if ready_at is not None else "False",
                  "lastTransitionTime": iso(ready_at or 0)}
@@ -311,8 +316,8 @@ def reset_fleet(api: client.ApiClient) -> None:
         ensure_namespace(api, namespace)
         apps.delete_collection_namespaced_deployment(namespace)
         for pod in core.list_namespaced_pod(namespace).items:
-            if pod.metadata.finalizers:
-                core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {"finalizers": None}})
+            if metadata(pod).finalizers:
+                core.patch_namespaced_pod(name_of(pod), namespace, {"metadata": {"finalizers": None}})
         core.delete_collection_namespaced_pod(namespace)
         apps.delete_collection_namespaced_replica_set(namespace)
         core.delete_collection_namespaced_event(namespace)
@@ -354,7 +359,7 @@ Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 def snapshot(api: client.ApiClient) -> dict[Key, str]:
     """``(kind, namespace, name) -> resourceVersion`` of every object of the kinds a tick could write, except in
     ``kube-system`` (the API server renews its own identity Lease there every few seconds)."""
-    dynamic = DynamicClient(api)
+    dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]  # kubernetes.dynamic is unannotated
     out: dict[Key, str] = {}
     for api_version, kind in SNAPSHOT_KINDS:
         for item in dynamic.resources.get(api_version=api_version, kind=kind).get().items:

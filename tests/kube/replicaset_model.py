@@ -46,7 +46,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.kube.fakeapi import FakeKubeAPI
 
@@ -54,6 +54,7 @@ DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 PHASE_ORDINAL = {"Pending": 0, "Unknown": 1, "Running": 2}
 
 Pod = Mapping[str, Any]
+P = TypeVar("P", bound=Pod)
 
 
 def _time(text: str | None) -> datetime | None:
@@ -109,7 +110,7 @@ def _log_rank(t: datetime, now: datetime) -> int:
     return int(math.log2(nanoseconds)) if nanoseconds > 0 else -1
 
 
-def ranked_for_deletion(pods: Sequence[Pod], related: Sequence[Pod], now: datetime) -> list[Pod]:
+def ranked_for_deletion(pods: Sequence[P], related: Sequence[Pod], now: datetime) -> list[P]:
     """``pods`` (one ReplicaSet's active pods) in the order its controller deletes them, first to go first."""
     on_node: dict[str, int] = {}
     for p in related:
@@ -117,7 +118,7 @@ def ranked_for_deletion(pods: Sequence[Pod], related: Sequence[Pod], now: dateti
             on_node[node_of(p)] = on_node.get(node_of(p), 0) + 1
     rank = {id(p): on_node.get(node_of(p), 0) for p in pods}
 
-    def less(a: Pod, b: Pod) -> bool:
+    def less(a: P, b: P) -> bool:
         if node_of(a) != node_of(b) and (not node_of(a) or not node_of(b)):
             return not node_of(a)
         pa, pb = (PHASE_ORDINAL.get(p.get("status", {}).get("phase", ""), 0) for p in (a, b))
@@ -145,13 +146,13 @@ def ranked_for_deletion(pods: Sequence[Pod], related: Sequence[Pod], now: dateti
             return _after_or_zero(ca, cb)
         return False
 
-    def compare(a: Pod, b: Pod) -> int:
+    def compare(a: P, b: P) -> int:
         return -1 if less(a, b) else 1 if less(b, a) else 0
 
     return sorted(pods, key=functools.cmp_to_key(compare))
 
 
-def pods_to_delete(pods: Sequence[Pod], diff: int, related: Sequence[Pod], now: datetime) -> list[Pod]:
+def pods_to_delete(pods: Sequence[P], diff: int, related: Sequence[Pod], now: datetime) -> list[P]:
     """``getPodsToDelete``: the ``diff`` pods a ReplicaSet with these active ``pods`` deletes."""
     if diff >= len(pods):
         return list(pods)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import kubernetes_validate  # type: ignore[import-untyped]
+import kubernetes_validate
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +26,7 @@ from tests.kube import fake_cel, fake_validation
 from tests.kube.conftest import T0, deployment, fake_client, nodepool, pod
 from tests.kube.fake_rbac import CONTROLLER, Rbac, User, request_info
 from tests.kube.fakeapi import ADMIN_TOKEN, FakeKubeAPI, load_crd
+from tests.kubeserver import metadata
 from tests.shared import require_shared
 
 NS = "ml"
@@ -492,7 +493,7 @@ def test_nodes_may_be_listed_as_deploy_rbac_grants_and_nothing_more(
 ) -> None:
     fake_api.expect_refusals()
     fake_api.add("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}})
-    assert [n.metadata.name for n in core.list_node().items] == ["gpu-1"]  # list nodes: granted (a pool's GPUs)
+    assert [metadata(n).name for n in core.list_node().items] == ["gpu-1"]  # list nodes: granted (a pool's GPUs)
     code, body = refused(core.read_node, "gpu-1")  # get: not granted
     assert (code, body["message"]) == (403, f'nodes "gpu-1" is forbidden: User "{SA}" cannot get resource "nodes" in '
                                             'API group "" at the cluster scope')

@@ -396,6 +396,7 @@ def test_the_schema_check_in_the_fake_can_fail(with_buffers: FakeKubeAPI, api_cl
         custom.create_namespaced_custom_object("autoscaling.x-k8s.io", "v1beta1", "ns", "capacitybuffers",
                                                body, field_validation="Strict")
     assert err.value.status == 400
+    assert err.value.body is not None
     assert 'strict decoding error: unknown field "spec.replica"' in json.loads(err.value.body)["message"]
     created = custom.create_namespaced_custom_object("autoscaling.x-k8s.io", "v1beta1", "ns", "capacitybuffers", body)
     assert isinstance(created, dict)
@@ -411,7 +412,7 @@ def test_the_schema_check_in_the_fake_can_fail(with_buffers: FakeKubeAPI, api_cl
 
 
 def k8s_validate(doc: dict[str, Any]) -> None:
-    import kubernetes_validate  # type: ignore[import-untyped]
+    import kubernetes_validate
 
     kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 

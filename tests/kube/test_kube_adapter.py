@@ -295,7 +295,10 @@ def test_real_server_scale_status_and_event(real_api_client: client.ApiClient, r
     assert dep.metadata is not None
     assert STATUS_ANNOTATION not in (dep.metadata.annotations or {})
     cm = client.CoreV1Api(real_api_client).read_namespaced_config_map(written.stored.name, real_namespace)
+    assert cm.data is not None
     assert json.loads(cm.data[STATUS_DATA_KEY]) == {"desired": 1}
+    assert cm.metadata is not None
+    assert cm.metadata.owner_references is not None
     (owner,) = cm.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid, owner.block_owner_deletion) == ("Deployment", "pa-probe", view.uid,
                                                                                False)

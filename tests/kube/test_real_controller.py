@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -53,6 +53,7 @@ from tests.kube.real_fleet import (
     VOLCANO,
     WORKLOAD,
     CliResult,
+    as_dict,
     audit_args,
     audit_events,
     audit_size,
@@ -70,7 +71,16 @@ from tests.kube.real_fleet import (
     snapshot,
     write_config,
 )
-from tests.kubeserver import KubeServer, apply, deploy_objects, ensure_namespace, install_crds, running_kube_server
+from tests.kubeserver import (
+    KubeServer,
+    apply,
+    deploy_objects,
+    ensure_namespace,
+    install_crds,
+    metadata,
+    name_of,
+    running_kube_server,
+)
 from tests.servers import PrometheusServer
 
 pytestmark = [pytest.mark.kube, pytest.mark.prometheus]
@@ -140,14 +150,25 @@ class Scene:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
+    def serialized(self, obj: object) -> dict[str, Any]:
+        """A client model object as JSON (``ApiClient.sanitize_for_serialization``)."""
+        out: dict[str, Any] = self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]  # unannotated
+        return out
+
     def deployment(self, namespace: str, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = self.api.sanitize_for_serialization(
-            self.apps().read_namespaced_deployment(name, namespace))
-        return obj
+        return self.serialized(self.apps().read_namespaced_deployment(name, namespace))
+
+    def scale_replicas(self, namespace: str, name: str) -> int:
+        """``spec.replicas`` of the Deployment's scale subresource."""
+        spec = self.apps().read_namespaced_deployment_scale(name, namespace).spec
+        assert spec is not None
+        assert spec.replicas is not None
+        return spec.replicas
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         """What the controller published for Deployment ``name``: its status object's JSON."""
         cm = client.CoreV1Api(self.api).read_namespaced_config_map(status_object_name(name), namespace)
+        assert cm.data is not None
         found: dict[str, Any] = json.loads(cm.data[STATUS_DATA_KEY])
         return found
 
@@ -212,11 +233,11 @@ def shrink_llama_chat(scene: Scene) -> Shrinking:
 
 def pod_annotations(scene: Scene, name: str) -> dict[str, str]:
     pod = client.CoreV1Api(scene.api).read_namespaced_pod(name, SERVING)
-    return dict(pod.metadata.annotations or {})
+    return dict(metadata(pod).annotations or {})
 
 
-def pod_versions(scene: Scene) -> dict[str, str]:
-    return {p.metadata.name: p.metadata.resource_version
+def pod_versions(scene: Scene) -> dict[str, str | None]:
+    return {name_of(p): metadata(p).resource_version
             for p in client.CoreV1Api(scene.api).list_namespaced_pod(SERVING).items}
 
 
@@ -275,7 +296,7 @@ def test_a_full_tick_as_the_service_account_does_what_the_plan_says(scene: Scene
     assert scene.refused() == [], "RBAC refused nothing"
 
     # Scaled through the scale subresource, to exactly the plan.
-    assert scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas == desired
+    assert scene.scale_replicas(SERVING, "llama-chat") == desired
     llama_obj = scene.deployment(SERVING, "llama-chat")
     assert STATUS_ANNOTATION not in llama_obj["metadata"]["annotations"]
     status = scene.status(SERVING, "llama-chat")
@@ -287,27 +308,30 @@ def test_a_full_tick_as_the_service_account_does_what_the_plan_says(scene: Scene
     assert status["track"][-1]["t"] == scene.t1
     mistral_status = scene.status(SERVING, "mistral-code")
     assert mistral_status["desiredReplicas"] == mistral_status["currentReplicas"] == 1
-    assert scene.apps().read_namespaced_deployment_scale("mistral-code", SERVING).spec.replicas == 1
+    assert scene.scale_replicas(SERVING, "mistral-code") == 1
 
     # Events, as `kubectl describe deployment` shows them.
     scaled = [(e.type, e.reason, e.involved_object.name, e.involved_object.uid) for e in events[SERVING]]
     assert scaled == [("Normal", "ScaledUp", "llama-chat", llama_obj["metadata"]["uid"])]
     (up,) = events[SERVING]
+    assert up.message is not None
+    assert up.source is not None
     assert up.message.startswith(f"replicas 2 -> {desired} (")
     assert (up.source.component, up.reporting_component) == ("predictive-autoscaler", "predictive-autoscaler")
     (warning,) = events[RESEARCH]
     assert (warning.type, warning.reason, warning.involved_object.name) == ("Warning", EVENT_REASON_INVALID,
                                                                             "qwen-eval")
+    assert warning.message is not None
     assert PREFIX + "min-replicas='5'" in warning.message
     assert "max-replicas 2" in warning.message
     assert scene.deployment(RESEARCH, "qwen-eval") == qwen_before, "the malformed Deployment is left as it is"
 
     # The NodePool's GPU limit, through Karpenter's schema; its other limits are kept.
-    pool = scene.custom().get_cluster_custom_object(*KARPENTER, POOL)
+    pool = as_dict(scene.custom().get_cluster_custom_object(*KARPENTER, POOL))
     assert pool["spec"]["limits"] == {"cpu": "1000", GPU: str(limit)}
 
     # Headroom: a CapacityBuffer shaped like llama-chat's pods, owned by it.
-    buffer = scene.custom().get_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER)
+    buffer = as_dict(scene.custom().get_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER))
     assert buffer["spec"] == {"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "llama-chat"},
                               "replicas": buffered,
                               "provisioningStrategy": "buffer.x-k8s.io/active-capacity"}  # the CRD's default
@@ -316,14 +340,15 @@ def test_a_full_tick_as_the_service_account_does_what_the_plan_says(scene: Scene
     assert buffer["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "predictive-autoscaler"
 
     # Gangs: placed and annotated; the held Workload stays held until its planned start.
-    workload = scene.custom().get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], WORKLOAD)
+    workload = as_dict(scene.custom().get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], WORKLOAD))
     assert workload["metadata"]["annotations"][PLANNED_START_ANNOTATION] == utc_iso(scene.workload_start)
     assert workload["spec"]["active"] is False
     assert ACTIVATED_ANNOTATION not in workload["metadata"]["annotations"]
-    podgroup = scene.custom().get_namespaced_custom_object(*VOLCANO[:2], TRAINING, VOLCANO[2], PODGROUP)
+    podgroup = as_dict(scene.custom().get_namespaced_custom_object(*VOLCANO[:2], TRAINING, VOLCANO[2], PODGROUP))
     assert podgroup["metadata"]["annotations"][PLANNED_START_ANNOTATION] == utc_iso(scene.podgroup_start)
 
     lease = client.CoordinationV1Api(scene.api).read_namespaced_lease(LEASE, CONTROLLER_NAMESPACE)
+    assert lease.spec is not None
     assert lease.spec.holder_identity is None, "released on exit"
 
 
@@ -332,8 +357,7 @@ def test_a_held_kueue_workload_is_activated_at_its_planned_start(scene: Scene) -
     through Kueue's schema. Its nodes are asked for one node start-up ahead; with CapacityBuffers a pending gang
     has no Deployment to point one at, so they are placeholder pods on its pool, created in the same tick."""
     scene.once(scene.t1)
-    set_ready(scene.api, SERVING, "llama-chat",
-              scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas)
+    set_ready(scene.api, SERVING, "llama-chat", scene.scale_replicas(SERVING, "llama-chat"))
     plan = scene.dry_run(scene.workload_start)
     placement = plan["cost"]["gang_placements"][f"Workload/{TRAINING}/{WORKLOAD}"]
     assert (placement["planned_start_unix"], placement["held"], placement["counting"]) == (
@@ -343,14 +367,14 @@ def test_a_held_kueue_workload_is_activated_at_its_planned_start(scene: Scene) -
 
     scene.once(scene.workload_start)
 
-    workload = scene.custom().get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], WORKLOAD)
+    workload = as_dict(scene.custom().get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], WORKLOAD))
     assert workload["spec"]["active"] is True
     annotations = workload["metadata"]["annotations"]
     assert annotations[ACTIVATED_ANNOTATION] == utc_iso(scene.workload_start)
     assert annotations[PLANNED_START_ANNOTATION] == utc_iso(scene.workload_start)
     placeholder = scene.apps().read_namespaced_deployment(PLACEHOLDER, CONTROLLER_NAMESPACE)
     assert placeholder.spec.replicas == gang_nodes
-    podgroup = scene.custom().get_namespaced_custom_object(*VOLCANO[:2], TRAINING, VOLCANO[2], PODGROUP)
+    podgroup = as_dict(scene.custom().get_namespaced_custom_object(*VOLCANO[:2], TRAINING, VOLCANO[2], PODGROUP))
     assert podgroup["metadata"]["annotations"][PLANNED_START_ANNOTATION] == utc_iso(scene.podgroup_start)
     assert scene.refused() == []
 
@@ -367,7 +391,7 @@ def test_a_second_tick_changes_only_what_changed_and_dry_run_writes_nothing(scen
     (taken, released) and the Warning Event of a still-malformed Deployment (a one-shot has no memory of having
     reported it; a running controller reports it once)."""
     scene.once(scene.t1)
-    desired = scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas
+    desired = scene.scale_replicas(SERVING, "llama-chat")
     set_ready(scene.api, SERVING, "llama-chat", desired)
     llama_before = scene.deployment(SERVING, "llama-chat")
     old = scene.status(SERVING, "llama-chat")
@@ -421,12 +445,13 @@ def test_placeholder_pods_pass_admission_and_drift_is_put_back(scene: Scene) -> 
     apps = scene.apps()
     placeholder = apps.read_namespaced_deployment(PLACEHOLDER, CONTROLLER_NAMESPACE)
     assert placeholder.spec.replicas == nodes
-    template = scene.api.sanitize_for_serialization(placeholder.spec.template)
+    template = scene.serialized(placeholder.spec.template)
     ensure_namespace(scene.api, CONTROLLER_NAMESPACE)  # pod admission looks its default ServiceAccount up
     pod = {"apiVersion": "v1", "kind": "Pod", "spec": template["spec"],
            "metadata": {"generateName": f"{PLACEHOLDER}-", **template["metadata"]}}
     core = client.CoreV1Api(scene.api)
-    admitted = core.create_namespaced_pod(CONTROLLER_NAMESPACE, pod, dry_run="All")
+    admitted = core.create_namespaced_pod(CONTROLLER_NAMESPACE, cast(Any, pod), dry_run="All")  # validated into V1Pod
+    assert admitted.spec is not None
     assert admitted.spec.priority == -10, "the Priority plugin resolved the placeholder PriorityClass"
     careless = json.loads(json.dumps(pod))
     del careless["spec"]["securityContext"]
@@ -443,13 +468,14 @@ def test_placeholder_pods_pass_admission_and_drift_is_put_back(scene: Scene) -> 
 
     scene.once(scene.t1, config=placeholder_config)
 
-    repaired = scene.api.sanitize_for_serialization(apps.read_namespaced_deployment(PLACEHOLDER, CONTROLLER_NAMESPACE))
+    repaired = scene.serialized(apps.read_namespaced_deployment(PLACEHOLDER, CONTROLLER_NAMESPACE))
     assert repaired["spec"]["replicas"] == nodes
     assert repaired["spec"]["template"]["spec"]["containers"][0]["image"] == DEFAULT_PAUSE_IMAGE
-    assert repaired["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == \
-        placeholder.metadata.annotations[SPEC_HASH_ANNOTATION]
+    placeholder_annotations = metadata(placeholder).annotations
+    assert placeholder_annotations is not None
+    assert repaired["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == placeholder_annotations[SPEC_HASH_ANNOTATION]
     assert repaired["spec"]["template"] == template, "the template is the controller's again"
-    pool = scene.custom().get_cluster_custom_object(*KARPENTER, POOL)
+    pool = as_dict(scene.custom().get_cluster_custom_object(*KARPENTER, POOL))
     assert pool["spec"]["limits"][GPU] == str(limit)
     assert scene.refused() == []
 
@@ -486,7 +512,7 @@ def test_a_scale_down_marks_the_idlest_pods_first_and_clears_the_marks_once_it_l
         versions = pod_versions(scene)
         report = ctl.tick(scene.t1)
         assert report.ok, report.errors
-        assert scene.apps().read_namespaced_deployment_scale("llama-chat", SERVING).spec.replicas == 2
+        assert scene.scale_replicas(SERVING, "llama-chat") == 2
         for name, cost in ((shrinking.starting, "-2"), (shrinking.idle, "-1")):
             annotations = pod_annotations(scene, name)
             assert annotations[DELETION_COST_ANNOTATION] == cost
@@ -495,6 +521,7 @@ def test_a_scale_down_marks_the_idlest_pods_first_and_clears_the_marks_once_it_l
         assert {n for n in versions if versions[n] != after[n]} == {shrinking.starting, shrinking.idle}, \
             "the busier pod, the one of unknown load and the Terminating one are not written"
         (event,) = [e for e in scene.events(SERVING) if e.reason == "ScaledDown"]
+        assert event.message is not None
         assert f"idlest pods marked for removal: {shrinking.starting} (not Ready), {shrinking.idle} (" in event.message
 
         # The ReplicaSet has not acted yet (4 pods for 2 replicas): the marks stay.
@@ -534,7 +561,7 @@ def test_rbac_grants_exactly_what_the_controller_uses(scene: Scene) -> None:
     custom.patch_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER, {"spec": {"replicas": 99}},
                                           _content_type="application/merge-patch+json")
     scene.once(scene.t1)  # someone resized it: the controller puts it back (get + patch)
-    buffer = custom.get_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER)
+    buffer = as_dict(custom.get_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER))
     assert buffer["spec"]["replicas"] != 99
 
     scene.once(scene.t1, config=scene.config(headroom="placeholder"))  # buffer deleted, placeholders created
@@ -542,9 +569,14 @@ def test_rbac_grants_exactly_what_the_controller_uses(scene: Scene) -> None:
         custom.get_namespaced_custom_object(*BUFFERS[:2], SERVING, BUFFERS[2], BUFFER)
     placeholder = scene.apps().read_namespaced_deployment(PLACEHOLDER, CONTROLLER_NAMESPACE)
     pod = placeholder.spec.template.spec
+    assert pod is not None
     assert pod.priority_class_name == PLACEHOLDER_CLASS
     assert pod.node_selector == {"karpenter.sh/nodepool": POOL}
-    assert pod.containers[0].resources.requests[GPU] == "8", "one whole node of the pool per placeholder pod"
+    resources = pod.containers[0].resources
+    assert resources is not None
+    assert resources.requests is not None
+    assert resources.requests[GPU] == "8", "one whole node of the pool per placeholder pod"
+    assert placeholder.spec.replicas is not None
     assert placeholder.spec.replicas >= 1
     priority_class = client.SchedulingV1Api(scene.api).read_priority_class(PLACEHOLDER_CLASS)
     assert (priority_class.value, priority_class.preemption_policy, bool(priority_class.global_default)) == (
@@ -612,12 +644,12 @@ def test_once_while_another_instance_holds_the_lease_names_it_and_fails(scene: S
     """Another replica is the leader (its Lease renewed just now, by the wall clock the Lease protocol uses):
     a one-shot run stands by, so it did nothing: exit 1 and one line naming the holder."""
     now = datetime.now(tz=UTC)
-    client.CoordinationV1Api(scene.api).create_namespaced_lease(CONTROLLER_NAMESPACE, {
+    client.CoordinationV1Api(scene.api).create_namespaced_lease(CONTROLLER_NAMESPACE, cast(Any, {  # into V1Lease
         "metadata": {"name": LEASE},
         "spec": {"holderIdentity": "predictive-autoscaler-7f9c-abcde", "leaseDurationSeconds": 3600,
                  "acquireTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                  "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
-    })
+    }))
     before = snapshot(scene.api)
 
     result = run_cli_process(*scene.argv(scene.t1, None, None))

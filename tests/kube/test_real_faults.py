@@ -136,6 +136,7 @@ class Write:
 def audited_writes(server: KubeServer, tokens: dict[str, str]) -> list[Write]:
     """The audit log's write requests, attributed to processes by their token's ``jti`` (``tokens``: jti -> who)."""
     out: list[Write] = []
+    assert server.state is not None  # this module's own server, started here
     path = server.state / "audit.log"
     for line in path.read_text().splitlines() if path.exists() else ():
         event = json.loads(line)
@@ -189,6 +190,7 @@ class ApiServerProcess:
 
     @property
     def pid_file(self) -> Path:
+        assert self.server.state is not None
         return self.server.state / "run" / "kube-apiserver.pid"
 
     def pid(self) -> int:
@@ -215,6 +217,7 @@ class ApiServerProcess:
 
     def start(self, timeout: float = 120.0) -> None:
         assert self.argv, "stop() first"
+        assert self.server.state is not None
         log = (self.server.state / "run" / "kube-apiserver.log").open("ab")
         with log:
             proc = subprocess.Popen(self.argv, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,

@@ -32,6 +32,7 @@ from tests.kube.real_fleet import (
     TRAINING,
     VOLCANO,
     WORKLOAD,
+    as_dict,
     audit_events,
     gang_annotations,
     write_config,
@@ -123,12 +124,15 @@ def test_under_a_binding_ceiling_everything_fits_as_whole_p4d_nodes(scene: Scene
 
     scene.once(scene.t1, config=config)
     custom = scene.custom()
-    pool = custom.get_cluster_custom_object(*KARPENTER, P4D)
+    pool = as_dict(custom.get_cluster_custom_object(*KARPENTER, P4D))
     assert pool["spec"]["limits"] == {GPU: "16"}
-    static = custom.get_cluster_custom_object(*KARPENTER, STATIC)
+    static = as_dict(custom.get_cluster_custom_object(*KARPENTER, STATIC))
     assert static["spec"]["limits"] == {"nodes": "1"}
-    assert int(scene.apps().read_namespaced_deployment("llama-chat", SERVING).spec.replicas) + \
-        int(scene.apps().read_namespaced_deployment("mistral-code", SERVING).spec.replicas) == inference
+    llama = scene.apps().read_namespaced_deployment("llama-chat", SERVING).spec.replicas
+    mistral = scene.apps().read_namespaced_deployment("mistral-code", SERVING).spec.replicas
+    assert llama is not None
+    assert mistral is not None
+    assert int(llama) + int(mistral) == inference
 
     # Demand falls (at most 7 llama-chat replicas): one node of inference leaves room for a gang's node. A gang
     # held by Kueue's admission gate is submitted for the single instant workload_start (its queue has 16 GPUs):
@@ -146,17 +150,17 @@ def test_under_a_binding_ceiling_everything_fits_as_whole_p4d_nodes(scene: Scene
         scene.workload_start, True, True)
     assert plan["cost"]["cluster_dollars_per_hour"] <= CEILING
     scene.once(scene.workload_start - 60, config=config)
-    gated = custom.get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], GATED)
+    gated = as_dict(custom.get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], GATED))
     assert gated["metadata"]["annotations"][ADMISSION_GATED_BY] == f"example.com/other,{ADMISSION_GATE}"
     scene.once(scene.workload_start, config=config)
-    gated = custom.get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], GATED)
+    gated = as_dict(custom.get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], GATED))
     assert gated["metadata"]["annotations"][ADMISSION_GATED_BY] == "example.com/other"
     assert ACTIVATED_ANNOTATION in gated["metadata"]["annotations"]
     assert "active" not in gated["spec"] or gated["spec"]["active"] is True
     plan = scene.dry_run(scene.workload_start, config=config)  # started, pending admission: still counted
     assert plan["cost"]["cluster_dollars_per_hour"] <= CEILING
     assert [g["key"] for g in plan["cost"]["gangs"] if g["reserved"]] == [f"Workload/{TRAINING}/{GATED}"]
-    orphan = custom.get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], ORPHAN)
+    orphan = as_dict(custom.get_namespaced_custom_object(*KUEUE[:2], TRAINING, KUEUE[2], ORPHAN))
     assert PREFIX + "planned-start" not in orphan["metadata"].get("annotations", {})
 
     # The static pool was never written; nothing was refused.

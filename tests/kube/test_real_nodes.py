@@ -14,7 +14,7 @@ import copy
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -54,7 +54,8 @@ def pool(kube_server: KubeServer, tmp_path: Path) -> Iterator[str]:
         namespace = ensure_namespace(api, f"pa-nodes-{uuid.uuid4().hex[:8]}", record=kube_server)
         for i, ready in ((0, True), (1, True), (2, False)):
             node = f"{name}-{i}"
-            core.create_node({"metadata": {"name": node, "labels": {NODEPOOL_LABEL: name}}})
+            # cast: the client's signatures want its model classes; it validates a dict into them
+            core.create_node(cast(Any, {"metadata": {"name": node, "labels": {NODEPOOL_LABEL: name}}}))
             core.patch_node_status(node, {"status": {
                 "capacity": {GPU: "8", "cpu": "8", "memory": "64Gi", "pods": "110"},
                 "allocatable": {GPU: "8", "cpu": "8", "memory": "64Gi", "pods": "110"},
@@ -62,10 +63,10 @@ def pool(kube_server: KubeServer, tmp_path: Path) -> Iterator[str]:
                                 "message": "written by the test", "lastHeartbeatTime": "2025-03-01T12:00:00Z",
                                 "lastTransitionTime": "2025-03-01T12:00:00Z"}]}})
         for pod, gpus in (("llm-0", 3), ("llm-1", 2)):
-            core.create_namespaced_pod(namespace, {
+            core.create_namespaced_pod(namespace, cast(Any, {
                 "metadata": {"name": pod},
                 "spec": {"nodeName": f"{name}-0", "containers": [{"name": "server", "image": "vllm/vllm-openai:v0.6.0",
-                                                                  "resources": {"limits": {GPU: str(gpus)}}}]}})
+                                                                  "resources": {"limits": {GPU: str(gpus)}}}]}}))
         yield name
         for i in range(3):
             core.delete_node(f"{name}-{i}")
@@ -95,7 +96,7 @@ def test_without_the_nodes_grant_the_read_is_refused(kube_server: KubeServer, po
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": account},
                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]}
     with kube_server.admin() as admin:
-        client.CoreV1Api(admin).create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+        client.CoreV1Api(admin).create_namespaced_service_account(namespace, cast(Any, {"metadata": {"name": account}}))
         apply(admin, [role, binding])
     kubeconfig = kube_server.kubeconfig_as(namespace, account, tmp_path / "no-nodes.kubeconfig")
     with api_client_from_config(kubeconfig) as api, pytest.raises(KubeReadError, match="403"):

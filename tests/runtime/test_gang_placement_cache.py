@@ -5,14 +5,16 @@ refresh period change, frozen one node start-up before the start; a gang that fi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from autoscaler.config.schema import Config
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.engine.money import PLACEMENT_REFRESH_SECONDS
-from autoscaler.ports import CustomObjects, PriorityClasses
+from autoscaler.ports import CustomObjects, EventType, PriorityClasses
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage
-from tests.runtime.test_money import PREFIX, config, kueue_workload
+from tests.runtime.test_money import config, kueue_workload
 
 H = 3600
 NOW = 1_700_000_000
@@ -38,6 +40,13 @@ class RecordingGangs:
 
     def priority_classes(self) -> PriorityClasses:
         return PriorityClasses()
+
+    def list_kueue_queues(self) -> tuple[CustomObjects, CustomObjects]:
+        raise NotImplementedError("not read by these tests")
+
+    def post_gang_event(self, kind: str, namespace: str, name: str, uid: str, type: EventType, reason: str,
+                        message: str, now: datetime) -> None:
+        raise NotImplementedError("not written by these tests")
 
 
 class RecordingForecasts:

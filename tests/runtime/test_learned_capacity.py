@@ -183,7 +183,7 @@ def test_an_annotated_capacity_is_planned_with_and_the_learned_one_shown_beside_
     assert rig.gauge("predictive_autoscaler_capacity_per_replica", deployment="busy-llm", source="annotation") == 2.5
     learned = rig.gauge("predictive_autoscaler_capacity_per_replica", deployment="busy-llm", source="learned")
     assert learned is not None
-    assert rig.gauge("predictive_autoscaler_capacity_saturated_bins", deployment="busy-llm") > 0  # type: ignore[operator]
+    assert rig.gauge("predictive_autoscaler_capacity_saturated_bins", deployment="busy-llm") > 0
     assert [r for _, r, _ in rig.events("busy-llm") if r.startswith("Capacity")] == []  # nothing to announce
     decision = outcome(report, "busy-llm").decision
     assert decision is not None

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.gangs import ACTIVATED_ANNOTATION, ADMISSION_GATE, ADMISSION_GATED_BY, parse_gang
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage
 from tests.runtime.test_gang_placement_cache import KEY, NOW, H, RecordingForecasts, RecordingGangs, gang
-from tests.runtime.test_money import PREFIX, config
+from tests.runtime.test_money import config
 
 
 def gated(gates: str, *, active: bool | None = None, start_after: bool = True) -> dict[str, Any]:

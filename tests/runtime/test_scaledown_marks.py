@@ -152,7 +152,7 @@ def mistral(report: TickReport) -> WorkloadOutcome:
     return found
 
 
-def annotations(fake: FakeKubeAPI, name: str) -> dict[str, str]:
+def pod_annotations(fake: FakeKubeAPI, name: str) -> dict[str, str]:
     obj = fake.get("pods", NS, name)
     assert obj is not None
     found: dict[str, str] = obj["metadata"].get("annotations") or {}
@@ -171,7 +171,7 @@ def labels(fake: FakeKubeAPI, name: str) -> dict[str, str]:
 
 
 def cost(fake: FakeKubeAPI, name: str) -> str | None:
-    return annotations(fake, name).get(DELETION_COST_ANNOTATION)
+    return pod_annotations(fake, name).get(DELETION_COST_ANNOTATION)
 
 
 def replicas(fake: FakeKubeAPI) -> int:
@@ -214,7 +214,7 @@ def test_the_idlest_pods_are_marked_before_the_scale_write_and_cleared_once_it_l
     assert (cost(shrinking, NOT_READY), cost(shrinking, FRESH)) == ("-2", "-1")
     assert cost(shrinking, BUSY) is None
     assert cost(shrinking, UNKNOWN) is None
-    assert json.loads(annotations(shrinking, NOT_READY)[MARK_ANNOTATION]) == {"cost": -2, "markedAt": now0}
+    assert json.loads(pod_annotations(shrinking, NOT_READY)[MARK_ANNOTATION]) == {"cost": -2, "markedAt": now0}
     patches = shrinking.calls("PATCH", r"/pods/")
     assert [c.content_type for c in patches] == ["application/merge-patch+json"] * 2
     assert {p for p, _ in pod_patches(shrinking)} == {NOT_READY, FRESH}, "pods that stay are not written"
@@ -252,7 +252,7 @@ def test_the_idlest_pods_are_marked_before_the_scale_write_and_cleared_once_it_l
     assert pod_patches(shrinking)[before:] == [
         (FRESH, {"metadata": {"annotations": {DELETION_COST_ANNOTATION: None, MARK_ANNOTATION: None},
                               "labels": {MARK_LABEL: None}}})]
-    assert annotations(shrinking, FRESH).keys() == set()
+    assert pod_annotations(shrinking, FRESH).keys() == set()
     assert MARK_LABEL not in labels(shrinking, FRESH)
     assert mistral(report).actions[:1] == (f"clear the mark of pod {FRESH}",)
 
@@ -594,8 +594,8 @@ def leave(fake: FakeKubeAPI, how: str, holder: list[Config]) -> None:
 
 def assert_unmarked(fake: FakeKubeAPI, *names: str) -> None:
     for name in names:
-        assert DELETION_COST_ANNOTATION not in annotations(fake, name), name
-        assert MARK_ANNOTATION not in annotations(fake, name), name
+        assert DELETION_COST_ANNOTATION not in pod_annotations(fake, name), name
+        assert MARK_ANNOTATION not in pod_annotations(fake, name), name
         assert MARK_LABEL not in labels(fake, name), name
 
 
