@@ -11,7 +11,7 @@ point the rule would have run, and dozens of rules run on dozens of traces in se
 
 How: ``record`` runs the frontier's self-tuned default (its settings: ``benchmarks.frontier``) on a trace and keeps
 every tuning's newest day, the points chosen, the live result and the HPA targets' results. ``replay`` feeds a rule the
-days as the tuner holds them (a day overlapping the newest by more than ``tuning.OVERLAP_SHARE`` dropped, each day's
+days as the tuner holds them (``tuning.extend_record``: an overlapping day dropped, four weeks kept; each day's
 ``ran`` the point the rule chose the day before), and sums the replays of what it ran. ``current_rule`` is the tuner's
 own choice (``tuning.decide``: the self-check, else ``choose``), and replaying it must give the choices the live
 tuner made (checked on every trace: a rule replayed here is the rule the tuner runs, or the table says so).
@@ -43,14 +43,13 @@ from autoscaler.simulation.predictive import PredictivePolicy
 from autoscaler.simulation.tuning import (
     DEFAULT_MARGIN,
     DEFAULT_POOL_DAYS,
-    DEFAULT_RECORD_DAYS,
     LEAD_ONLY_QUANTILE,
-    OVERLAP_SHARE,
     Day,
     Tuning,
     budget_requirement,
     choose,
     decide,
+    extend_record,
     misses,
     pool,
     start_target,
@@ -59,7 +58,6 @@ from autoscaler.traces import Trace
 from benchmarks.backtest import draw_numbers, synthetic_traces
 from benchmarks.frontier import DAYS, OBJECTIVE, POD_STARTUP_SECONDS, first_days, frontier_config, self_tuned
 from benchmarks.report import machine, update_section
-from models.types import SECONDS_PER_DAY
 
 Point = tuple[int, float]
 # A choice rule: the days behind (oldest first, each with the point that ran on it) and the objective -> the point
@@ -81,11 +79,10 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Replayed:
-    """A rule's fortnight on the recorded days: GPU-hours, missed requests, requests, the points it ran."""
+    """A rule's fortnight on the recorded days: GPU-hours, missed requests, the points it ran."""
 
     gpu_hours: float
     missed: float
-    requests: float
     choices: tuple[Point, ...]
 
 
@@ -124,9 +121,9 @@ def start_point() -> Point:
 
 def replay(rec: Recorded, rule: Rule, target: float = OBJECTIVE[1]) -> Replayed:
     """``rule`` over ``rec``'s days, kept as the tuner keeps them; the first day (the start point's) is not counted."""
-    held: list[Day] = []
+    held: tuple[Day, ...] = ()
     ran = start_point()
-    gpu = missed = requests = 0.0
+    gpu = missed = 0.0
     choices: list[Point] = []
     for i, day in enumerate(rec.days):
         lived = Day(day.end, day.candidates, ran)
@@ -136,13 +133,11 @@ def replay(rec: Recorded, rule: Rule, target: float = OBJECTIVE[1]) -> Replayed:
                 raise ValueError(f"{rec.trace}: the point {ran} was not replayed on the day ending {day.end}")
             gpu += c.gpu_hours
             missed += c.requests * (1.0 - c.slo_attainment)
-            requests += c.requests
-        held = [d for d in held if d.end <= day.end - (1 - OVERLAP_SHARE) * SECONDS_PER_DAY] + [lived]
-        held = held[-DEFAULT_RECORD_DAYS:]
+        held = extend_record(held, lived)
         if i < len(rec.days) - 1:
             ran = rule(held, target)
             choices.append(ran)
-    return Replayed(gpu, missed, requests, tuple(choices))
+    return Replayed(gpu, missed, tuple(choices))
 
 
 def estimate(rec: Recorded, rule: Rule) -> tuple[float, float, tuple[Point, ...]]:
@@ -191,10 +186,6 @@ RULES: dict[str, Rule] = {
     "current (the self-check)": current_rule,
     "current + fewest misses x2": fewest_misses_within,
 }
-
-
-def _record_job(trace: Trace) -> Recorded:
-    return record(trace)
 
 
 def markdown(recs: Sequence[Recorded], seconds: float, draws: Sequence[int]) -> str:
@@ -262,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     recs: list[Recorded] = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as workers:
-        futures = [workers.submit(_record_job, t) for n in draws for t in synthetic_traces(n)]
+        futures = [workers.submit(record, t) for n in draws for t in synthetic_traces(n)]
         for future in as_completed(futures):
             recs.append(future.result())
             print(f"recorded: {recs[-1].trace}", flush=True)

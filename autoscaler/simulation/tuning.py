@@ -432,6 +432,24 @@ def misses(candidate: Candidate) -> float:
     return candidate.requests * (1.0 - candidate.slo_attainment)
 
 
+def lived(record: Sequence[Day]) -> tuple[float, float, float] | None:
+    """What users got over ``record``, from the replay of the point that ran each day: (GPU-hours, missed requests,
+    requests); None when a day's running point is unknown or was not replayed."""
+    ran = [d.realised() for d in record]
+    if any(c is None for c in ran):
+        return None
+    known = [c for c in ran if c is not None]
+    return (sum(c.gpu_hours for c in known), sum(misses(c) for c in known), sum(c.requests for c in known))
+
+
+def extend_record(record: Sequence[Day], day: Day, replay_seconds: int = DEFAULT_REPLAY_SECONDS,
+                  keep: int = DEFAULT_RECORD_DAYS) -> tuple[Day, ...]:
+    """``record`` with ``day`` appended, the newest ``keep`` kept. A day it overlaps by more than ``OVERLAP_SHARE`` of
+    a replay (a re-tune a few hours after the last, on a refit) is dropped rather than counted twice."""
+    earlier = tuple(d for d in record if d.end <= day.end - replay_seconds + OVERLAP_SHARE * replay_seconds)
+    return (*earlier, day)[-max(1, keep):]
+
+
 def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
     """The HPA's own points (``Candidate.lead_only``, pooled over ``record``) that did strictly better than the points
     that ran on those days: no more GPU-hours and no more missed requests than the replays of what ran, one of them
@@ -447,13 +465,10 @@ def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
     (``python -m benchmarks.frontier --pod-startup 30s,60s,120s,300s``) on 6 of 32 runs, and is on 2. Why strictly:
     what ran *is* a fixed point after days on it, and it must not count as beating itself; sums of the same replays
     in another order differ in their last bits, so "fewer" means by more than that."""
-    if len(record) < 2:
+    ran = lived(record)
+    if len(record) < 2 or ran is None:
         return ()
-    lived = [d.realised() for d in record]
-    ran = [c for c in lived if c is not None]
-    if len(ran) < len(record):
-        return ()
-    gpu, missed = sum(c.gpu_hours for c in ran), sum(misses(c) for c in ran)
+    gpu, missed, _ = ran
     g_tol, m_tol = 1e-9 * max(1.0, gpu), 1e-9 * max(1.0, missed)
     return tuple(c for c in pool([d.candidates for d in record])
                  if c.lead_only and c.gpu_hours <= gpu + g_tol and misses(c) <= missed + m_tol
@@ -736,9 +751,8 @@ def tune(
     replay = _Replay(tuple(forecasts), window, cold_start, cluster_cfg, demand, queue, segments, capacity, initial,
                      float(np.nansum(demand)) * tick)
     candidates = replay.run(list(zip(points, policies, strict=True)))
-    earlier = () if previous is None else tuple(
-        d for d in previous.days if d.end <= end - replay_seconds + OVERLAP_SHARE * replay_seconds)
-    record = (*earlier, Day(end, tuple(candidates), running))[-max(1, pool_days, record_days):]
+    record = extend_record(() if previous is None else previous.days, Day(end, tuple(candidates), running),
+                           replay_seconds, max(pool_days, record_days))
     decision = decide(record, slo_attainment, margin, pool_days)
     days, pooled, budget, best, fixed = (decision.days, decision.pooled, decision.budget, decision.best,
                                          decision.beaten)
@@ -753,12 +767,12 @@ def tune(
     if budget > slo_attainment:
         spent = f"; the window's error budget is spent, so the next day needs {budget * 100:.2f}%"
         need = max(need, required_attainment(budget, margin))
-    if fixed is not None:
-        ran = [c for d in record if (c := d.realised()) is not None]
-        lived_gpu, lived_requests = sum(c.gpu_hours for c in ran), sum(c.requests for c in ran)
-        lived = 1.0 - sum(misses(c) for c in ran) / lived_requests if lived_requests > 0 else 1.0
+    ran = lived(record) if fixed is not None else None
+    if fixed is not None and ran is not None:
+        lived_gpu, lived_missed, lived_requests = ran
+        attained = 1.0 - lived_missed / lived_requests if lived_requests > 0 else 1.0
         reason = (f"{_describe(best)}: self-check: over the last {len(record)} replayed days the points that ran "
-                  f"cost {lived_gpu:.1f} GPU-h for {lived * 100:.2f}% within {slo_wait_seconds:g}s, and this HPA "
+                  f"cost {lived_gpu:.1f} GPU-h for {attained * 100:.2f}% within {slo_wait_seconds:g}s, and this HPA "
                   f"point would have cost {fixed.gpu_hours:.1f} GPU-h for {fixed.slo_attainment * 100:.2f}%; it runs "
                   f"while it does better ({best.slo_attainment * 100:.2f}% on {span}"
                   f"{'' if met else f', short of {objective} with margin'})")
