@@ -4,6 +4,7 @@ errors, the command end to end, and the sameness of a one-Deployment fleet with 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +219,26 @@ def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
     assert on.slo_misses < off.slo_misses
 
 
+def test_spares_on_the_pools_paid_gpus_cut_misses_and_hpa_deployments_get_none() -> None:
+    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8), "p", capacity_per_replica=0.5, max_replicas=60)
+                 for i in range(3))
+    config = FleetConfig(deps, (PoolSpec("p", 8, 10.0),))
+    profile = ForecastProfile()
+
+    def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
+        if i == 2:  # an HPA's Deployment on the same pool: it counts in the pool's GPUs, and is lent none
+            return ReactiveHPA(0.6, d.capacity_per_replica, cluster.tick_seconds, d.min_replicas, d.max_replicas)
+        return factory(lambda: registry.make_chain("persistence"), profile=profile)(d.series, sim, cluster)
+
+    on = run_fleet(config, build, "on")
+    off = run_fleet(replace(config, spare_replicas=False), build, "off")
+    lent = [r.result.requested - r.decisions for r in on.deployments]
+    assert all(int(x.max()) > 0 for x in lent[:2])  # our Deployments held spares above their decisions
+    assert int(np.abs(lent[2]).max()) == 0
+    assert all(np.array_equal(r.result.requested, r.decisions) for r in off.deployments)
+    assert on.slo_misses < off.slo_misses
+
+
 def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
     # the fleet's Deployment names its NodePool, so the single replay names it too: both observe its free GPUs
     series = _series(3, 10)
@@ -233,7 +254,7 @@ def test_a_one_deployment_fleet_without_headroom_decides_as_simulate() -> None:
                         pod_startup_seconds=cluster.pod_startup_seconds),),
         (PoolSpec("p", cluster.gpus_per_node, 24.0, cluster.node_startup_seconds,
                   cluster.consolidate_after_seconds),),
-        bin_shape="flat")
+        bin_shape="flat", spare_replicas=False)  # a single replay bills its pods: spares are the fleet's
 
     def build(i: int, d: DeploymentSpec, sim: SimulationConfig, c: ClusterConfig) -> TickPolicy:
         return make(d.series, sim, c)

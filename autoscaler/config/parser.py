@@ -175,7 +175,7 @@ _NODEPOOL_PRICING_KEYS = ("instance_type", "gpus_per_node", "capacity_type", "gp
 _CEILING_KEYS = ("cluster", "teams", "keep_order")
 _ALERTS_KEYS = ("alertmanager_url", "cluster", "expire_after", "bearer_token_file", "ca_file", "basic_auth", "timeout")
 _BASIC_AUTH_KEYS = ("username", "password_file")
-_KARPENTER_KEYS = ("enabled", "headroom", "namespace")
+_KARPENTER_KEYS = ("enabled", "headroom", "namespace", "spare_replicas")
 _TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election", "pricing", "ceilings",
              "alerts", "karpenter")
 _CAPACITY_TYPES = ("on-demand", "spot")
@@ -613,6 +613,10 @@ def _parse_karpenter(p: _Parser, data: Mapping[str, Any]) -> KarpenterConfig:
     if not isinstance(enabled, bool):
         p.error("karpenter.enabled", f"expected true or false, got {_describe(enabled)}")
         enabled = d.enabled
+    spare = raw.get("spare_replicas", d.spare_replicas)
+    if not isinstance(spare, bool):
+        p.error("karpenter.spare_replicas", f"expected true or false, got {_describe(spare)}")
+        spare = d.spare_replicas
     headroom = raw.get("headroom", d.headroom)
     if headroom is False:  # YAML 1.1 reads a bare `off` as false
         headroom = "off"
@@ -624,6 +628,7 @@ def _parse_karpenter(p: _Parser, data: Mapping[str, Any]) -> KarpenterConfig:
         enabled=enabled,
         headroom=headroom,
         namespace=p.name(raw, "namespace", "karpenter", d.namespace, DNS_LABEL),
+        spare_replicas=spare,
     )
 
 

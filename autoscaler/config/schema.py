@@ -234,6 +234,8 @@ class KarpenterConfig:
     enabled: bool = True
     headroom: HeadroomSetting = "auto"
     namespace: str = "predictive-autoscaler"
+    # lend a NodePool's paid, idle GPUs (its last node's free ones) to spare replicas (``engine.spare``)
+    spare_replicas: bool = True
 
 
 DEFAULT_INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType({
@@ -378,5 +380,6 @@ class Config:
                 "enabled": self.karpenter.enabled,
                 "headroom": self.karpenter.headroom,
                 "namespace": self.karpenter.namespace,
+                "spare_replicas": self.karpenter.spare_replicas,
             },
         }

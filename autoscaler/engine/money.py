@@ -75,7 +75,7 @@ from autoscaler.domain.money import (
     utc,
 )
 from autoscaler.domain.nodes import PoolShape
-from autoscaler.domain.types import ScalingDecision
+from autoscaler.domain.types import ScalingDecision, Step
 from autoscaler.engine.headroom import (
     DEFAULT_MIN_RESIDUALS,
     DEFAULT_QUANTILE,
@@ -84,6 +84,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
+from autoscaler.engine.spare import SpareMember, exposure, pool_spares
 from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
@@ -143,7 +144,8 @@ class HeadroomMember:
     ``lead_seconds``: its own node lead (node start-up + its pod start-up, ``engine.deciding.Decided``);
     ``demand``: its demand now as the controller observes it (NaN when unknown); ``requested``: the replicas its pods
     request now (after this tick's decision: ``money_step`` puts in the count its ceilings leave to a planned
-    Deployment ``key``)."""
+    Deployment ``key``); ``waiting_for_node``: its pods waiting for a node now (while any do, the pool lends no
+    spare replicas, ``engine.spare``)."""
 
     forecast: Forecast | None
     now: int
@@ -153,6 +155,7 @@ class HeadroomMember:
     demand: float
     requested: int
     key: str = ""
+    waiting_for_node: int = 0
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class PoolObservation:
     max_nodes: int | None = None
     node_usd_per_hour: float = 0.0
     ceiling_slack_usd_per_hour: float | None = None  # ceiling - billed spend of everything but this pool's idle nodes
+    lent_gpus: int = 0  # GPUs its spare replicas held at the read (``engine.spare``): room a scale-up takes back
     quantile: float = DEFAULT_QUANTILE
     min_residuals: int = DEFAULT_MIN_RESIDUALS
 
@@ -190,11 +194,12 @@ class PoolTerms:
 def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[HeadroomMember]],
                   terms: Mapping[str, PoolTerms], ceiling_usd_per_hour: float | None, *,
                   quantile: float = DEFAULT_QUANTILE,
-                  min_residuals: int = DEFAULT_MIN_RESIDUALS) -> list[PoolObservation]:
+                  min_residuals: int = DEFAULT_MIN_RESIDUALS,
+                  lent: Mapping[str, int] | None = None) -> list[PoolObservation]:
     """The observation of each NodePool with members, a read and known terms (a pool missing any of them is not
     observed: no headroom is sized from missing data). The pool's lead is its members' longest node lead; the
     ceiling's slack is the ceiling less what every read pool's nodes bill, this pool's idle nodes (those where no
-    pod holds a GPU) excepted."""
+    pod holds a GPU) excepted. ``lent``: per pool, the GPUs its spare replicas held at the read (``engine.spare``)."""
     billed = sum(r.nodes * terms[p].node_usd_per_hour for p, r in reads.items() if p in terms)
     out: list[PoolObservation] = []
     for pool in sorted(members):
@@ -209,7 +214,7 @@ def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[
             pool, t.gpus_per_node, ms, math.ceil(max(m.lead_seconds for m in ms) - 1e-9),
             partial_free_gpus=read.partial_free, busy_nodes=read.busy_nodes, max_nodes=t.max_nodes,
             node_usd_per_hour=t.node_usd_per_hour, ceiling_slack_usd_per_hour=slack, quantile=quantile,
-            min_residuals=min_residuals))
+            min_residuals=min_residuals, lent_gpus=(lent or {}).get(pool, 0)))
     return out
 
 
@@ -277,10 +282,46 @@ def pools_headroom(observations: Sequence[PoolObservation], residuals: Mapping[s
         held = sum(m.requested * m.gpus_per_replica for m in obs.members)
         out[obs.pool] = pool_headroom(PoolForecast(
             obs.pool, obs.gpus_per_node, median, tuple(sigmas), pooled.snapshot(), held,
-            partial_free_gpus=obs.partial_free_gpus, busy_nodes=obs.busy_nodes, max_nodes=obs.max_nodes,
+            # a spare's GPU is room as a free one is: a scale-up takes it back without a node (``engine.spare``)
+            partial_free_gpus=obs.partial_free_gpus + obs.lent_gpus, busy_nodes=obs.busy_nodes, max_nodes=obs.max_nodes,
             node_usd_per_hour=obs.node_usd_per_hour, ceiling_slack_usd_per_hour=obs.ceiling_slack_usd_per_hour,
             quantile=obs.quantile, min_residuals=obs.min_residuals, current_gpus=actual))
     return out
+
+
+def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, ScalingDecision],
+                observations: Sequence[PoolObservation], teams: Mapping[str, str],
+                ceilings: Ceilings) -> tuple[dict[str, ScalingDecision], dict[str, int]]:
+    """``decisions`` with the spare replicas each observed NodePool lends on its paid, idle GPUs
+    (``engine.spare.pool_spares``; a ``spare`` step on the trail), and the spares per Deployment. A Deployment takes
+    none without a forecast and a capacity (its member shows no forecast then), or when its team has a cost
+    ceiling (a spare is billed to its team); it still counts in its pool's GPUs."""
+    by_key = {p.key: p for p in planned}
+    out = dict(decisions)
+    lent: dict[str, int] = {}
+    for obs in observations:
+        members: list[SpareMember] = []
+        waiting = 0
+        for m in obs.members:
+            p = by_key.get(m.key)
+            if p is None or m.key not in out:
+                continue
+            desired = out[m.key].desired_replicas
+            waiting += m.waiting_for_node
+            expo = None if teams.get(m.key) in ceilings.teams else exposure(m.forecast, m.now, m.lead_seconds,
+                                                                           m.capacity, desired)
+            room = 0 if expo is None else max(0, p.spec.max_replicas - desired)
+            members.append(SpareMember(m.key, m.gpus_per_replica, desired, p.view.replicas, room,
+                                       0.0 if expo is None else expo))
+        read = PoolGpus(busy_nodes=obs.busy_nodes, partial_free=obs.partial_free_gpus)
+        for key, n in pool_spares(read, obs.gpus_per_node, members, waiting).items():
+            d = out[key]
+            lent[key] = n
+            out[key] = replace(d, desired_replicas=d.desired_replicas + n, steps=(*d.steps, Step(
+                "spare", d.desired_replicas + n,
+                f"+{n} spare replica(s) on GPUs NodePool {obs.pool} already pays for (its last node's free GPUs; "
+                "given back as soon as a plan needs them)")))
+    return out, lent
 
 
 @dataclass(frozen=True)
@@ -324,6 +365,7 @@ class MoneySnapshot:
     gang_forecasts: GangForecasts | None = None
     track_gang_headroom: bool = True
     gang_headroom_limit_seconds: float = 0.0
+    spare_replicas: bool = False  # lend the pools' paid, idle GPUs to spare replicas (``engine.spare``)
 
 
 @dataclass(frozen=True)
@@ -351,6 +393,7 @@ class MoneyPlan:
     # False: headroom managed but the pools' nodes not read, so ``wants`` holds only the gangs' nodes: a floor that
     # may raise what is held, never lower or remove it
     headroom_sized: bool = True
+    spares: Mapping[str, int] = field(default_factory=dict)  # "namespace/name" -> spare replicas lent (in decisions)
 
     @property
     def reserved(self) -> tuple[Gang, ...]:
@@ -447,6 +490,9 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
                          for v in views if v.static and v.name in s.shapes}
     planned = list(s.planned)
     unavailable = unavailable_gpus(planned, decisions, reserved, effective_limits)
+    spares: dict[str, int] = {}
+    if s.spare_replicas and s.pool_observations:
+        decisions, spares = lend_spares(planned, decisions, s.pool_observations, teams, s.ceilings)
 
     gh = GangHeadroom(tuple(reserved), {})
     wants: tuple[HeadroomWant, ...] = ()
@@ -486,6 +532,6 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
         teams=teams, placements=placements, placement_problems=problems, limits=limit_plan,
         effective_limits=effective_limits, unavailable=unavailable, planned=tuple(planned),
         gang_headroom=gh, headroom=sized, wants=wants, alerts=tuple(alerts), activate=activate,
-        headroom_sized=s.pool_observations is not None,
+        headroom_sized=s.pool_observations is not None, spares=spares,
     )
     return plan, MoneyState(cache, held_since)

@@ -75,6 +75,7 @@ from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.deciding import Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper, has_evidence
 from autoscaler.engine.money import HeadroomMember
+from autoscaler.engine.spare import held_spares
 from autoscaler.ports import Cluster, PoolGpus, WorkloadView
 from autoscaler.runtime.apply import PlanApplier
 from autoscaler.runtime.metrics import ControllerMetrics
@@ -223,6 +224,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._deferred_fits = 0
         self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
         self._free_gpus: dict[str, int] = {}  # this tick's free GPUs per NodePool, less what plans claimed
+        self._lent: dict[str, int] = {}  # this tick's GPUs per NodePool its spare replicas hold (engine.spare)
         self._pool_reads: dict[str, PoolGpus] | None = {}  # this tick's read of the NodePools' nodes (None: not read)
         self._pools_unread = ""  # why they were not read
         self._node_gpus: dict[str, int] | None = None  # this tick's GPUs in use per node read (None: none read)
@@ -267,7 +269,15 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._forget({(v.namespace, v.name) for v in views})
         self._read_statuses(views, write, errors)
         self._pool_reads, self._pools_unread = self._read_pool_gpus(cfg, valid, errors)
-        self._free_gpus = {pool: read.free for pool, read in (self._pool_reads or {}).items()}
+        # the GPUs the pools' spare replicas hold are shown free: a plan that needs one takes it back (engine.spare)
+        lent: dict[str, int] = {}
+        for view, spec, _ in valid:
+            if spec.nodepool:
+                mem = self._memory[(view.namespace, view.name)]
+                held = held_spares(view.replicas, mem.spares_planned, mem.spares_lent)
+                lent[spec.nodepool] = lent.get(spec.nodepool, 0) + held * spec.gpus_per_replica
+        self._free_gpus = {pool: read.free + lent.get(pool, 0) for pool, read in (self._pool_reads or {}).items()}
+        self._lent = lent
         # GPUs in use per node of the pools read, by node name: what a scale-down's marks rank pods by
         self._node_gpus = {node: used for read in (self._pool_reads or {}).values()
                            for node, used in read.node_gpus.items()} or None
@@ -296,7 +306,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             write=write, horizon_seconds=horizon, metrics=self.metrics, errors=errors,
             gang_forecasts=_GangForecasts(plans, self._memory, self.metrics, errors),
             pools=PoolsRead(self._pool_reads, self._pools_unread, {
-                f"{p.view.namespace}/{p.view.name}": self._headroom_member(p, int(now)) for p in plans}),
+                f"{p.view.namespace}/{p.view.name}": self._headroom_member(p, int(now)) for p in plans}, self._lent),
         )
         # The self-tuning replays run after the plans and the money stage (their choices apply from the next tick), on
         # nodes of the size the money stage read for each Deployment's NodePool, as the simulator's cluster has them.
@@ -305,11 +315,17 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             else self.tune_budget_seconds)
         self._replay_due(now, errors, money.gpus_per_node)
         decisions = [money.decisions.get(f"{p.view.namespace}/{p.view.name}", p.decision) for p in plans]
+        for p, d in zip(plans, decisions, strict=True):
+            mem = self._memory[(p.view.namespace, p.view.name)]
+            mem.spares_lent = money.spares.get(f"{p.view.namespace}/{p.view.name}", 0)
+            mem.spares_planned = d.desired_replicas - mem.spares_lent
         downs = {p.view.namespace for p, d in zip(plans, decisions, strict=True)
                  if not p.spec.advisory and d.desired_replicas < p.view.replicas}
         loads = self._pod_loads(downs, now, errors) if downs and (write or self.dry_run) else None
-        for plan, decision in zip(plans, decisions, strict=True):
-            outcomes.append(self._conclude(plan, decision, now, write, errors, loads))
+        # scale-downs first: a GPU a spare gives back is free for a replica another plan adds (engine.spare)
+        order = sorted(range(len(plans)), key=lambda i: decisions[i].desired_replicas - plans[i].view.replicas)
+        concluded = {i: self._conclude(plans[i], decisions[i], now, write, errors, loads) for i in order}
+        outcomes.extend(concluded[i] for i in range(len(plans)))
         return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
 
     @staticmethod
@@ -319,9 +335,10 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         so it counts as the replicas it holds (never a need derived from a guessed capacity)."""
         if plan.capacity is None:
             return HeadroomMember(None, now, plan.node_lead_seconds, 1.0, plan.spec.gpus_per_replica, math.nan,
-                                  plan.view.replicas)
+                                  plan.view.replicas, waiting_for_node=plan.waiting_for_node)
         return HeadroomMember(plan.forecast, now, plan.node_lead_seconds, plan.capacity, plan.spec.gpus_per_replica,
-                              plan.current if plan.current is not None else math.nan, plan.view.replicas)
+                              plan.current if plan.current is not None else math.nan, plan.view.replicas,
+                              waiting_for_node=plan.waiting_for_node)
 
     def _finish(
         self, now: float, acting: bool, metrics_ok: bool, outcomes: tuple[WorkloadOutcome, ...],
@@ -423,7 +440,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         summary = self._forecast_summary(forecast, profile, now)
         self._track(memory, summary, demand, now)
         return Plan(view, spec, decision, summary, demand, decided.stuck, capacity, forecast, current,
-                    decided.node_lead_seconds)
+                    decided.node_lead_seconds, len(observed.waiting_for_node))
 
     # ------------------------------------------------------------------ apply
 

@@ -166,6 +166,7 @@ class MoneyOutcome:
     held: frozenset[str] = frozenset()  # keys of held (not yet activated) Kueue Workloads
     now: int = 0
     gpus_per_node: Mapping[str, int] = field(default_factory=dict)  # NodePool -> GPUs per node (where known)
+    spares: Mapping[str, int] = field(default_factory=dict)  # "namespace/name" -> spare replicas lent (engine.spare)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +177,7 @@ class MoneyOutcome:
             "nodepool_limits": dict(sorted(self.limits.items())),
             "headroom": dict(sorted(self.headroom.items())),
             "pool_headroom": dict(sorted(self.pool_headroom.items())),
+            "spare_replicas": dict(sorted(self.spares.items())),
             "gang_placements": {k: p.to_dict(self.now, k in self.held) for k, p in sorted(self.placements.items())},
             "gang_headroom_blocked": dict(sorted(self.gang_headroom_blocked.items())),
             "alerts": list(self.alerts),
@@ -203,6 +205,7 @@ class PoolsRead:
     reads: Mapping[str, PoolGpus] | None
     why_not: str
     members: Mapping[str, HeadroomMember]
+    lent: Mapping[str, int] = field(default_factory=dict)  # per pool: GPUs its spare replicas hold (engine.spare)
 
 
 class MoneyStage:
@@ -360,16 +363,18 @@ class MoneyStage:
 
     def _observe(self, planned: Sequence[PlannedWorkload], pools: PoolsRead | None, shapes: Mapping[str, PoolShape],
                  views: Sequence[NodePoolView], cfg: Config) -> list[PoolObservation] | None:
-        """The NodePools observed for forecast-sized headroom (``engine.money.observe_pools``); None when some pool
-        has Deployments but its nodes were not read (told once: headroom is then neither sized nor lowered, never
-        sized as if the pools were empty). A GPU Deployment that names no NodePool has no pool to hold nodes in:
-        told once (a log line). Advisory Deployments are left out (their replicas are never ours to scale)."""
+        """The NodePools observed for forecast-sized headroom and spare replicas (``engine.money.observe_pools``); None
+        when some pool has Deployments but its nodes were not read (told once: headroom is then neither sized nor
+        lowered, never sized as if the pools were empty, and no spares are lent). A GPU Deployment that names no
+        NodePool has no pool to hold nodes in: told once (a log line). Advisory Deployments are left out (their
+        replicas are never ours to scale)."""
         wanted: dict[str, list[PlannedWorkload]] = {}
         for p in planned:
             if p.spec.gpus_per_replica <= 0 or p.spec.advisory:
                 continue  # an advisory Deployment is never scaled by us: no nodes are held ahead of its forecast
             if not p.spec.nodepool:  # a choice, not a fault: told once in the log, not as a tick error
-                note = f"{p.key} names no NodePool ({PREFIX}nodepool): no node headroom is sized for it"
+                note = (f"{p.key} names no NodePool ({PREFIX}nodepool): no node headroom is sized for it, and no "
+                        "spare replicas are lent to it")
                 self._notices.once(note, partial(log.info, "%s", note))
                 continue
             wanted.setdefault(p.spec.nodepool, []).append(p)
@@ -378,7 +383,8 @@ class MoneyStage:
         if pools is None or pools.reads is None:
             why = "no read of the NodePools' nodes" if pools is None else pools.why_not
             self._notices.once(f"node headroom: {why}", partial(log.warning, "node headroom is neither sized nor "
-                                                                "lowered while %s", why))
+                                                                "lowered, and no spare replicas are lent, while %s",
+                                                                why))
             return None
         members = {pool: [replace(pools.members[p.key], key=p.key) for p in ps if p.key in pools.members]
                    for pool, ps in wanted.items()}
@@ -391,7 +397,7 @@ class MoneyStage:
             limit = None if view.gpu_limit is None else view.gpu_limit // shape.gpus_per_node
             terms[pool] = PoolTerms(shape.gpus_per_node, shape.node_hour, limit)
             self._residuals.setdefault(pool, PooledResiduals())
-        return observe_pools(pools.reads, members, terms, cfg.ceilings.cluster)
+        return observe_pools(pools.reads, members, terms, cfg.ceilings.cluster, lent=pools.lent)
 
     # ------------------------------------------------------------------ the tick
 
@@ -434,7 +440,8 @@ class MoneyStage:
                 metrics.errors.labels("kube_read").inc()
                 errors.append(f"CapacityBuffer discovery failed; no headroom changes this tick: {exc}")
         queues = self._read_queues(all_gangs, metrics, errors) if kind is not None else None
-        observations = self._observe(planned, pools, shapes, views or [], cfg) if kind else ()
+        spares = cfg.karpenter.spare_replicas and cfg.karpenter.enabled and pools_known
+        observations = self._observe(planned, pools, shapes, views or [], cfg) if kind or spares else ()
         snapshot = MoneySnapshot(
             now=t, horizon_seconds=horizon_seconds, node_startup_seconds=node_startup, ceilings=cfg.ceilings,
             prices=prices, planned=tuple(planned), gangs=tuple(all_gangs), pools=views, shapes=shapes,
@@ -442,6 +449,7 @@ class MoneyStage:
             gang_forecasts=gang_forecasts,
             track_gang_headroom=write,
             gang_headroom_limit_seconds=GANG_HEADROOM_LIMIT_STARTUPS * max(node_startup, 60.0),
+            spare_replicas=spares,
         )
         plan, state = money_step(snapshot, self._state)
         for key in set(self._state.gang_held_since) - set(state.gang_held_since):
@@ -482,6 +490,7 @@ class MoneyStage:
             placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
             gang_headroom_blocked=dict(gh.blocked),
             gpus_per_node={name: shape.gpus_per_node for name, shape in shapes.items()},
+            spares=dict(plan.spares),
         )
 
     # ------------------------------------------------------------------ writes

@@ -157,6 +157,10 @@ class Memory:
     marks_seen: bool = False
     # When a scale-down first found its marks not in place on the read after writing them (None: it did not).
     marks_waiting_since: float | None = None
+    # The spare replicas its NodePool lent it at the last tick, on top of the plan's count then
+    # (``engine.spare``): what the pool's next decisions are shown free on top of the read.
+    spares_lent: int = 0
+    spares_planned: int = 0
     # The last scale-down applied and how its pods were chosen (the status's scaleDown).
     last_scale_down: Mapping[str, Any] | None = None
     # Learned capacity: the last estimate (None: none yet) and when it was made, when the evidence was last read
@@ -251,6 +255,7 @@ class Plan:
     forecast: Forecast | None = None  # the forecast planned on (what the pool's node headroom reads)
     current: float | None = None  # the demand observed now (the instant rate, else the newest bin)
     node_lead_seconds: float = 0.0  # node start-up + pod start-up (``engine.deciding.Decided``)
+    waiting_for_node: int = 0  # its pods Pending unschedulable now (while any wait, its pool lends no spares)
 
 @dataclass(frozen=True)
 class WorkloadOutcome:

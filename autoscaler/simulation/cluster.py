@@ -145,6 +145,7 @@ class NodePool:
         self.pending: list[tuple[_Replica, int]] = []  # (replica, pod start-up seconds), oldest first
         self.nodes_created = 0
         self.reserve = 0  # empty nodes kept from consolidation (headroom)
+        self.lent = 0  # GPUs its spare replicas hold (``engine.spare``; set by the fleet at each lending)
         self._advanced = -1
 
     @classmethod
@@ -171,12 +172,19 @@ class NodePool:
         return sum((g - n.used) // gpus_per_replica for n in self.nodes) * gpus_per_replica
 
     def ready_free_gpus(self, k: int, gpus_per_replica: int) -> int:
-        """What the controller reads of the pool at tick ``k`` (``ports.PoolNodes``): free GPUs on the nodes that are
-        Ready (a node still provisioning is no Node object yet), usable by replicas of ``gpus_per_replica`` GPUs."""
+        """What the controller shows a decision of the pool at tick ``k``: free GPUs on the nodes that are Ready (a node
+        still provisioning is no Node object yet), usable by replicas of ``gpus_per_replica`` GPUs, less what this
+        tick's decisions claimed, plus the GPUs its spare replicas hold (``lent``: given back when a plan needs
+        them, ``engine.spare``)."""
+        lent = self.lent // gpus_per_replica * gpus_per_replica
+        return max(0, self._ready_free(k, gpus_per_replica) + lent - self._taken(k))
+
+    def _ready_free(self, k: int, gpus_per_replica: int) -> int:
         g, now = self.gpus_per_node, k * self.tick_seconds
-        free = sum((g - n.used) // gpus_per_replica for n in self.nodes if n.ready_seconds <= now) * gpus_per_replica
-        taken = self._claimed[1] if self._claimed[0] == k else 0
-        return max(0, free - taken)
+        return sum((g - n.used) // gpus_per_replica for n in self.nodes if n.ready_seconds <= now) * gpus_per_replica
+
+    def _taken(self, k: int) -> int:
+        return self._claimed[1] if self._claimed[0] == k else 0
 
     def pool_gpus(self, k: int) -> PoolGpus:
         """What the controller reads of the pool at tick ``k`` (``ports.PoolNodes.pool_gpus``): on the Ready nodes (a
@@ -187,8 +195,8 @@ class NodePool:
         ready = [n for n in self.nodes if n.ready_seconds <= now]
         busy = [n for n in ready if n.used > 0]
         partial = sum(g - n.used for n in busy)
-        return PoolGpus(free=self.ready_free_gpus(k, 1), busy_nodes=len(busy), partial_free=partial,
-                        nodes=len(self.nodes))
+        free = max(0, self._ready_free(k, 1) - self._taken(k))
+        return PoolGpus(free=free, busy_nodes=len(busy), partial_free=partial, nodes=len(self.nodes))
 
     def claim(self, k: int, gpus: int) -> None:
         """Free GPUs a decision at tick ``k`` took (``engine.deciding.Decided.claimed_gpus``): not shown to the next

@@ -83,7 +83,7 @@ class TickPolicy(Protocol):
     def decide(self, k: int, cluster: Cluster, demand: float) -> int: ...
 
 
-def _decides(policy: TickPolicy) -> Callable[[int], bool]:
+def decides_of(policy: TickPolicy) -> Callable[[int], bool]:
     """The policy's ``decides(k)`` (whether tick ``k`` is one of its decisions), every tick when it has none."""
     found = getattr(policy, "decides", None)
     if callable(found):
@@ -277,7 +277,7 @@ def run_closed_loop(
     requested: list[int] = []
     ready: list[int] = []
     decide = policy.decide
-    decides = _decides(policy)
+    decides = decides_of(policy)
     observe = getattr(policy, "observe_queue", None)
     if not callable(observe):
         observe = None

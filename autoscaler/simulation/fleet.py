@@ -66,12 +66,14 @@ from autoscaler.engine.money import (
     pools_headroom,
     within_commitment,
 )
+from autoscaler.engine.spare import SpareMember, pool_spares
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
     IntArray,
     PolicyResult,
     SimulationConfig,
     TickPolicy,
+    decides_of,
     need_per_tick,
     scale_in_of,
     score,
@@ -169,6 +171,7 @@ class FleetConfig:
     bin_shape: str = "auto"
     headroom_quantile: float = DEFAULT_QUANTILE
     headroom_min_residuals: int = DEFAULT_MIN_RESIDUALS
+    spare_replicas: bool = True  # the controller's ``karpenter.spare_replicas`` (``engine.spare``)
 
     def __post_init__(self) -> None:
         if not self.deployments:
@@ -412,6 +415,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     capped_notes: dict[str, HeadroomDecision] = {}
     demand_cols = [dem.tolist() for dem in demands]
     prepares = [f for pol in policies if callable(f := getattr(pol, "prepare", None))]
+    deciders = [decides_of(pol) for pol in policies]
+    spare_teams = [d.team not in config.team_ceilings for d in deps]  # a spare is billed to its team
 
     for k in range(n_ticks):
         if progress is not None and k % 1000 == 0:
@@ -425,6 +430,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         sizing = headroom and k % headroom_every == 0
         # what the controller reads of the pools' nodes, once per tick before its decisions (``ports.PoolNodes``)
         reads = {pname: pool.pool_gpus(k) for pname, pool in pools.items()} if sizing else {}
+        lent = {pname: pool.lent for pname, pool in pools.items()}  # the spares' GPUs at the read (engine.spare)
         wanted = []
         for i, (pol, c) in enumerate(zip(policies, clusters, strict=True)):
             w = pol.decide(k, c, demand_cols[i][k])
@@ -434,16 +440,19 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         if ceilings.any:
             warm = [int(getattr(pol, "warm_pool_replicas", 0)) for pol in policies]
             allowed = _within_ceilings(deps, wanted, ceilings, prices, warm)
-        for c, w in zip(clusters, allowed, strict=True):
-            if w != c.requested:
-                c.scale_to(k, w)
+        if config.spare_replicas:
+            allowed = _with_spares(k, allowed, by_pool, pools, specs, policies, clusters, deciders, spare_teams)
+        # what a plan removes first, so that a GPU a spare gives back is there for a replica added in the same tick
+        for i in sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested):
+            if allowed[i] != clusters[i].requested:
+                clusters[i].scale_to(k, allowed[i])
         if sizing:
             members = {pname: [_member(k, deps[i], specs[pname], policies[i], clusters[i], starts[i], tick,
                                        caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
                        for pname in pools}
             observations = observe_pools(reads, members, terms, config.cluster_ceiling,
                                          quantile=config.headroom_quantile,
-                                         min_residuals=config.headroom_min_residuals)
+                                         min_residuals=config.headroom_min_residuals, lent=lent)
             if ceiling is not None:  # what the kept plan commits, as the controller's money step prices it
                 kept: dict[str | None, int] = {}
                 for i, c in enumerate(clusters):
@@ -506,6 +515,35 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         ceiling_breaches=breaches, headroom_nodes=idle_asked if headroom else {},
         seconds=time.perf_counter() - t0, notes=tuple(notes),
     )
+
+
+def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[int]], pools: Mapping[str, NodePool],
+                 specs: Mapping[str, PoolSpec], policies: Sequence[TickPolicy], clusters: Sequence[Cluster],
+                 deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool]) -> list[int]:
+    """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.pool_spares``, as
+    the controller's money step does), from the read of its nodes before this tick's scaling; the GPUs lent are
+    what the pool's next decisions are shown free on top of the read (``NodePool.lent``), as the controller shows
+    them. A pool lends only at a tick where all its Deployments decide (between decisions they hold their counts,
+    spares included)."""
+    out = list(allowed)
+    for pname, idxs in by_pool.items():
+        if not all(deciders[i](k) for i in idxs):
+            continue
+        members = []
+        waiting = 0
+        for i in idxs:
+            c, pol = clusters[i], policies[i]
+            waiting += len(c.waiting_for_node(k))
+            lends = getattr(pol, "spare_room", None)
+            room, expo = lends(k, out[i]) if callable(lends) and spare_teams[i] else (0, 0.0)
+            members.append(SpareMember(str(i), c.config.gpus_per_replica, out[i], c.requested, room, expo))
+        lent = 0
+        for key, n in pool_spares(pools[pname].pool_gpus(k), specs[pname].gpus_per_node, members, waiting).items():
+            i = int(key)
+            out[i] += n
+            lent += n * clusters[i].config.gpus_per_replica
+        pools[pname].lent = lent
+    return out
 
 
 def _asks(deps: Sequence[DeploymentSpec], wanted: Sequence[int], warm: Sequence[int]) -> tuple[WorkloadAsk, ...]:

@@ -402,6 +402,63 @@ def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_buffer_or_
     assert held["spec"]["replicas"] == idle
 
 
+@pytest.mark.parametrize("setting", ["lends", "team ceiling", "off"])
+def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_sees_free(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer, setting: str
+) -> None:
+    rig = money_rig
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
+    # one 8-GPU node holding the Deployment's three pods: five GPUs paid for and idle
+    rig.fake.add("nodepools.karpenter.sh", nodepool("a100", "p4d.24xlarge", 8, gpus_in_use=3))
+    rig.fake.add("nodes", node("a100-0", "a100", 8))
+    for i in range(3):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=3, capacity="50",
+                                               nodepool="a100", max_replicas=20))
+    if setting == "team ceiling":
+        rig.configure(ceilings={"teams": {"serving": 1000.0}})
+    elif setting == "off":
+        rig.configure(karpenter={"namespace": CONTROLLER_NS, "spare_replicas": False})
+    now = prometheus_server.now - 1800
+
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    assert report.money is not None
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    planned = decision.desired_replicas - report.money.spares.get("serving/llama-chat", 0)
+    assert 1 <= planned < 8  # its plan fits on the node with room to spare (50 req/s a replica)
+    if setting != "lends":  # a spare is billed to its team; or the operator turned them off
+        assert report.money.spares == {}
+        assert decision.steps[-1].name != "spare"
+        assert rig.replicas("serving", "llama-chat") == planned
+        return
+    # the node's idle GPUs hold spares: the plan's pods and the spares fill it, and no node more is asked for
+    assert report.money.spares == {"serving/llama-chat": 8 - planned}
+    assert decision.steps[-1].name == "spare"
+    assert decision.steps[-1].replicas == 8
+    assert rig.replicas("serving", "llama-chat") == 8
+    assert report.money.to_dict()["spare_replicas"] == {"serving/llama-chat": 8 - planned}
+
+    # the ReplicaSet and the scheduler bring the pods up on the node: the spares stay where they are, and the
+    # decision is shown their GPUs as free (a replica it adds would take one back and start with the pod lead alone)
+    for i in range(3, 8):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["status"]["readyReplicas"] = dep["status"]["replicas"] = 8
+    rig.fake.add("deployments", dep)
+    report = rig.tick(now + 30)
+    assert report.ok, report.errors
+    assert report.money is not None
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    assert not decision.needs_node  # without the lent GPUs the node has none free
+    assert report.money.spares == {"serving/llama-chat": 8 - decision.steps[-2].replicas}
+    assert rig.replicas("serving", "llama-chat") == 8
+
+
 # ---------------------------------------------------------------------------------------------- alerts
 
 

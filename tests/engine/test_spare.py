@@ -1,0 +1,102 @@
+"""Spare replicas on a NodePool's paid, idle GPUs (``autoscaler.engine.spare``) and their place in the money step."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.engine.spare import SpareMember, exposure, held_spares, pool_spares, slack_gpus, spare_replicas
+from autoscaler.ports import PoolGpus
+from models.types import Forecast
+
+NOW = 1_700_000_000
+
+
+def _member(key: str, planned: int, exposure: float, requested: int | None = None, room: int = 10,
+            gpus: int = 1) -> SpareMember:
+    return SpareMember(key, gpus, planned, planned if requested is None else requested, room, exposure)
+
+
+def test_the_slack_is_the_last_nodes_remainder_within_the_nodes_that_hold_pods() -> None:
+    assert slack_gpus(8, 11, busy_nodes=2, waiting_pods=0) == 5  # 16 - 11
+    assert slack_gpus(8, 16, busy_nodes=2, waiting_pods=0) == 0  # whole nodes: nothing idle to lend
+    # three half-used nodes: only the remainder is lent, so the emptiest node can still empty
+    assert slack_gpus(8, 12, busy_nodes=3, waiting_pods=0) == 4
+    # the plan needs more than the busy nodes hold: its new pods take the room, a node is coming
+    assert slack_gpus(8, 17, busy_nodes=2, waiting_pods=0) == 0
+    assert slack_gpus(8, 11, busy_nodes=2, waiting_pods=1) == 0  # a pod waits for a node: the pool is short
+    assert slack_gpus(8, 0, busy_nodes=0, waiting_pods=0) == 0
+
+
+def test_spares_go_to_the_most_exposed_deployment_within_its_room() -> None:
+    members = [_member("a", 4, exposure=0.5), _member("b", 6, exposure=2.5, room=2), _member("c", 3, exposure=1.0)]
+    out = spare_replicas(5, members)
+    # b first (2.5, then 1.5, room 2), then c (1.0) and a (0.5), then c again (0.0 against a's -0.5)
+    assert out == {"b": 2, "c": 2, "a": 1}
+    assert sum(out.values()) == 5
+
+
+def test_spares_already_held_stay_where_they_are() -> None:
+    # a holds 2 replicas above its plan: they stay although b is more exposed (a move throws away a model load)
+    members = [_member("a", 4, exposure=0.0, requested=6), _member("b", 4, exposure=3.0)]
+    assert spare_replicas(3, members) == {"a": 2, "b": 1}
+    # the slack shrank (a plan took GPUs): a keeps what still fits, b gets none
+    assert spare_replicas(1, members) == {"a": 1}
+
+
+def test_a_deployment_without_room_counts_but_takes_none_and_wide_replicas_need_the_gpus() -> None:
+    members = [_member("a", 4, exposure=5.0, room=0), _member("b", 2, exposure=1.0, gpus=2)]
+    assert spare_replicas(3, members) == {"b": 1}  # one 2-GPU replica fits in 3 GPUs, a second does not
+    assert spare_replicas(1, members) == {}
+
+
+def test_a_pool_read_before_the_plan_lends_what_the_plan_leaves() -> None:
+    read = PoolGpus(free=5, busy_nodes=2, partial_free=5, nodes=2)  # 11 of 16 GPUs held
+    grows = [_member("a", 6, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]  # a adds 2: 13 held
+    assert pool_spares(read, 8, grows, waiting_pods=0) == {"a": 2, "b": 1}
+    shrinks = [_member("a", 2, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]  # a removes 2: 9 held
+    # 7 GPUs of the second node are idle once a's two go: a keeps them as spares, then 5 more
+    assert sum(pool_spares(read, 8, shrinks, waiting_pods=0).values()) == 7
+    assert pool_spares(read, 8, grows, waiting_pods=2) == {}
+
+
+@given(
+    gpn=st.sampled_from([1, 4, 8]),
+    busy=st.integers(0, 6),
+    held=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 3), st.integers(0, 4), st.integers(1, 2),
+                            st.floats(-5, 5)), min_size=1, max_size=4),
+)
+def test_spares_never_ask_for_a_node_and_stay_within_room(gpn: int, busy: int,
+                                                          held: list[tuple[int, int, int, int, float]]) -> None:
+    members = [SpareMember(str(i), g, p, p + r, room, e) for i, (p, r, room, g, e) in enumerate(held)]
+    used = sum(m.planned * m.gpus_per_replica for m in members)
+    out = spare_replicas(slack_gpus(gpn, used, busy, 0), members)
+    lent = sum(n * members[int(k)].gpus_per_replica for k, n in out.items())
+    assert lent <= max(0, busy * gpn - used)  # on the nodes that hold pods
+    assert lent == 0 or math.ceil((used + lent) / gpn) == math.ceil(used / gpn)  # never a node more
+    for k, n in out.items():
+        assert 0 < n <= members[int(k)].room
+
+
+def _forecast(top: list[float]) -> Forecast:
+    mean = np.asarray(top) * 0.8
+    return Forecast(start=NOW, step_seconds=60, mean=mean, quantiles={50: mean, 95: np.asarray(top)}, model="t")
+
+
+def test_exposure_is_the_top_bands_need_over_the_lead_above_the_plan() -> None:
+    f = _forecast([10.0, 30.0, 12.0, 90.0])
+    # replicas of 5 req/s: the p95 peaks at 30 within the next 2 minutes (6 replicas); the plan asks 4
+    assert exposure(f, NOW, 120.0, 5.0, 4) == 2.0
+    assert exposure(f, NOW, 120.0, 5.0, 8) == -2.0
+    assert exposure(None, NOW, 120.0, 5.0, 4) is None
+    assert exposure(f, NOW, 120.0, 0.0, 4) is None
+
+
+def test_the_spares_held_now_are_those_lent_still_above_the_plan() -> None:
+    assert held_spares(requested=12, planned=10, spares=2) == 2
+    assert held_spares(requested=11, planned=10, spares=2) == 1  # one went (a write not yet applied, a pod removed)
+    assert held_spares(requested=10, planned=10, spares=2) == 0
+    assert held_spares(requested=15, planned=10, spares=2) == 2  # the rest is a scale-down in progress, not spares
