@@ -388,6 +388,7 @@ GOOD = {
     ({"ceilings": {"teams": {"ghost": 10}}}, "no Deployment has team 'ghost'"),
     ({"policies": ["oracle"]}, "policies: expected a list from"),
     ({"headroom": {"quantile": 1.5}}, "headroom.quantile"),
+    ({"spare_replicas": "yes"}, "spare_replicas"),
     ({"colour": "red"}, "unknown key 'colour'"),
 ])
 def test_bad_fleet_files_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -18,7 +18,8 @@ every key): ``nodepools`` (name, ``gpus_per_node``, ``usd_per_node_hour``, ``nod
 ``nodepool``, ``team``, ``priority``, ``capacity_per_replica`` or ``peak_replicas``, ``gpus_per_replica``,
 ``min_replicas``, ``max_replicas``, ``slo: {wait, attainment}``, ``pod_startup``), ``ceilings`` (``cluster``,
 ``teams``; dollars per hour as billed), and optionally ``days``, ``timeout``, ``bin_shape``, ``policies``,
-``reactive_targets``, ``headroom: {quantile}``. Every bad key or value is refused before any replay, in one line
+``reactive_targets``, ``headroom: {quantile}``, ``spare_replicas`` (the controller's ``karpenter.spare_replicas``:
+spare replicas of our policy on the pools' paid, idle GPUs, ``autoscaler.engine.spare``). Every bad key or value is refused before any replay, in one line
 that names it.
 """
 
@@ -68,7 +69,7 @@ from models.types import SECONDS_PER_DAY
 
 FLEET_POLICIES = ("predictive", "predictive-no-headroom", "reactive")
 TOP_KEYS = ("nodepools", "deployments", "ceilings", "days", "timeout", "bin_shape", "policies", "reactive_targets",
-            "headroom")
+            "headroom", "spare_replicas")
 POOL_KEYS = ("name", "gpus_per_node", "usd_per_node_hour", "node_startup", "consolidate_after", "gpu_limit")
 DEPLOYMENT_KEYS = ("name", "trace", "synth", "nodepool", "team", "priority", "capacity_per_replica", "peak_replicas",
                    "gpus_per_replica", "min_replicas", "max_replicas", "slo", "pod_startup")
@@ -315,6 +316,9 @@ def load_fleet(path: Path) -> tuple[FleetConfig, tuple[str, ...], tuple[float, .
     head = _mapping(w, "headroom", top.get("headroom") or {}, ("quantile",))
     quantile = _number(w, "headroom.quantile", head.get("quantile", 0.95), lambda x: 0.5 <= x < 1,
                        "a share in [0.5, 1), e.g. 0.95")
+    spares = top.get("spare_replicas", True)
+    if not isinstance(spares, bool):
+        raise w.error("spare_replicas", f"expected true or false, got {spares!r}")
     policies = top.get("policies", list(FLEET_POLICIES))
     if isinstance(policies, str):
         policies = [p.strip() for p in policies.split(",") if p.strip()]
@@ -326,7 +330,8 @@ def load_fleet(path: Path) -> tuple[FleetConfig, tuple[str, ...], tuple[float, .
     target_values = tuple(_number(w, "reactive_targets", t, lambda x: 0 < x <= 1, "in (0, 1]") for t in targets)
     try:
         config = FleetConfig(tuple(deps), tuple(pools.values()), cluster_ceiling=cluster, team_ceilings=teams,
-                             timeout_seconds=timeout, bin_shape=shape, headroom_quantile=quantile)
+                             timeout_seconds=timeout, bin_shape=shape, headroom_quantile=quantile,
+                             spare_replicas=spares)
     except ValueError as exc:
         raise UserError(f"--fleet {path}: {exc}") from None
     return config, tuple(dict.fromkeys(policies)), target_values
