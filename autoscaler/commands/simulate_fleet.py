@@ -19,8 +19,8 @@ every key): ``nodepools`` (name, ``gpus_per_node``, ``usd_per_node_hour``, ``nod
 ``min_replicas``, ``max_replicas``, ``slo: {wait, attainment}``, ``pod_startup``), ``ceilings`` (``cluster``,
 ``teams``; dollars per hour as billed), and optionally ``days``, ``timeout``, ``bin_shape``, ``policies``,
 ``reactive_targets``, ``headroom: {quantile}``, ``spare_replicas`` (the controller's ``karpenter.spare_replicas``:
-spare replicas of our policy on the pools' paid, idle GPUs, ``autoscaler.engine.spare``). Every bad key or value is refused before any replay, in one line
-that names it.
+spare replicas of our policy on the pools' paid, idle GPUs, ``autoscaler.engine.spare``). Every bad key or value is
+refused before any replay, in one line that names it.
 """
 
 from __future__ import annotations

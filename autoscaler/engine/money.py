@@ -84,7 +84,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
-from autoscaler.engine.spare import SpareMember, exposure, pool_spares
+from autoscaler.engine.spare import SpareMember, exposure, pool_slack, spare_replicas
 from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
@@ -300,21 +300,21 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
     out = dict(decisions)
     lent: dict[str, int] = {}
     for obs in observations:
+        ours = [(m, by_key[m.key]) for m in obs.members if m.key in by_key and m.key in out]
+        change = sum((out[m.key].desired_replicas - p.view.replicas) * m.gpus_per_replica for m, p in ours)
+        read = PoolGpus(busy_nodes=obs.busy_nodes, partial_free=obs.partial_free_gpus)
+        slack = pool_slack(read, obs.gpus_per_node, change, sum(m.waiting_for_node for m, _ in ours))
+        if not slack:
+            continue
         members: list[SpareMember] = []
-        waiting = 0
-        for m in obs.members:
-            p = by_key.get(m.key)
-            if p is None or m.key not in out:
-                continue
+        for m, p in ours:
             desired = out[m.key].desired_replicas
-            waiting += m.waiting_for_node
             expo = None if teams.get(m.key) in ceilings.teams else exposure(m.forecast, m.now, m.lead_seconds,
                                                                            m.capacity, desired)
             room = 0 if expo is None else max(0, p.spec.max_replicas - desired)
             members.append(SpareMember(m.key, m.gpus_per_replica, desired, p.view.replicas, room,
                                        0.0 if expo is None else expo))
-        read = PoolGpus(busy_nodes=obs.busy_nodes, partial_free=obs.partial_free_gpus)
-        for key, n in pool_spares(read, obs.gpus_per_node, members, waiting).items():
+        for key, n in spare_replicas(slack, members).items():
             d = out[key]
             lent[key] = n
             out[key] = replace(d, desired_replicas=d.desired_replicas + n, steps=(*d.steps, Step(

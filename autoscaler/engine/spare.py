@@ -7,7 +7,7 @@ the forecast did not see arrives, for no extra dollar; HPA + Karpenter leave tho
 forecast can see them (they are the fleet's). So after the decisions and the ceilings, each NodePool's paid slack is
 lent to its Deployments as spare replicas, and taken back as soon as a plan needs it.
 
-The rules (``slack_gpus``, ``spare_replicas``), per NodePool read this tick, after the plan:
+The rules (``pool_slack``, ``spare_replicas``), per NodePool read this tick, after the plan:
 
 * the slack is the last node's remainder of the GPUs the pool's pods will hold (``-used mod gpus_per_node``), and no
   more than the nodes that hold pods have free: a spare never keeps a node that could empty (the scale-down marks
@@ -79,14 +79,12 @@ def slack_gpus(gpus_per_node: int, used_gpus: int, busy_nodes: int, waiting_pods
     return max(0, min((-used_gpus) % gpus_per_node, busy_nodes * gpus_per_node - used_gpus))
 
 
-def pool_spares(read: PoolGpus, gpus_per_node: int, members: Sequence[SpareMember],
-                waiting_pods: int) -> dict[str, int]:
-    """Spare replicas per Deployment of one NodePool, from the tick's read of its nodes (taken before the plan) and
-    every Deployment of ours on it (``members``, with what each plans and requests); ``waiting_pods``: their pods
-    waiting for a node."""
-    used = read.busy_nodes * gpus_per_node - read.partial_free
-    used += sum((m.planned - m.requested) * m.gpus_per_replica for m in members)
-    return spare_replicas(slack_gpus(gpus_per_node, used, read.busy_nodes, waiting_pods), members)
+def pool_slack(read: PoolGpus, gpus_per_node: int, change_gpus: int, waiting_pods: int) -> int:
+    """The GPUs one NodePool may lend this tick (``slack_gpus``), from the tick's read of its nodes (taken before the
+    plan) and ``change_gpus``, what the plan changes in the GPUs of its Deployments (planned less requested, in GPUs);
+    ``waiting_pods``: their pods waiting for a node."""
+    used = read.busy_nodes * gpus_per_node - read.partial_free + change_gpus
+    return slack_gpus(gpus_per_node, used, read.busy_nodes, waiting_pods)
 
 
 def spare_replicas(slack: int, members: Sequence[SpareMember]) -> dict[str, int]:

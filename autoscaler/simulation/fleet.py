@@ -66,7 +66,7 @@ from autoscaler.engine.money import (
     pools_headroom,
     within_commitment,
 )
-from autoscaler.engine.spare import SpareMember, pool_spares
+from autoscaler.engine.spare import SpareMember, pool_slack, spare_replicas
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
     IntArray,
@@ -529,20 +529,23 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
     for pname, idxs in by_pool.items():
         if not all(deciders[i](k) for i in idxs):
             continue
+        pool = pools[pname]
+        waiting = sum(len(clusters[i].waiting_for_node(k)) for i in idxs if clusters[i].starting)
+        change = sum((out[i] - clusters[i].requested) * clusters[i].config.gpus_per_replica for i in idxs)
+        slack = pool_slack(pool.pool_gpus(k), specs[pname].gpus_per_node, change, waiting)
+        pool.lent = 0
+        if not slack:
+            continue
         members = []
-        waiting = 0
         for i in idxs:
             c, pol = clusters[i], policies[i]
-            waiting += len(c.waiting_for_node(k))
             lends = getattr(pol, "spare_room", None)
             room, expo = lends(k, out[i]) if callable(lends) and spare_teams[i] else (0, 0.0)
             members.append(SpareMember(str(i), c.config.gpus_per_replica, out[i], c.requested, room, expo))
-        lent = 0
-        for key, n in pool_spares(pools[pname].pool_gpus(k), specs[pname].gpus_per_node, members, waiting).items():
+        for key, n in spare_replicas(slack, members).items():
             i = int(key)
             out[i] += n
-            lent += n * clusters[i].config.gpus_per_replica
-        pools[pname].lent = lent
+            pool.lent += n * clusters[i].config.gpus_per_replica
     return out
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.engine.spare import SpareMember, exposure, held_spares, pool_spares, slack_gpus, spare_replicas
+from autoscaler.engine.spare import SpareMember, exposure, held_spares, pool_slack, slack_gpus, spare_replicas
 from autoscaler.ports import PoolGpus
 from models.types import Forecast
 
@@ -55,12 +55,14 @@ def test_a_deployment_without_room_counts_but_takes_none_and_wide_replicas_need_
 
 def test_a_pool_read_before_the_plan_lends_what_the_plan_leaves() -> None:
     read = PoolGpus(free=5, busy_nodes=2, partial_free=5, nodes=2)  # 11 of 16 GPUs held
-    grows = [_member("a", 6, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]  # a adds 2: 13 held
-    assert pool_spares(read, 8, grows, waiting_pods=0) == {"a": 2, "b": 1}
-    shrinks = [_member("a", 2, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]  # a removes 2: 9 held
-    # 7 GPUs of the second node are idle once a's two go: a keeps them as spares, then 5 more
-    assert sum(pool_spares(read, 8, shrinks, waiting_pods=0).values()) == 7
-    assert pool_spares(read, 8, grows, waiting_pods=2) == {}
+    assert pool_slack(read, 8, change_gpus=2, waiting_pods=0) == 3  # a plan adds 2: 13 held
+    grows = [_member("a", 6, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]
+    assert spare_replicas(3, grows) == {"a": 2, "b": 1}
+    # a plan removes 2: 9 held, 7 GPUs of the second node idle once they go; a keeps its two as spares, then 5 more
+    assert pool_slack(read, 8, change_gpus=-2, waiting_pods=0) == 7
+    shrinks = [_member("a", 2, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]
+    assert spare_replicas(7, shrinks)["a"] >= 2
+    assert pool_slack(read, 8, change_gpus=2, waiting_pods=2) == 0
 
 
 @given(
