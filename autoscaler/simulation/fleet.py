@@ -67,6 +67,7 @@ from autoscaler.engine.money import (
     within_commitment,
 )
 from autoscaler.engine.spare import SpareMember, pool_slack, spare_replicas
+from autoscaler.ports import PoolGpus
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
     IntArray,
@@ -417,6 +418,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     prepares = [f for pol in policies if callable(f := getattr(pol, "prepare", None))]
     deciders = [decides_of(pol) for pol in policies]
     spare_teams = [d.team not in config.team_ceilings for d in deps]  # a spare is billed to its team
+    lending = config.spare_replicas and any(callable(getattr(pol, "spare_room", None)) for pol in policies)
 
     for k in range(n_ticks):
         if progress is not None and k % 1000 == 0:
@@ -440,10 +442,14 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         if ceilings.any:
             warm = [int(getattr(pol, "warm_pool_replicas", 0)) for pol in policies]
             allowed = _within_ceilings(deps, wanted, ceilings, prices, warm)
-        if config.spare_replicas:
-            allowed = _with_spares(k, allowed, by_pool, pools, specs, policies, clusters, deciders, spare_teams)
-        # what a plan removes first, so that a GPU a spare gives back is there for a replica added in the same tick
-        for i in sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested):
+        if lending:
+            allowed = _with_spares(k, allowed, by_pool, pools, specs, policies, clusters, deciders, spare_teams,
+                                   reads)
+        # our controller writes its scale-downs first, so that a GPU a spare gives back is there for a replica added
+        # in the same tick; HPAs act each on its own (in the fleet's order)
+        order = (sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested) if lending
+                 else range(len(clusters)))
+        for i in order:
             if allowed[i] != clusters[i].requested:
                 clusters[i].scale_to(k, allowed[i])
         if sizing:
@@ -519,9 +525,11 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
 
 def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[int]], pools: Mapping[str, NodePool],
                  specs: Mapping[str, PoolSpec], policies: Sequence[TickPolicy], clusters: Sequence[Cluster],
-                 deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool]) -> list[int]:
+                 deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool],
+                 reads: Mapping[str, PoolGpus]) -> list[int]:
     """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.pool_spares``, as
-    the controller's money step does), from the read of its nodes before this tick's scaling; the GPUs lent are
+    the controller's money step does), from the read of its nodes before this tick's decisions (``reads``, when the
+    headroom took it); the GPUs lent are
     what the pool's next decisions are shown free on top of the read (``NodePool.lent``), as the controller shows
     them. A pool lends only at a tick where all its Deployments decide (between decisions they hold their counts,
     spares included)."""
@@ -532,7 +540,8 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
         pool = pools[pname]
         waiting = sum(len(clusters[i].waiting_for_node(k)) for i in idxs if clusters[i].starting)
         change = sum((out[i] - clusters[i].requested) * clusters[i].config.gpus_per_replica for i in idxs)
-        slack = pool_slack(pool.pool_gpus(k), specs[pname].gpus_per_node, change, waiting)
+        read = reads[pname] if pname in reads else pool.pool_gpus(k)  # the tick's read, taken before its decisions
+        slack = pool_slack(read, specs[pname].gpus_per_node, change, waiting)
         pool.lent = 0
         if not slack:
             continue
