@@ -146,7 +146,10 @@ s), 78,850 billed GPU-h at 99.471% (the start point moves the decisions of each 
 of CPU (73 s + 190 s), 78,169 billed GPU-h at 99.466% (0.9% fewer: with headroom on, the pools keep \
 idle nodes anyway). **Re-measured with the tuner's self-check** (load average 1.0 at the start: a helper had just \
 finished): 174 s wall, 274 s of CPU (78 s + 196 s), 76,552 billed GPU-h at 99.419%; the self-check replays nothing \
-more, and the run stays under the 180 s target."""
+more, and the run stays under the 180 s target. **Re-measured with the spare replicas** (`engine.spare`; load \
+average 0.4 at the start): 177 s wall, 276 s of CPU (82 s + 193 s), 76,927 billed GPU-h at 99.533%; the lending \
+adds about 6% to the fleet's own process (one run at load average 1.2, before the lending reused the headroom's read \
+of the pools: 181 s, 84 s + 197 s), and the run stays under the 180 s target, narrowly."""
 
 
 def fleet(days: float) -> FleetConfig:
