@@ -293,9 +293,9 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
                 observations: Sequence[PoolObservation], teams: Mapping[str, str],
                 ceilings: Ceilings) -> tuple[dict[str, ScalingDecision], dict[str, int]]:
     """``decisions`` with the spare replicas each observed NodePool lends on its paid, idle GPUs
-    (``engine.spare.pool_spares``; a ``spare`` step on the trail), and the spares per Deployment. A Deployment takes
-    none without a forecast and a capacity (its member shows no forecast then), or when its team has a cost
-    ceiling (a spare is billed to its team); it still counts in its pool's GPUs."""
+    (``engine.spare.pool_slack``, ``spare_replicas``; a ``spare`` step on the trail), and the spares per Deployment.
+    A Deployment takes none without a forecast and a capacity (its member shows no forecast then), or when its team
+    has a cost ceiling (a spare is billed to its team); it still counts in its pool's GPUs."""
     by_key = {p.key: p for p in planned}
     out = dict(decisions)
     lent: dict[str, int] = {}

@@ -527,12 +527,12 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
                  specs: Mapping[str, PoolSpec], policies: Sequence[TickPolicy], clusters: Sequence[Cluster],
                  deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool],
                  reads: Mapping[str, PoolGpus]) -> list[int]:
-    """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.pool_spares``, as
-    the controller's money step does), from the read of its nodes before this tick's decisions (``reads``, when the
-    headroom took it); the GPUs lent are
-    what the pool's next decisions are shown free on top of the read (``NodePool.lent``), as the controller shows
-    them. A pool lends only at a tick where all its Deployments decide (between decisions they hold their counts,
-    spares included)."""
+    """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.pool_slack`` and
+    ``spare_replicas``, as the controller's ``engine.money.lend_spares`` does; each driver builds the inputs from its
+    own world), from the read of its nodes before this tick's decisions (``reads``, when the headroom took it); the
+    GPUs lent are what the pool's next decisions are shown free on top of the read (``NodePool.lent``), as the
+    controller shows them. A pool lends only at a tick where all its Deployments decide (between decisions they hold
+    their counts, spares included)."""
     out = list(allowed)
     for pname, idxs in by_pool.items():
         if not all(deciders[i](k) for i in idxs):
