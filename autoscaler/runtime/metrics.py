@@ -140,6 +140,13 @@ class ControllerMetrics:
             ["team"],
             registry=r,
         )
+        self.spare_replicas = Gauge(
+            "predictive_autoscaler_spare_replicas",
+            "Spare replicas its NodePool lends the workload on GPUs the pool pays for and no plan uses (its last "
+            "node's free GPUs); included in the desired replicas, given back when a plan needs them.",
+            WORKLOAD,
+            registry=r,
+        )
         self.gpus_unavailable = Gauge(
             "predictive_autoscaler_gpus_unavailable",
             "GPUs the workload's replicas are waiting for (pods Pending unschedulable for longer than a node start-up "
@@ -226,9 +233,10 @@ class ControllerMetrics:
         # The per-Deployment metrics and their label names (to remove a Deployment's series by value).
         self._per_workload_metrics: tuple[Gauge | Counter, ...] = (
             self.forecast, self.demand, self.demand_degraded, self.desired, self.current, self.ready, self.lead,
-            self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable, self.tuned_quantile, self.slo_met,
-            self.replay_attainment, self.tuned_utilisation, self.capacity, self.capacity_unknown,
-            self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit, self.scale_down_unmarked,
+            self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable, self.spare_replicas,
+            self.tuned_quantile, self.slo_met, self.replay_attainment, self.tuned_utilisation, self.capacity,
+            self.capacity_unknown, self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit,
+            self.scale_down_unmarked,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
@@ -238,7 +246,7 @@ class ControllerMetrics:
             id(self.scale_down_unmarked): (*WORKLOAD, "reason"),
             **{id(m): WORKLOAD for m in (self.demand, self.demand_degraded, self.desired, self.current, self.ready,
                                          self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable,
-                                         self.tuned_quantile, self.slo_met, self.replay_attainment,
+                                         self.spare_replicas, self.tuned_quantile, self.slo_met, self.replay_attainment,
                                          self.tuned_utilisation, self.capacity_unknown, self.capacity_saturated_bins,
                                          self.capacity_confidence)},
         }

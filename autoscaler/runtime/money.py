@@ -462,7 +462,7 @@ class MoneyStage:
         placements = plan.placements
         actions: list[str] = []
         self._export(metrics, cfg.ceilings, plan.asked, plan.report, plan.teams, plan.reserved, plan.unavailable,
-                     plan.planned)
+                     plan.planned, plan.spares)
         for d in plan.headroom.values():  # idle nodes a pool's headroom wanted that the ceiling does not buy
             if d.capped_by == "ceiling" and d.wanted_nodes > d.idle_nodes:
                 metrics.ceiling_cuts.labels("", "headroom").inc(d.wanted_nodes - d.idle_nodes)
@@ -659,7 +659,7 @@ class MoneyStage:
     def _export(
         m: ControllerMetrics, ceilings: Ceilings, asked: Mapping[str, float], report: CostReport,
         teams: Mapping[str, str], reserved: Sequence[Gang], unavailable: Mapping[str, int],
-        planned: Sequence[PlannedWorkload],
+        planned: Sequence[PlannedWorkload], spares: Mapping[str, int],
     ) -> None:
         m.projected_cost.clear()
         for scope, dollars in asked.items():
@@ -677,4 +677,5 @@ class MoneyStage:
             m.ceiling_cuts.labels(teams.get(c.key, ""), kinds[c.kind]).inc(c.count)
         m.gang_reserved_gpus.set(sum(g.gpus for g in reserved))
         for p in planned:
+            m.spare_replicas.labels(p.view.namespace, p.view.name).set(spares.get(p.key, 0))
             m.gpus_unavailable.labels(p.view.namespace, p.view.name).set(unavailable.get(p.key, 0))

@@ -433,6 +433,8 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
         assert report.money.spares == {}
         assert decision.steps[-1].name != "spare"
         assert rig.replicas("serving", "llama-chat") == planned
+        assert rig.metric("predictive_autoscaler_spare_replicas", {"namespace": "serving",
+                                                                   "deployment": "llama-chat"}) == 0
         return
     # the node's idle GPUs hold spares: the plan's pods and the spares fill it, and no node more is asked for
     assert report.money.spares == {"serving/llama-chat": 8 - planned}
@@ -440,6 +442,8 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     assert decision.steps[-1].replicas == 8
     assert rig.replicas("serving", "llama-chat") == 8
     assert report.money.to_dict()["spare_replicas"] == {"serving/llama-chat": 8 - planned}
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert rig.metric("predictive_autoscaler_spare_replicas", labels) == 8 - planned
 
     # the ReplicaSet and the scheduler bring the pods up on the node: the spares stay where they are, and the
     # decision is shown their GPUs as free (a replica it adds would take one back and start with the pod lead alone)
