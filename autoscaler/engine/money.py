@@ -84,7 +84,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
-from autoscaler.engine.spare import SpareMember, exposure, pool_slack, spare_replicas
+from autoscaler.engine.spare import PoolCount, exposure, lend
 from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
@@ -292,29 +292,28 @@ def pools_headroom(observations: Sequence[PoolObservation], residuals: Mapping[s
 def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, ScalingDecision],
                 observations: Sequence[PoolObservation], teams: Mapping[str, str],
                 ceilings: Ceilings) -> tuple[dict[str, ScalingDecision], dict[str, int]]:
-    """``decisions`` with the spare replicas each observed NodePool lends on its paid, idle GPUs
-    (``engine.spare.pool_slack``, ``spare_replicas``; a ``spare`` step on the trail), and the spares per Deployment.
-    A Deployment takes none without a forecast and a capacity (its member shows no forecast then), or when its team
-    has a cost ceiling (a spare is billed to its team); it still counts in its pool's GPUs."""
+    """``decisions`` with the spare replicas each observed NodePool lends on its paid, idle GPUs (``engine.spare.lend``;
+    a ``spare`` step on the trail), and the spares per Deployment. A Deployment takes none without a forecast and a
+    capacity (its member shows no forecast then), or when its team has a cost ceiling (a spare is billed to its
+    team); it still counts in its pool's GPUs."""
     by_key = {p.key: p for p in planned}
+    members = {m.key: m for obs in observations for m in obs.members}
     out = dict(decisions)
     lent: dict[str, int] = {}
+
+    def terms(c: PoolCount) -> tuple[int, float]:
+        m = members[c.key]
+        expo = None if teams.get(c.key) in ceilings.teams else exposure(m.forecast, m.now, m.lead_seconds,
+                                                                       m.capacity, c.planned)
+        return (0, 0.0) if expo is None else (max(0, by_key[c.key].spec.max_replicas - c.planned), expo)
+
     for obs in observations:
-        ours = [(m, by_key[m.key]) for m in obs.members if m.key in by_key and m.key in out]
-        change = sum((out[m.key].desired_replicas - p.view.replicas) * m.gpus_per_replica for m, p in ours)
+        ours = {m.key: m for m in obs.members if m.key in by_key and m.key in out}
+        counts = [PoolCount(k, m.gpus_per_replica, out[k].desired_replicas, by_key[k].view.replicas)
+                  for k, m in ours.items()]
         read = PoolGpus(busy_nodes=obs.busy_nodes, partial_free=obs.partial_free_gpus)
-        slack = pool_slack(read, obs.gpus_per_node, change, sum(m.waiting_for_node for m, _ in ours))
-        if not slack:
-            continue
-        members: list[SpareMember] = []
-        for m, p in ours:
-            desired = out[m.key].desired_replicas
-            expo = None if teams.get(m.key) in ceilings.teams else exposure(m.forecast, m.now, m.lead_seconds,
-                                                                           m.capacity, desired)
-            room = 0 if expo is None else max(0, p.spec.max_replicas - desired)
-            members.append(SpareMember(m.key, m.gpus_per_replica, desired, p.view.replicas, room,
-                                       0.0 if expo is None else expo))
-        for key, n in spare_replicas(slack, members).items():
+        for key, n in lend(read, obs.gpus_per_node, counts, sum(m.waiting_for_node for m in ours.values()),
+                           terms).items():
             d = out[key]
             lent[key] = n
             out[key] = replace(d, desired_replicas=d.desired_replicas + n, steps=(*d.steps, Step(

@@ -7,7 +7,7 @@ the forecast did not see arrives, for no extra dollar; HPA + Karpenter leave tho
 forecast can see them (they are the fleet's). So after the decisions and the ceilings, each NodePool's paid slack is
 lent to its Deployments as spare replicas, and taken back as soon as a plan needs it.
 
-The rules (``pool_slack``, ``spare_replicas``), per NodePool read this tick, after the plan:
+The rules (``lend``: ``pool_slack``, then ``spare_replicas``), per NodePool read this tick, after the plan:
 
 * the slack is the last node's remainder of the GPUs the pool's pods will hold (``-used mod gpus_per_node``), and no
   more than the nodes that hold pods have free: a spare never keeps a node that could empty (the scale-down marks
@@ -22,13 +22,14 @@ The rules (``pool_slack``, ``spare_replicas``), per NodePool read this tick, aft
   slack shrinks and spares are the first replicas to go.
 
 Measured on ``python -m benchmarks.fleet_simulate`` (docs/BENCHMARKS.md, ``## fleet simulate``). Pure: the money
-step (``engine.money.money_step``, the controller) and the fleet simulator (``simulation.fleet``) call it.
+step (``engine.money.lend_spares``, the controller) and the fleet simulator (``simulation.fleet``) call ``lend``,
+each with the counts of its own world.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autoscaler.domain.capacity import select_window
@@ -85,6 +86,31 @@ def pool_slack(read: PoolGpus, gpus_per_node: int, change_gpus: int, waiting_pod
     ``waiting_pods``: their pods waiting for a node."""
     used = read.busy_nodes * gpus_per_node - read.partial_free + change_gpus
     return slack_gpus(gpus_per_node, used, read.busy_nodes, waiting_pods)
+
+
+@dataclass(frozen=True)
+class PoolCount:
+    """One Deployment of ours on a pool, as its plan leaves it: ``planned`` replicas (after the ceilings) against the
+    ``requested`` ones now (spares included), of ``gpus_per_replica`` GPUs."""
+
+    key: str
+    gpus_per_replica: int
+    planned: int
+    requested: int
+
+
+def lend(read: PoolGpus, gpus_per_node: int, counts: Sequence[PoolCount], waiting_pods: int,
+         terms: Callable[[PoolCount], tuple[int, float]]) -> dict[str, int]:
+    """Spare replicas per Deployment of one NodePool this tick (only those given one): the slack the plan leaves on the
+    pool (``pool_slack`` of the read, taken before the plan, and what the plan changes in ``counts``' GPUs), then
+    ``spare_replicas``; ``terms(count)`` gives a Deployment's room and exposure (``SpareMember``), asked only when there
+    is slack to lend."""
+    change = sum((c.planned - c.requested) * c.gpus_per_replica for c in counts)
+    slack = pool_slack(read, gpus_per_node, change, waiting_pods)
+    if not slack:
+        return {}
+    members = [SpareMember(c.key, c.gpus_per_replica, c.planned, c.requested, *terms(c)) for c in counts]
+    return spare_replicas(slack, members)
 
 
 def spare_replicas(slack: int, members: Sequence[SpareMember]) -> dict[str, int]:

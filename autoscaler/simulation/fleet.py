@@ -66,7 +66,7 @@ from autoscaler.engine.money import (
     pools_headroom,
     within_commitment,
 )
-from autoscaler.engine.spare import SpareMember, pool_slack, spare_replicas
+from autoscaler.engine.spare import PoolCount, lend
 from autoscaler.ports import PoolGpus
 from autoscaler.simulation.cluster import Cluster, ClusterConfig, NodePool
 from autoscaler.simulation.engine import (
@@ -432,7 +432,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         sizing = headroom and k % headroom_every == 0
         # what the controller reads of the pools' nodes, once per tick before its decisions (``ports.PoolNodes``)
         reads = {pname: pool.pool_gpus(k) for pname, pool in pools.items()} if sizing else {}
-        lent = {pname: pool.lent for pname, pool in pools.items()}  # the spares' GPUs at the read (engine.spare)
+        # the spares' GPUs at the read (engine.spare): room the pool's headroom counts
+        lent = {pname: pool.lent for pname, pool in pools.items()} if sizing else {}
         wanted = []
         for i, (pol, c) in enumerate(zip(policies, clusters, strict=True)):
             w = pol.decide(k, c, demand_cols[i][k])
@@ -527,31 +528,27 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
                  specs: Mapping[str, PoolSpec], policies: Sequence[TickPolicy], clusters: Sequence[Cluster],
                  deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool],
                  reads: Mapping[str, PoolGpus]) -> list[int]:
-    """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.pool_slack`` and
-    ``spare_replicas``, as the controller's ``engine.money.lend_spares`` does; each driver builds the inputs from its
-    own world), from the read of its nodes before this tick's decisions (``reads``, when the headroom took it); the
-    GPUs lent are what the pool's next decisions are shown free on top of the read (``NodePool.lent``), as the
-    controller shows them. A pool lends only at a tick where all its Deployments decide (between decisions they hold
-    their counts, spares included)."""
+    """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.lend``, as the
+    controller's ``engine.money.lend_spares`` does; each driver counts its own world), from the read of its nodes
+    before this tick's decisions (``reads``, when the headroom took it); the GPUs lent are what the pool's next
+    decisions are shown free on top of the read (``NodePool.lent``), as the controller shows them. A pool lends only
+    at a tick where all its Deployments decide (between decisions they hold their counts, spares included)."""
     out = list(allowed)
+
+    def terms(c: PoolCount) -> tuple[int, float]:
+        i = int(c.key)
+        lends = getattr(policies[i], "spare_room", None)
+        return lends(k, c.planned) if callable(lends) and spare_teams[i] else (0, 0.0)
+
     for pname, idxs in by_pool.items():
         if not all(deciders[i](k) for i in idxs):
             continue
         pool = pools[pname]
         waiting = sum(len(clusters[i].waiting_for_node(k)) for i in idxs if clusters[i].starting)
-        change = sum((out[i] - clusters[i].requested) * clusters[i].config.gpus_per_replica for i in idxs)
+        counts = [PoolCount(str(i), clusters[i].config.gpus_per_replica, out[i], clusters[i].requested) for i in idxs]
         read = reads[pname] if pname in reads else pool.pool_gpus(k)  # the tick's read, taken before its decisions
-        slack = pool_slack(read, specs[pname].gpus_per_node, change, waiting)
         pool.lent = 0
-        if not slack:
-            continue
-        members = []
-        for i in idxs:
-            c, pol = clusters[i], policies[i]
-            lends = getattr(pol, "spare_room", None)
-            room, expo = lends(k, out[i]) if callable(lends) and spare_teams[i] else (0, 0.0)
-            members.append(SpareMember(str(i), c.config.gpus_per_replica, out[i], c.requested, room, expo))
-        for key, n in spare_replicas(slack, members).items():
+        for key, n in lend(read, specs[pname].gpus_per_node, counts, waiting, terms).items():
             i = int(key)
             out[i] += n
             pool.lent += n * clusters[i].config.gpus_per_replica

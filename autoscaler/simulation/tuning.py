@@ -756,7 +756,6 @@ def tune(
     decision = decide(record, slo_attainment, margin, pool_days)
     days, pooled, budget, best, fixed = (decision.days, decision.pooled, decision.budget, decision.best,
                                          decision.beaten)
-    better = fixed is not None
     met = meets(best, slo_attainment, margin)
     objective = f"{slo_attainment * 100:g}% within {slo_wait_seconds:g}s"
     span = f"the last {replay_seconds / 3600:g} h" if len(days) == 1 else f"{len(days)} replayed days"
@@ -767,7 +766,7 @@ def tune(
     if budget > slo_attainment:
         spent = f"; the window's error budget is spent, so the next day needs {budget * 100:.2f}%"
         need = max(need, required_attainment(budget, margin))
-    ran = lived(record) if fixed is not None else None
+    ran = lived(record) if fixed is not None else None  # known: the self-check fires only on a known record
     if fixed is not None and ran is not None:
         lived_gpu, lived_missed, lived_requests = ran
         attained = 1.0 - lived_missed / lived_requests if lived_requests > 0 else 1.0
@@ -789,7 +788,7 @@ def tune(
                   f"({best.slo_attainment * 100:.2f}% < {need * 100:.2f}%, {best.gpu_hours:.1f} GPU-h){spent}")
     return Tuning(best.warm_pool_quantile, met, pooled, slo_wait_seconds, slo_attainment, need,
                   replay_seconds, end, reason, time.process_time() - started, record, best.reactive_utilisation,
-                  budget, max(1, pool_days), better)
+                  budget, max(1, pool_days), fixed is not None)
 
 
 def _describe(c: Candidate) -> str:

@@ -8,7 +8,16 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.engine.spare import SpareMember, exposure, held_spares, pool_slack, slack_gpus, spare_replicas
+from autoscaler.engine.spare import (
+    PoolCount,
+    SpareMember,
+    exposure,
+    held_spares,
+    lend,
+    pool_slack,
+    slack_gpus,
+    spare_replicas,
+)
 from autoscaler.ports import PoolGpus
 from models.types import Forecast
 
@@ -63,6 +72,24 @@ def test_a_pool_read_before_the_plan_lends_what_the_plan_leaves() -> None:
     shrinks = [_member("a", 2, exposure=1.0, requested=4), _member("b", 7, exposure=0.0)]
     assert spare_replicas(7, shrinks)["a"] >= 2
     assert pool_slack(read, 8, change_gpus=2, waiting_pods=2) == 0
+
+
+def test_lend_asks_for_room_and_exposure_only_when_the_pool_has_slack() -> None:
+    asked: list[str] = []
+
+    def terms(c: PoolCount) -> tuple[int, float]:
+        asked.append(c.key)
+        return (10, 1.0) if c.key == "a" else (0, 0.0)  # b: no forecast, it counts in the GPUs and takes none
+
+    read = PoolGpus(free=5, busy_nodes=2, partial_free=5, nodes=2)  # 11 of 16 GPUs held
+    counts = [PoolCount("a", 1, 6, 4), PoolCount("b", 1, 7, 7)]  # a's plan adds 2: 13 held, 3 to lend
+    assert lend(read, 8, counts, 0, terms) == {"a": 3}
+    assert sorted(asked) == ["a", "b"]
+    asked.clear()
+    full = [PoolCount("a", 1, 9, 4), PoolCount("b", 1, 7, 7)]  # a's plan fills the second node: nothing to lend
+    assert lend(read, 8, full, 0, terms) == {}
+    assert lend(read, 8, counts, 1, terms) == {}  # a pod waits for a node
+    assert asked == []
 
 
 @given(
