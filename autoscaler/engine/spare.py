@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoscaler.domain.capacity import select_window
 from autoscaler.ports import PoolGpus
@@ -88,10 +89,10 @@ def pool_slack(read: PoolGpus, gpus_per_node: int, change_gpus: int, waiting_pod
     return slack_gpus(gpus_per_node, used, read.busy_nodes, waiting_pods)
 
 
-@dataclass(frozen=True)
-class PoolCount:
+class PoolCount(NamedTuple):
     """One Deployment of ours on a pool, as its plan leaves it: ``planned`` replicas (after the ceilings) against the
-    ``requested`` ones now (spares included), of ``gpus_per_replica`` GPUs."""
+    ``requested`` ones now (spares included), of ``gpus_per_replica`` GPUs. (A tuple: the fleet simulator makes one
+    per Deployment at every decision.)"""
 
     key: str
     gpus_per_replica: int
