@@ -149,7 +149,10 @@ finished): 174 s wall, 274 s of CPU (78 s + 196 s), 76,552 billed GPU-h at 99.41
 more, and the run stays under the 180 s target. **Re-measured with the spare replicas** (`engine.spare`; load \
 average 0.4 at the start): 177 s wall, 276 s of CPU (82 s + 193 s), 76,927 billed GPU-h at 99.533%; the lending \
 adds about 6% to the fleet's own process (one run at load average 1.2, before the lending reused the headroom's read \
-of the pools: 181 s, 84 s + 197 s), and the run stays under the 180 s target, narrowly."""
+of the pools: 181 s, 84 s + 197 s), and the run stays under the 180 s target, narrowly. After the review that made \
+one lending function of the two drivers' wiring (the same decisions): 178 s, 277 s of CPU (82 s + 195 s); a run \
+just before it, with a dataclass made per Deployment at every decision, took 195 s (95 s + 205 s: the workers, \
+whose code did not change, 5% slower too, so part of it was the machine)."""
 
 
 def fleet(days: float) -> FleetConfig:
