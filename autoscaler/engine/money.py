@@ -168,6 +168,7 @@ class PoolObservation:
     lead_seconds: int  # the longest node lead of its Deployments (node start-up + pod start-up)
     partial_free_gpus: int = 0  # free GPUs on nodes that hold pods
     busy_nodes: int = 0
+    free_gpus: int = 0  # free GPUs on its Ready nodes, idle ones included (spares may fill the headroom's)
     max_nodes: int | None = None
     node_usd_per_hour: float = 0.0
     ceiling_slack_usd_per_hour: float | None = None  # ceiling - billed spend of everything but this pool's idle nodes
@@ -212,7 +213,7 @@ def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[
             slack = ceiling_usd_per_hour - (billed - max(0, read.nodes - read.busy_nodes) * t.node_usd_per_hour)
         out.append(PoolObservation(
             pool, t.gpus_per_node, ms, math.ceil(max(m.lead_seconds for m in ms) - 1e-9),
-            partial_free_gpus=read.partial_free, busy_nodes=read.busy_nodes, max_nodes=t.max_nodes,
+            partial_free_gpus=read.partial_free, busy_nodes=read.busy_nodes, free_gpus=read.free, max_nodes=t.max_nodes,
             node_usd_per_hour=t.node_usd_per_hour, ceiling_slack_usd_per_hour=slack, quantile=quantile,
             min_residuals=min_residuals, lent_gpus=(lent or {}).get(pool, 0)))
     return out
@@ -289,17 +290,28 @@ def pools_headroom(observations: Sequence[PoolObservation], residuals: Mapping[s
     return out
 
 
+def _idle_after_spares(d: HeadroomDecision, left: int) -> tuple[int, str]:
+    """A pool's idle headroom nodes to hold empty, and why, once spares filled ``d.idle_nodes - left`` of them."""
+    if left >= d.idle_nodes:
+        return d.idle_nodes, d.detail
+    return left, f"{d.detail}, {d.idle_nodes - left} of them holding spare replicas"
+
+
 def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, ScalingDecision],
-                observations: Sequence[PoolObservation], teams: Mapping[str, str],
-                ceilings: Ceilings) -> tuple[dict[str, ScalingDecision], dict[str, int]]:
+                observations: Sequence[PoolObservation], teams: Mapping[str, str], ceilings: Ceilings,
+                sized: Mapping[str, HeadroomDecision]
+                ) -> tuple[dict[str, ScalingDecision], dict[str, int], dict[str, tuple[int, int]]]:
     """``decisions`` with the spare replicas each observed NodePool lends on its paid, idle GPUs (``engine.spare.lend``;
-    a ``spare`` step on the trail), and the spares per Deployment. A Deployment takes none without a forecast and a
-    capacity (its member shows no forecast then), or when its team has a cost ceiling (a spare is billed to its
-    team); it still counts in its pool's GPUs."""
+    a ``spare`` step on the trail), the spares per Deployment, and per pool with node headroom (``sized``: its buffer
+    and idle nodes, which the spares may fill) the idle nodes they leave empty and the GPUs they leave free on its
+    busy nodes (``engine.spare.Lent``). A Deployment takes none without a
+    forecast and a capacity (its member shows no forecast then), or when its team has a cost ceiling (a spare is
+    billed to its team); it still counts in its pool's GPUs."""
     by_key = {p.key: p for p in planned}
     members = {m.key: m for obs in observations for m in obs.members}
     out = dict(decisions)
     lent: dict[str, int] = {}
+    idle_left: dict[str, tuple[int, int]] = {}
 
     def terms(c: PoolCount) -> tuple[int, float]:
         m = members[c.key]
@@ -311,16 +323,23 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
         ours = {m.key: m for m in obs.members if m.key in by_key and m.key in out}
         counts = [PoolCount(k, m.gpus_per_replica, out[k].desired_replicas, by_key[k].view.replicas)
                   for k, m in ours.items()]
-        read = PoolGpus(busy_nodes=obs.busy_nodes, partial_free=obs.partial_free_gpus)
-        for key, n in lend(read, obs.gpus_per_node, counts, sum(m.waiting_for_node for m in ours.values()),
-                           terms).items():
+        read = PoolGpus(free=obs.free_gpus, busy_nodes=obs.busy_nodes, partial_free=obs.partial_free_gpus)
+        headroom = sized.get(obs.pool)
+        got = lend(read, obs.gpus_per_node, counts, sum(m.waiting_for_node for m in ours.values()), terms,
+                   *((headroom.buffer_gpus, headroom.idle_nodes) if headroom is not None else ()))
+        filled = 0
+        if headroom is not None:
+            idle_left[obs.pool] = (got.idle_nodes, got.busy_free)
+            filled = headroom.idle_nodes - got.idle_nodes
+        where = "its last node's free GPUs" + (f" and {filled} of its idle headroom node(s)" if filled else "")
+        for key, n in got.spares.items():
             d = out[key]
             lent[key] = n
             out[key] = replace(d, desired_replicas=d.desired_replicas + n, steps=(*d.steps, Step(
                 "spare", d.desired_replicas + n,
-                f"+{n} spare replica(s) on GPUs NodePool {obs.pool} already pays for (its last node's free GPUs; "
-                "given back as soon as a plan needs them)")))
-    return out, lent
+                f"+{n} spare replica(s) on GPUs NodePool {obs.pool} already pays for ({where}; given back as soon as "
+                "a plan needs them)")))
+    return out, lent, idle_left
 
 
 @dataclass(frozen=True)
@@ -393,6 +412,8 @@ class MoneyPlan:
     # may raise what is held, never lower or remove it
     headroom_sized: bool = True
     spares: Mapping[str, int] = field(default_factory=dict)  # "namespace/name" -> spare replicas lent (in decisions)
+    # NodePool -> the idle nodes held empty for it: the forecast-sized ones spares did not fill (``engine.spare``)
+    idle_nodes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def reserved(self) -> tuple[Gang, ...]:
@@ -489,13 +510,10 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
                          for v in views if v.static and v.name in s.shapes}
     planned = list(s.planned)
     unavailable = unavailable_gpus(planned, decisions, reserved, effective_limits)
-    spares: dict[str, int] = {}
-    if s.spare_replicas and s.pool_observations:
-        decisions, spares = lend_spares(planned, decisions, s.pool_observations, teams, s.ceilings)
-
     gh = GangHeadroom(tuple(reserved), {})
     wants: tuple[HeadroomWant, ...] = ()
     sized: dict[str, HeadroomDecision] = {}
+    idle: dict[str, tuple[int, str]] = {}
     held_since = dict(state.gang_held_since)
     kind = s.headroom if pools_known else None
     if kind is not None:
@@ -517,8 +535,17 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
                                                      for m in o.members)) for o in s.pool_observations]
             observations = within_commitment(observations, s.ceilings.cluster, report.cluster_dollars_per_hour)
             sized = pools_headroom(observations, s.residuals, t)
-        idle = {pool: (d.idle_nodes, d.detail) for pool, d in sized.items()}
-        partial = {o.pool: o.partial_free_gpus for o in s.pool_observations or ()}
+    # the spares come after the headroom: they may fill the room it keeps (engine.spare)
+    spares: dict[str, int] = {}
+    left: dict[str, tuple[int, int]] = {}
+    if s.spare_replicas and s.pool_observations:
+        decisions, spares, left = lend_spares(planned, decisions, s.pool_observations, teams, s.ceilings, sized)
+    if kind is not None:
+        idle = {pool: _idle_after_spares(d, left[pool][0] if pool in left else d.idle_nodes)
+                for pool, d in sized.items()}
+        # a CapacityBuffer keeps room for pods where GPUs are free: not on the GPUs spares took
+        partial = {o.pool: left[o.pool][1] if o.pool in left else o.partial_free_gpus
+                   for o in s.pool_observations or ()}
         buffers = buffer_holders(s.planned, partial) if kind == "capacitybuffer" else None
         wants = tuple(headroom_wants(idle, list(gh.held), s.shapes, views, effective_limits, buffers))
 
@@ -532,5 +559,6 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
         effective_limits=effective_limits, unavailable=unavailable, planned=tuple(planned),
         gang_headroom=gh, headroom=sized, wants=wants, alerts=tuple(alerts), activate=activate,
         headroom_sized=s.pool_observations is not None, spares=spares,
+        idle_nodes={pool: n for pool, (n, _) in idle.items()},
     )
     return plan, MoneyState(cache, held_since)

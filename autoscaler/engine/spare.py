@@ -12,6 +12,11 @@ The rules (``lend``: ``pool_slack``, then ``spare_replicas``), per NodePool read
 * the slack is the last node's remainder of the GPUs the pool's pods will hold (``-used mod gpus_per_node``), and no
   more than the nodes that hold pods have free: a spare never keeps a node that could empty (the scale-down marks
   empty the emptiest node first, ``domain.scaledown``) and never asks for a node;
+* with forecast-sized node headroom (``engine.headroom``), the pool pays for the room its buffer keeps for
+  scale-ups as well: the slack is then that room rounded up to whole nodes (``ceil((used + buffer) / gpus per node)``
+  nodes, less what the pods hold), on the busy nodes and the headroom's idle nodes that are Ready. The headroom's
+  placeholders hold only the idle nodes the spares leave empty (``Lent.idle_nodes``), so Karpenter adds no node for
+  them; a scale-up takes a spare's GPU back as it would a placeholder's;
 * none while a pod of the pool waits for a node: the pool is short, and its free GPUs are the scale-up's;
 * members are the Deployments we scale (not advisory) with a forecast and a capacity, below their ``max_replicas``,
   whose team has no cost ceiling (a spare is billed to its team even though the cluster's bill does not move);
@@ -21,9 +26,10 @@ The rules (``lend``: ``pool_slack``, then ``spare_replicas``), per NodePool read
 * recomputed every tick from the plan: when a plan needs the GPUs (its own or another Deployment's scale-up), the
   slack shrinks and spares are the first replicas to go.
 
-Measured on ``python -m benchmarks.fleet_simulate`` (docs/BENCHMARKS.md, ``## fleet simulate``). Pure: the money
-step (``engine.money.lend_spares``, the controller) and the fleet simulator (``simulation.fleet``) call ``lend``,
-each with the counts of its own world.
+Measured on ``python -m benchmarks.fleet_simulate`` (docs/BENCHMARKS.md, ``## fleet simulate``): an idle headroom
+node is as billed as the last node's remainder, and Ready spares on it cut misses that an empty node does not.
+Pure: the money step (``engine.money.lend_spares``, the controller) and the fleet simulator (``simulation.fleet``)
+call ``lend``, each with the counts of its own world.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from typing import NamedTuple
 from autoscaler.domain.capacity import select_window
 from autoscaler.ports import PoolGpus
 from models.types import Forecast
+
+_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -72,21 +80,33 @@ def held_spares(requested: int, planned: int, spares: int) -> int:
     return max(0, min(spares, requested - planned))
 
 
-def slack_gpus(gpus_per_node: int, used_gpus: int, busy_nodes: int, waiting_pods: int) -> int:
-    """The pool's paid, idle GPUs spares may take: the last node's remainder of ``used_gpus`` (what its pods will
-    hold after the plan), within the ``busy_nodes`` (nodes holding pods) capacity; 0 while ``waiting_pods`` wait for
-    a node."""
+def slack_gpus(gpus_per_node: int, used_gpus: int, busy_nodes: int, waiting_pods: int, room_gpus: float = 0.0,
+               idle_nodes: int = 0) -> int:
+    """The pool's paid, idle GPUs spares may take: the room the pool keeps beyond ``used_gpus`` (what its pods will
+    hold after the plan), rounded up to whole nodes (``room_gpus``: the node headroom's buffer; 0: the last node's
+    remainder), within the capacity of the ``busy_nodes`` (nodes holding pods) and the headroom's Ready
+    ``idle_nodes``; 0 while ``waiting_pods`` wait for a node."""
     if waiting_pods > 0 or gpus_per_node < 1 or used_gpus <= 0:
         return 0
-    return max(0, min((-used_gpus) % gpus_per_node, busy_nodes * gpus_per_node - used_gpus))
+    kept = math.ceil((used_gpus + max(0.0, room_gpus)) / gpus_per_node - _EPS) * gpus_per_node
+    return max(0, min(kept, (busy_nodes + max(0, idle_nodes)) * gpus_per_node) - used_gpus)
 
 
-def pool_slack(read: PoolGpus, gpus_per_node: int, change_gpus: int, waiting_pods: int) -> int:
+def pool_slack(read: PoolGpus, gpus_per_node: int, change_gpus: int, waiting_pods: int, room_gpus: float = 0.0,
+               idle_nodes: int = 0) -> int:
     """The GPUs one NodePool may lend this tick (``slack_gpus``), from the tick's read of its nodes (taken before the
     plan) and ``change_gpus``, what the plan changes in the GPUs of its Deployments (planned less requested, in GPUs);
-    ``waiting_pods``: their pods waiting for a node."""
+    ``waiting_pods``: their pods waiting for a node; ``room_gpus`` and ``idle_nodes``: the node headroom's buffer and
+    idle nodes (``engine.headroom.HeadroomDecision``), of which those the read shows empty and Ready count."""
     used = read.busy_nodes * gpus_per_node - read.partial_free + change_gpus
-    return slack_gpus(gpus_per_node, used, read.busy_nodes, waiting_pods)
+    return slack_gpus(gpus_per_node, used, read.busy_nodes, waiting_pods, room_gpus,
+                      min(idle_nodes, idle_ready_nodes(read, gpus_per_node)))
+
+
+def idle_ready_nodes(read: PoolGpus, gpus_per_node: int) -> int:
+    """Nodes of the read that are Ready and hold no pod (our placeholders excepted): their GPUs are ``free`` and not
+    ``partial_free``."""
+    return max(0, read.free - read.partial_free) // max(1, gpus_per_node)
 
 
 class PoolCount(NamedTuple):
@@ -100,18 +120,34 @@ class PoolCount(NamedTuple):
     requested: int
 
 
+class Lent(NamedTuple):
+    """One pool's lending: ``spares`` per Deployment key (only those given one); ``idle_nodes``, the headroom's idle
+    nodes the spares leave empty (what its placeholders must hold: a spare on an idle node is that node's room
+    already); ``busy_free``, the GPUs left free on its busy nodes after the plan and the spares (room a CapacityBuffer
+    can count)."""
+
+    spares: dict[str, int]
+    idle_nodes: int
+    busy_free: int
+
+
 def lend(read: PoolGpus, gpus_per_node: int, counts: Sequence[PoolCount], waiting_pods: int,
-         terms: Callable[[PoolCount], tuple[int, float]]) -> dict[str, int]:
-    """Spare replicas per Deployment of one NodePool this tick (only those given one): the slack the plan leaves on the
-    pool (``pool_slack`` of the read, taken before the plan, and what the plan changes in ``counts``' GPUs), then
-    ``spare_replicas``; ``terms(count)`` gives a Deployment's room and exposure (``SpareMember``), asked only when there
-    is slack to lend."""
+         terms: Callable[[PoolCount], tuple[int, float]], room_gpus: float = 0.0, idle_nodes: int = 0) -> Lent:
+    """Spare replicas of one NodePool this tick: the slack the plan leaves on the pool (``pool_slack`` of the read,
+    taken before the plan, what the plan changes in ``counts``' GPUs, and the headroom's ``room_gpus`` and
+    ``idle_nodes``), then ``spare_replicas``; ``terms(count)`` gives a Deployment's room and exposure
+    (``SpareMember``), asked only when there is slack to lend. The idle nodes left empty: ``idle_nodes`` less the
+    whole nodes the spares take beyond the room the plan leaves on the busy nodes."""
     change = sum((c.planned - c.requested) * c.gpus_per_replica for c in counts)
-    slack = pool_slack(read, gpus_per_node, change, waiting_pods)
+    slack = pool_slack(read, gpus_per_node, change, waiting_pods, room_gpus, idle_nodes)
+    busy_room = max(0, read.partial_free - change)  # free on the busy nodes once the plan is applied
     if not slack:
-        return {}
+        return Lent({}, idle_nodes, busy_room)
     members = [SpareMember(c.key, c.gpus_per_replica, c.planned, c.requested, *terms(c)) for c in counts]
-    return spare_replicas(slack, members)
+    spares = spare_replicas(slack, members)
+    gpus = {c.key: c.gpus_per_replica for c in counts}
+    over = sum(n * gpus[k] for k, n in spares.items()) - busy_room
+    return Lent(spares, max(0, idle_nodes - math.ceil(max(0, over) / gpus_per_node)), max(0, -over))
 
 
 def spare_replicas(slack: int, members: Sequence[SpareMember]) -> dict[str, int]:

@@ -158,7 +158,8 @@ class MoneyOutcome:
     gpus_unavailable: Mapping[str, int]
     limits: Mapping[str, int] = field(default_factory=dict)
     headroom: Mapping[str, int] = field(default_factory=dict)  # "CapacityBuffer ns/dep" / "Deployment pool" -> n
-    pool_headroom: Mapping[str, int] = field(default_factory=dict)  # NodePool -> forecast-sized idle nodes
+    # NodePool -> the forecast-sized idle nodes held empty (those spare replicas fill are not: ``engine.spare``)
+    pool_headroom: Mapping[str, int] = field(default_factory=dict)
     alerts: tuple[str, ...] = ()
     actions: tuple[str, ...] = ()
     placements: Mapping[str, GangPlacement] = field(default_factory=dict)
@@ -485,7 +486,7 @@ class MoneyStage:
             decisions=plan.decisions, report=plan.report, asked=plan.asked, breaches=plan.breaches,
             gpus_unavailable=plan.unavailable, limits={name: limit for name, (limit, _) in plan.limits.items()},
             headroom={f"{w.ident[0]} {w.ident[1]}": w.amount for w in plan.wants},
-            pool_headroom={pool: d.idle_nodes for pool, d in plan.headroom.items()},
+            pool_headroom=dict(plan.idle_nodes),
             alerts=tuple(f"{a.name}{dict(sorted(a.labels.items()))}" for a in plan.alerts), actions=tuple(actions),
             placements=dict(placements), held=frozenset(g.key for g in all_gangs if g.held), now=t,
             gang_headroom_blocked=dict(gh.blocked),

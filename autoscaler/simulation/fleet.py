@@ -266,7 +266,8 @@ class FleetRun:
     cost_usd: float = 0.0  # whole nodes, as billed
     billed_gpu_hours: float = 0.0  # node-hours x GPUs per node
     ceiling_breaches: int = 0
-    headroom_nodes: Mapping[str, IntArray] = field(default_factory=dict, repr=False)  # idle nodes asked, per tick
+    # idle nodes held empty (the forecast-sized ones spare replicas did not fill), per tick
+    headroom_nodes: Mapping[str, IntArray] = field(default_factory=dict, repr=False)
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
 
@@ -400,7 +401,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     decided = np.zeros((len(deps), n_ticks), dtype=np.int64)
     node_waits = np.zeros((len(deps), n_ticks), dtype=np.int64)
     nodes = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
-    idle_asked = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
+    idle_held = {p: np.zeros(n_ticks, dtype=np.int64) for p in pools}
     teams = sorted({d.team for d in deps})
     team_usd = {t: np.zeros(n_ticks, dtype=np.float64) for t in (*teams, "(idle)")}
     breaches = 0
@@ -443,9 +444,26 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         if ceilings.any:
             warm = [int(getattr(pol, "warm_pool_replicas", 0)) for pol in policies]
             allowed = _within_ceilings(deps, wanted, ceilings, prices, warm)
+        sized: dict[str, HeadroomDecision] = {}
+        if sizing:
+            # the pools' node headroom on the plan (the replicas the ceilings leave, spares not yet lent), as the
+            # controller's money step sizes it
+            members = {pname: [_member(k, deps[i], specs[pname], policies[i], clusters[i], allowed[i], starts[i],
+                                       tick, caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
+                       for pname in pools}
+            observations = observe_pools(reads, members, terms, config.cluster_ceiling,
+                                         quantile=config.headroom_quantile,
+                                         min_residuals=config.headroom_min_residuals, lent=lent)
+            if ceiling is not None:  # what the plan commits, as the controller's money step prices it
+                kept: dict[str | None, int] = {}
+                for i, w in enumerate(allowed):
+                    kept[deps[i].pool] = kept.get(deps[i].pool, 0) + w * gpr[i]
+                observations = within_commitment(observations, ceiling, prices.bill(kept))
+            sized = pools_headroom(observations, residuals, k * tick)
+        idle_left = {pname: d.idle_nodes for pname, d in sized.items()}
         if lending:
             allowed = _with_spares(k, allowed, by_pool, pools, specs, policies, clusters, deciders, spare_teams,
-                                   reads)
+                                   reads, sized, idle_left)
         # our controller writes its scale-downs first, so that a GPU a spare gives back is there for a replica added
         # in the same tick; HPAs act each on its own (in the fleet's order)
         order = (sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested) if lending
@@ -454,26 +472,14 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             if allowed[i] != clusters[i].requested:
                 clusters[i].scale_to(k, allowed[i])
         if sizing:
-            members = {pname: [_member(k, deps[i], specs[pname], policies[i], clusters[i], starts[i], tick,
-                                       caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
-                       for pname in pools}
-            observations = observe_pools(reads, members, terms, config.cluster_ceiling,
-                                         quantile=config.headroom_quantile,
-                                         min_residuals=config.headroom_min_residuals, lent=lent)
-            if ceiling is not None:  # what the kept plan commits, as the controller's money step prices it
-                kept: dict[str | None, int] = {}
-                for i, c in enumerate(clusters):
-                    kept[deps[i].pool] = kept.get(deps[i].pool, 0) + c.requested * gpr[i]
-                observations = within_commitment(observations, ceiling, prices.bill(kept))
-            sized = pools_headroom(observations, residuals, k * tick)
             for pname, decision in sized.items():
-                pools[pname].hold_idle(k, decision.idle_nodes)
-                idle_asked[pname][k] = decision.idle_nodes
+                pools[pname].hold_idle(k, idle_left[pname])
+                idle_held[pname][k] = idle_left[pname]
                 if decision.capped_by is not None:
                     capped_notes.setdefault(pname, decision)
         elif headroom and k:
             for pname in pools:
-                idle_asked[pname][k] = idle_asked[pname][k - 1]
+                idle_held[pname][k] = idle_held[pname][k - 1]
         # the bill and the record
         for pname, pool in pools.items():
             nodes[pname][k] = pool.node_count
@@ -519,7 +525,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         node_hours=sum(node_hours.values()),
         cost_usd=sum(h * specs[p].node_usd_per_hour for p, h in node_hours.items()),
         billed_gpu_hours=sum(h * specs[p].gpus_per_node for p, h in node_hours.items()),
-        ceiling_breaches=breaches, headroom_nodes=idle_asked if headroom else {},
+        ceiling_breaches=breaches, headroom_nodes=idle_held if headroom else {},
         seconds=time.perf_counter() - t0, notes=tuple(notes),
     )
 
@@ -527,12 +533,15 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
 def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[int]], pools: Mapping[str, NodePool],
                  specs: Mapping[str, PoolSpec], policies: Sequence[TickPolicy], clusters: Sequence[Cluster],
                  deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool],
-                 reads: Mapping[str, PoolGpus]) -> list[int]:
+                 reads: Mapping[str, PoolGpus], sized: Mapping[str, HeadroomDecision],
+                 idle_left: dict[str, int]) -> list[int]:
     """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.lend``, as the
     controller's ``engine.money.lend_spares`` does; each driver counts its own world), from the read of its nodes
     before this tick's decisions (``reads``, when the headroom took it); the GPUs lent are what the pool's next
     decisions are shown free on top of the read (``NodePool.lent``), as the controller shows them. A pool lends only
-    at a tick where all its Deployments decide (between decisions they hold their counts, spares included)."""
+    at a tick where all its Deployments decide (between decisions they hold their counts, spares included). With node
+    headroom (``sized``), the spares may fill the room it keeps, and ``idle_left`` is set to the idle nodes they
+    leave empty (what the pool's placeholders hold, as the controller's ``headroom_wants`` are)."""
     out = list(allowed)
 
     def terms(c: PoolCount) -> tuple[int, float]:
@@ -548,7 +557,12 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
         counts = [PoolCount(str(i), clusters[i].config.gpus_per_replica, out[i], clusters[i].requested) for i in idxs]
         read = reads[pname] if pname in reads else pool.pool_gpus(k)  # the tick's read, taken before its decisions
         pool.lent = 0
-        for key, n in lend(read, specs[pname].gpus_per_node, counts, waiting, terms).items():
+        headroom = sized.get(pname)
+        got = lend(read, specs[pname].gpus_per_node, counts, waiting, terms,
+                   *((headroom.buffer_gpus, headroom.idle_nodes) if headroom is not None else ()))
+        if headroom is not None:
+            idle_left[pname] = got.idle_nodes
+        for key, n in got.spares.items():
             i = int(key)
             out[i] += n
             pool.lent += n * clusters[i].config.gpus_per_replica
@@ -579,13 +593,14 @@ def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceil
     return [plan.allowed(d.name, w) for d, w in zip(deps, wanted, strict=True)]
 
 
-def _member(k: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, cluster: Cluster, start: int,
+def _member(k: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, cluster: Cluster, planned: int, start: int,
             tick: int, capacity: float, gpus_per_replica: int, demand: float) -> HeadroomMember:
     """Deployment ``d`` as the controller shows it to its pool's node headroom at tick ``k``: the forecast its
     decision read, its node lead (the decision's; the spec's start-ups before the first), the demand its decision
-    observed (the trace's for a policy that observes none) and the replicas its pods request after the ceilings."""
+    observed (the trace's for a policy that observes none) and the replicas its pods will request after the
+    ceilings (``planned``; spares are lent after the headroom is sized)."""
     decided = getattr(policy, "decided", None)
     lead = (decided.node_lead_seconds if decided is not None
             else float(pool.node_startup_seconds + d.pod_startup_seconds))
     return HeadroomMember(getattr(policy, "forecast", None), start + k * tick, lead, capacity, gpus_per_replica,
-                          float(getattr(policy, "demand_seen", demand)), cluster.requested)
+                          float(getattr(policy, "demand_seen", demand)), planned)

@@ -592,14 +592,15 @@ class FleetCapacity:
         self.pool.hold_idle(k, self.held)
 
 
-def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int], int]:
+def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int], int, int]:
     """Replay a fleet of two Deployments sharing one NodePool of 4-GPU nodes under a cluster ceiling, with
     forecast-sized node headroom, through the fleet simulator (``simulation.fleet.run_fleet``, the code of
     ``simulate --fleet``) and through the controller's tick on ports backed by the same simulated cluster (one shared
     ``NodePool``, nodes refused past the ceiling as billed, as ``run_fleet`` builds it; the controller's placeholder
     nodes held by it as Karpenter holds them); the replicas must be equal at every tick, and the decisions (after the
     ceiling) and the pool's headroom nodes at every decision. Returns (decisions compared, decisions the ceiling cut,
-    the headroom node counts seen, the decisions with spare replicas lent)."""
+    the headroom node counts seen, the decisions with spare replicas lent, those of them on the headroom's idle
+    nodes)."""
     text = CONFIG + (f"ceilings:\n  cluster: {ceiling}\nkarpenter:\n  headroom: placeholder\n"
                      f"pricing:\n  nodepools:\n    {FLEET_POOL}: {{gpus_per_node: 4, gpu_hour: 4.0}}\n")
     cfg = parse_config_text(text, "sameness-fleet.yaml")
@@ -641,7 +642,7 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int], int]
     controller = Controller(kube, source, lambda: cfg, money=MoneyStage(capacity=capacity))
     controller.fit_budget_seconds = float("inf")
     start = next(iter(series.values())).start
-    decisions = cuts = lent = 0
+    decisions = cuts = lent = filled = 0
     idle: set[int] = set()
     for k in range(fleet.ticks()):
         for sim in sims.values():
@@ -668,6 +669,7 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int], int]
                     f"{outcome.name}: cut at t+{k * tick}s"
                 cuts += planned > allowed
                 lent += spare > 0
+                filled += spare > 0 and "idle headroom node" in steps[-1].detail
             # the pool's node headroom: the same idle nodes, sized by pools_headroom on both sides
             assert report.money is not None
             assert report.money.pool_headroom.get(FLEET_POOL, 0) == sized[k], f"headroom at t+{k * tick}s"
@@ -678,17 +680,18 @@ def _fleet_replay(days: float, ceiling: float) -> tuple[int, int, set[int], int]
         for name, sim in sims.items():
             assert (sim.requested, sim.ready) == (ran[name].result.requested[k], ran[name].result.ready[k]), \
                 f"{name}: tick t+{k * tick}s"
-    return decisions, cuts, idle, lent
+    return decisions, cuts, idle, lent, filled
 
 
 @pytest.mark.timeout(600)
 def test_a_small_fleet_under_a_cluster_ceiling_decides_and_holds_headroom_the_same_through_the_controller_and_run_fleet(
 ) -> None:
     # two Deployments on one pool of 4-GPU nodes at $16/node-hour; $96/h buys 6 nodes, which the two peaks exceed
-    decisions, cuts, idle, lent = _fleet_replay(days=1.0, ceiling=96.0)
+    decisions, cuts, idle, lent, filled = _fleet_replay(days=1.0, ceiling=96.0)
     assert decisions == 86_400 // DECISION
     assert cuts > 0
-    assert 0 < lent < decisions  # decisions with spare replicas on the pool's paid GPUs and without
+    assert 0 < lent < 2 * decisions  # the two Deployments' decisions with spare replicas on paid GPUs and without
+    assert filled > 0  # some spares stood on the headroom's idle nodes, which its placeholders then left to them
     assert 0 in idle  # decisions with no idle node and with some were both compared
     assert max(idle) > 0
 

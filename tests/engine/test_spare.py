@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.engine.spare import (
+    Lent,
     PoolCount,
     SpareMember,
     exposure,
@@ -38,6 +40,39 @@ def test_the_slack_is_the_last_nodes_remainder_within_the_nodes_that_hold_pods()
     assert slack_gpus(8, 17, busy_nodes=2, waiting_pods=0) == 0
     assert slack_gpus(8, 11, busy_nodes=2, waiting_pods=1) == 0  # a pod waits for a node: the pool is short
     assert slack_gpus(8, 0, busy_nodes=0, waiting_pods=0) == 0
+
+
+def test_with_node_headroom_the_slack_is_its_room_rounded_to_whole_nodes_on_busy_and_ready_idle_nodes() -> None:
+    # 13 GPUs held on two 8-GPU nodes; the headroom keeps room for 6 GPUs more: 19 -> 3 whole nodes, 11 to lend
+    assert slack_gpus(8, 13, busy_nodes=2, waiting_pods=0, room_gpus=6.0, idle_nodes=1) == 11
+    assert slack_gpus(8, 13, busy_nodes=2, waiting_pods=0, room_gpus=6.0, idle_nodes=0) == 3  # its node not Ready
+    assert slack_gpus(8, 13, busy_nodes=2, waiting_pods=0, room_gpus=2.0, idle_nodes=1) == 3  # the room fits: 2 nodes
+    assert slack_gpus(8, 13, busy_nodes=2, waiting_pods=0, room_gpus=20.0, idle_nodes=1) == 11  # within the nodes
+    assert slack_gpus(8, 13, busy_nodes=2, waiting_pods=2, room_gpus=6.0, idle_nodes=1) == 0
+    # three half-used nodes and room for 4: the remainder and the room, both on the busy nodes
+    assert slack_gpus(8, 12, busy_nodes=3, waiting_pods=0, room_gpus=4.0) == 4
+    assert slack_gpus(8, 12, busy_nodes=3, waiting_pods=0, room_gpus=9.0) == 12
+
+
+def test_spares_on_the_headrooms_idle_nodes_leave_it_fewer_nodes_to_hold_empty() -> None:
+    # two busy 8-GPU nodes hold 13 GPUs (3 free on them); one idle headroom node is Ready (its 8 GPUs free)
+    read = PoolGpus(free=11, busy_nodes=2, partial_free=3, nodes=3)
+    plans = [PoolCount("a", 1, 6, 6), PoolCount("b", 1, 7, 7)]
+
+    def terms(room: int) -> Callable[[PoolCount], tuple[int, float]]:
+        return lambda c: (room, 1.0) if c.key == "a" else (0, 0.0)
+
+    # the headroom keeps 6 GPUs of room (one idle node): a takes the 3 free GPUs and the whole idle node
+    assert lend(read, 8, plans, 0, terms(20), room_gpus=6.0, idle_nodes=1) == Lent({"a": 11}, 0, 0)
+    # a may take 5: the busy nodes' 3 and 2 on the idle node, which is then no longer empty
+    assert lend(read, 8, plans, 0, terms(5), room_gpus=6.0, idle_nodes=1) == Lent({"a": 5}, 0, 0)
+    # a may take 2: they stand on the busy nodes, the idle node stays empty (1 GPU free on the busy nodes)
+    assert lend(read, 8, plans, 0, terms(2), room_gpus=6.0, idle_nodes=1) == Lent({"a": 2}, 1, 1)
+    # without headroom only the last node's remainder is lent, and no idle node is counted
+    assert lend(read, 8, plans, 0, terms(20)) == Lent({"a": 3}, 0, 0)
+    # a's plan grows by 4: 1 GPU of its scale-up goes on the idle node, and the room left is lent there
+    grows = [PoolCount("a", 1, 10, 6), PoolCount("b", 1, 7, 7)]
+    assert lend(read, 8, grows, 0, terms(20), room_gpus=6.0, idle_nodes=1) == Lent({"a": 7}, 0, 0)
 
 
 def test_spares_go_to_the_most_exposed_deployment_within_its_room() -> None:
@@ -83,12 +118,12 @@ def test_lend_asks_for_room_and_exposure_only_when_the_pool_has_slack() -> None:
 
     read = PoolGpus(free=5, busy_nodes=2, partial_free=5, nodes=2)  # 11 of 16 GPUs held
     counts = [PoolCount("a", 1, 6, 4), PoolCount("b", 1, 7, 7)]  # a's plan adds 2: 13 held, 3 to lend
-    assert lend(read, 8, counts, 0, terms) == {"a": 3}
+    assert lend(read, 8, counts, 0, terms).spares == {"a": 3}
     assert sorted(asked) == ["a", "b"]
     asked.clear()
     full = [PoolCount("a", 1, 9, 4), PoolCount("b", 1, 7, 7)]  # a's plan fills the second node: nothing to lend
-    assert lend(read, 8, full, 0, terms) == {}
-    assert lend(read, 8, counts, 1, terms) == {}  # a pod waits for a node
+    assert lend(read, 8, full, 0, terms).spares == {}
+    assert lend(read, 8, counts, 1, terms).spares == {}  # a pod waits for a node
     assert asked == []
 
 
@@ -97,15 +132,19 @@ def test_lend_asks_for_room_and_exposure_only_when_the_pool_has_slack() -> None:
     busy=st.integers(0, 6),
     held=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 3), st.integers(0, 4), st.integers(1, 2),
                             st.floats(-5, 5)), min_size=1, max_size=4),
+    room=st.one_of(st.just(0.0), st.floats(0, 30)),
+    idle=st.integers(0, 3),
 )
 def test_spares_never_ask_for_a_node_and_stay_within_room(gpn: int, busy: int,
-                                                          held: list[tuple[int, int, int, int, float]]) -> None:
-    members = [SpareMember(str(i), g, p, p + r, room, e) for i, (p, r, room, g, e) in enumerate(held)]
+                                                          held: list[tuple[int, int, int, int, float]],
+                                                          room: float, idle: int) -> None:
+    members = [SpareMember(str(i), g, p, p + r, rm, e) for i, (p, r, rm, g, e) in enumerate(held)]
     used = sum(m.planned * m.gpus_per_replica for m in members)
-    out = spare_replicas(slack_gpus(gpn, used, busy, 0), members)
+    out = spare_replicas(slack_gpus(gpn, used, busy, 0, room, idle), members)
     lent = sum(n * members[int(k)].gpus_per_replica for k, n in out.items())
-    assert lent <= max(0, busy * gpn - used)  # on the nodes that hold pods
-    assert lent == 0 or math.ceil((used + lent) / gpn) == math.ceil(used / gpn)  # never a node more
+    assert lent <= max(0, (busy + idle) * gpn - used)  # on the nodes that hold pods and the headroom's Ready ones
+    # never a node more than the pods' and the headroom's room need (without headroom: than the pods' alone)
+    assert lent == 0 or math.ceil((used + lent) / gpn) <= math.ceil((used + room) / gpn - 1e-9)
     for k, n in out.items():
         assert 0 < n <= members[int(k)].room
 

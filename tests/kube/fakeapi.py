@@ -405,6 +405,11 @@ class FakeKubeAPI:
         with self._lock:
             return self._store(resource, copy.deepcopy(obj))
 
+    def remove(self, resource: str, namespace: str, name: str) -> None:
+        """Remove an object as a controller the fake does not run would (a ReplicaSet its pod; not checked)."""
+        with self._lock:
+            self.objects.pop((resource, namespace, name), None)
+
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             obj = self.objects.get((resource, namespace, name))

@@ -463,6 +463,71 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     assert rig.replicas("serving", "llama-chat") == 8
 
 
+def test_spares_fill_the_headrooms_idle_node_and_its_placeholders_hold_only_the_nodes_left_empty(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer
+) -> None:
+    rig = money_rig
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
+    # One GPU per node: two nodes hold the two replicas, a third is Ready and empty (the headroom held it); the
+    # demand rises over the next node lead, so the pool's headroom keeps at least one idle node
+    rig.fake.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=2))
+    for i in range(3):
+        rig.fake.add("nodes", node(f"l4-{i}", "l4", 1))
+    for i in range(2):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", f"l4-{i}", 1))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.8",
+                                               priority="production", nodepool="l4", max_replicas=60))
+
+    report = rig.tick(TROUGH)
+    assert report.ok, report.errors
+    assert report.money is not None
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    spares = report.money.spares.get("serving/llama-chat", 0)
+    planned = decision.desired_replicas - spares
+    assert planned == 2  # the plan fits on the busy nodes (0.8 req/s a replica)
+    # the idle node is paid for the headroom's room: a spare stands on it, Ready when the rise comes
+    assert spares == 3 - planned
+    assert decision.steps[-1].name == "spare"
+    assert "1 of its idle headroom node(s)" in decision.steps[-1].detail
+    assert rig.replicas("serving", "llama-chat") == 3
+    # the placeholders hold only the idle nodes the spares left empty: no pod of theirs is Pending for the node a
+    # spare took, so Karpenter adds no node for it
+    held = report.money.pool_headroom["l4"]
+    dep = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4"))
+    assert (dep["spec"]["replicas"] if dep is not None else 0) == held
+    assert report.money.headroom.get("Deployment l4", 0) == held
+
+    # the scheduler puts the spare on the idle node; then the operator turns spares off: while the spare stands
+    # there its GPU is the room (a scale-up would take it back), and once it is gone a placeholder holds the node
+    rig.fake.add("pods", bound_pod("llama-chat-2", "l4-2", 1))
+    _set_replicas(rig, "serving", "llama-chat", 3)
+    rig.configure(karpenter={"namespace": CONTROLLER_NS, "spare_replicas": False})
+    report = rig.tick(TROUGH + 30)
+    assert report.ok, report.errors
+    assert report.money is not None
+    assert report.money.spares == {}
+    assert report.money.pool_headroom["l4"] == held
+    rig.fake.remove("pods", "serving", "llama-chat-2")
+    _set_replicas(rig, "serving", "llama-chat", 2)
+    report = rig.tick(TROUGH + 60)
+    assert report.ok, report.errors
+    assert report.money is not None
+    assert report.money.pool_headroom["l4"] == held + 1
+    dep = rig.fake.get("deployments", CONTROLLER_NS, placeholder_name("l4"))
+    assert dep is not None
+    assert dep["spec"]["replicas"] == held + 1
+
+
+def _set_replicas(rig: MoneyRig, namespace: str, name: str, replicas: int) -> None:
+    """What the ReplicaSet controller reports once the pods are there (the fake runs none)."""
+    dep = rig.fake.get("deployments", namespace, name)
+    assert dep is not None
+    dep["spec"]["replicas"] = dep["status"]["readyReplicas"] = dep["status"]["replicas"] = replicas
+    rig.fake.add("deployments", dep)
+
+
 # ---------------------------------------------------------------------------------------------- alerts
 
 
