@@ -64,6 +64,9 @@ CURRENT_DEMAND_RESOLUTION_SECONDS = 15  # the subquery step inside the window
 class Observed:
     """What one tick saw of one Deployment: the snapshot ``decide`` plans on.
 
+    ``replicas`` and ``ready``: its own, the spare replicas its pool lent it excepted (``engine.spare``: they are the
+    pool's, lent and taken back by the money step; counted here, a rule that keeps the current count, such as the
+    lead gap or the scale-down step limit, would turn them into planned replicas and keep the nodes they stand on).
     ``demand``: the demand over the last minute, else the newest ended bin's (None: missing or not read).
     ``waiting_for_node``: the ages, in seconds, of its pods Pending unschedulable (no node to run on yet).
     ``free_gpus``: GPUs free on the Ready nodes of its NodePool (None: not read; then a new replica is planned as

@@ -424,8 +424,11 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             last = float(memory.history.values[-1])
             demand = last if math.isfinite(last) else None
         current = memory.current_demand if metrics_ok and memory.current_demand is not None else demand
+        # its spare replicas are the pool's (engine.spare): the plan is made on its own
+        spares = held_spares(view.replicas, memory.spares_planned, memory.spares_lent) if spec.nodepool else 0
         observed = Observed(
-            replicas=view.replicas, ready=view.ready_replicas, demand=current, gpus_per_replica=spec.gpus_per_replica,
+            replicas=view.replicas - spares, ready=max(0, view.ready_replicas - spares), demand=current,
+            gpus_per_replica=spec.gpus_per_replica,
             waiting_for_node=tuple(p.age_seconds for p in startups.not_ready if not p.scheduled),
             free_gpus=self._free_gpus.get(spec.nodepool) if spec.nodepool else None,
         )

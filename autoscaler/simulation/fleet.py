@@ -562,8 +562,11 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
                    *((headroom.buffer_gpus, headroom.idle_nodes) if headroom is not None else ()))
         if headroom is not None:
             idle_left[pname] = got.idle_nodes
-        for key, n in got.spares.items():
-            i = int(key)
+        for i in idxs:
+            n = got.spares.get(str(i), 0)
+            told = getattr(policies[i], "lent", None)
+            if callable(told):
+                told(out[i], n)
             out[i] += n
             pool.lent += n * clusters[i].config.gpus_per_replica
     return out

@@ -52,7 +52,7 @@ from autoscaler.domain.types import ScalingDecision, ScalingPolicy
 from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS, Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.engine.retuning import tuning_due
-from autoscaler.engine.spare import exposure
+from autoscaler.engine.spare import exposure, held_spares
 from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, Cluster, ClusterConfig, ScaleIn
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
@@ -153,6 +153,7 @@ class PredictivePolicy:
         self.forecast: Forecast | None = None
         self.recommendations: tuple[tuple[int, int], ...] = ()
         self.warm_pool_replicas = 0  # of the last decision (the money stage ranks them after admitted training)
+        self.spares_planned = self.spares_lent = 0  # the fleet's last lending to it: its plan, its spares
         self.decision: ScalingDecision | None = None  # the last decision, every step explained
         # the per-tick demand of the last minute before the current tick (the controller's instant rate query)
         self._recent: deque[float] = deque(maxlen=max(1, math.ceil(CURRENT_DEMAND_WINDOW_SECONDS / self.tick)))
@@ -294,10 +295,16 @@ class PredictivePolicy:
             b = k // self.per_bin
             demand = float(self.series.values[b - 1]) if b > 0 else math.nan
         pool = cluster.pool
-        return Observed(replicas=cluster.requested, ready=cluster.ready,
+        spares = held_spares(cluster.requested, self.spares_planned, self.spares_lent)  # the pool's (engine.spare)
+        return Observed(replicas=cluster.requested - spares, ready=max(0, cluster.ready - spares),
                         demand=demand if math.isfinite(demand) else None, gpus_per_replica=self.gpus_per_replica,
                         waiting_for_node=cluster.waiting_for_node(k),
                         free_gpus=None if pool.name is None else pool.ready_free_gpus(k, self.gpus_per_replica))
+
+    def lent(self, planned: int, spares: int) -> None:
+        """The fleet's pool lent this Deployment ``spares`` replicas on top of its plan of ``planned``
+        (``engine.spare``): the next decisions plan on its own replicas, as the controller's (``observed``)."""
+        self.spares_planned, self.spares_lent = planned, spares
 
     def spare_room(self, k: int, planned: int) -> tuple[int, float]:
         """What the fleet's pool may lend this Deployment at tick ``k`` when its plan asks ``planned`` replicas: the
