@@ -459,6 +459,9 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     decision = outcome(report, "llama-chat").decision
     assert decision is not None
     assert not decision.needs_node  # without the lent GPUs the node has none free
+    # it plans on its own replicas: the spares are the pool's (counted, the lead gap would keep them as planned)
+    assert decision.steps[0].name == "lead_time"
+    assert decision.steps[0].replicas == planned
     assert report.money.spares == {"serving/llama-chat": 8 - decision.steps[-2].replicas}
     assert rig.replicas("serving", "llama-chat") == 8
 
