@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -418,7 +418,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     demand_cols = [dem.tolist() for dem in demands]
     prepares = [f for pol in policies if callable(f := getattr(pol, "prepare", None))]
     deciders = [decides_of(pol) for pol in policies]
-    spare_teams = [d.team not in config.team_ceilings for d in deps]  # a spare is billed to its team
+    lenders = [_Lender(str(i), getattr(pol, "spare_room", None) if d.team not in config.team_ceilings else None,
+                       getattr(pol, "lent", None)) for i, (d, pol) in enumerate(zip(deps, policies, strict=True))]
     lending = config.spare_replicas and any(callable(getattr(pol, "spare_room", None)) for pol in policies)
 
     for k in range(n_ticks):
@@ -462,8 +463,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
             sized = pools_headroom(observations, residuals, k * tick)
         idle_left = {pname: d.idle_nodes for pname, d in sized.items()}
         if lending:
-            allowed = _with_spares(k, allowed, by_pool, pools, specs, policies, clusters, deciders, spare_teams,
-                                   reads, sized, idle_left)
+            allowed = _with_spares(k, allowed, by_pool, pools, specs, lenders, clusters, deciders, reads, sized,
+                                   idle_left)
         # our controller writes its scale-downs first, so that a GPU a spare gives back is there for a replica added
         # in the same tick; HPAs act each on its own (in the fleet's order)
         order = (sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested) if lending
@@ -530,11 +531,20 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     )
 
 
+class _Lender(NamedTuple):
+    """A Deployment of the fleet as its pool's lending sees it (``_with_spares``): its key, its policy's
+    ``spare_room`` (None: it takes no spares: an HPA, or a team under a ceiling, since a spare is billed to its team)
+    and ``lent`` (told what it was lent, so that its decisions plan on its own replicas)."""
+
+    key: str
+    room: Callable[[int, int], tuple[int, float]] | None
+    tell: Callable[[int, int], None] | None
+
+
 def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[int]], pools: Mapping[str, NodePool],
-                 specs: Mapping[str, PoolSpec], policies: Sequence[TickPolicy], clusters: Sequence[Cluster],
-                 deciders: Sequence[Callable[[int], bool]], spare_teams: Sequence[bool],
-                 reads: Mapping[str, PoolGpus], sized: Mapping[str, HeadroomDecision],
-                 idle_left: dict[str, int]) -> list[int]:
+                 specs: Mapping[str, PoolSpec], lenders: Sequence[_Lender], clusters: Sequence[Cluster],
+                 deciders: Sequence[Callable[[int], bool]], reads: Mapping[str, PoolGpus],
+                 sized: Mapping[str, HeadroomDecision], idle_left: dict[str, int]) -> list[int]:
     """``allowed`` plus the spare replicas each pool lends on its paid, idle GPUs (``engine.spare.lend``, as the
     controller's ``engine.money.lend_spares`` does; each driver counts its own world), from the read of its nodes
     before this tick's decisions (``reads``, when the headroom took it); the GPUs lent are what the pool's next
@@ -545,16 +555,16 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
     out = list(allowed)
 
     def terms(c: PoolCount) -> tuple[int, float]:
-        i = int(c.key)
-        lends = getattr(policies[i], "spare_room", None)
-        return lends(k, c.planned) if callable(lends) and spare_teams[i] else (0, 0.0)
+        room = lenders[int(c.key)].room
+        return (0, 0.0) if room is None else room(k, c.planned)
 
     for pname, idxs in by_pool.items():
         if not all(deciders[i](k) for i in idxs):
             continue
         pool = pools[pname]
         waiting = sum(len(clusters[i].waiting_for_node(k)) for i in idxs if clusters[i].starting)
-        counts = [PoolCount(str(i), clusters[i].config.gpus_per_replica, out[i], clusters[i].requested) for i in idxs]
+        counts = [PoolCount(lenders[i].key, clusters[i].config.gpus_per_replica, out[i], clusters[i].requested)
+                  for i in idxs]
         read = reads[pname] if pname in reads else pool.pool_gpus(k)  # the tick's read, taken before its decisions
         pool.lent = 0
         headroom = sized.get(pname)
@@ -563,10 +573,10 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
         if headroom is not None:
             idle_left[pname] = got.idle_nodes
         for i in idxs:
-            n = got.spares.get(str(i), 0)
-            told = getattr(policies[i], "lent", None)
-            if callable(told):
-                told(out[i], n)
+            n = got.spares.get(lenders[i].key, 0)
+            tell = lenders[i].tell
+            if tell is not None:
+                tell(out[i], n)
             out[i] += n
             pool.lent += n * clusters[i].config.gpus_per_replica
     return out
