@@ -234,7 +234,8 @@ class KarpenterConfig:
     enabled: bool = True
     headroom: HeadroomSetting = "auto"
     namespace: str = "predictive-autoscaler"
-    # lend a NodePool's paid, idle GPUs (its last node's free ones) to spare replicas (``engine.spare``)
+    # lend a NodePool's paid, idle GPUs (its last node's free ones, its headroom's room) to spare replicas
+    # (``engine.spare``)
     spare_replicas: bool = True
 
 
