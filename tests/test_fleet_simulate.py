@@ -219,6 +219,24 @@ def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
     assert on.slo_misses < off.slo_misses
 
 
+def test_spares_fill_the_room_node_headroom_keeps_and_its_placeholders_hold_what_they_leave_empty() -> None:
+    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8), "p", capacity_per_replica=0.5, max_replicas=60)
+                 for i in range(2))
+    config = FleetConfig(deps, (PoolSpec("p", 4, 10.0),), headroom_min_residuals=10)
+    profile = ForecastProfile()
+
+    def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
+        return factory(lambda: registry.make_chain("persistence"), profile=profile)(d.series, sim, cluster)
+
+    on = run_fleet(config, build, "on", headroom=True)
+    off = run_fleet(replace(config, spare_replicas=False), build, "off", headroom=True)
+    # the idle nodes held empty are fewer: spares stand on the room they kept, Ready when a rise comes
+    assert float(on.headroom_nodes["p"].mean()) < float(off.headroom_nodes["p"].mean())
+    lent = sum(r.result.requested - r.decisions for r in on.deployments)
+    assert int(lent.max()) > 3  # more spares at once than the last node's remainder (4-GPU nodes) could hold
+    assert on.slo_misses < off.slo_misses
+
+
 def test_spares_on_the_pools_paid_gpus_cut_misses_and_hpa_deployments_get_none() -> None:
     deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8), "p", capacity_per_replica=0.5, max_replicas=60)
                  for i in range(3))
