@@ -232,7 +232,7 @@ def test_spares_fill_the_room_node_headroom_keeps_and_its_placeholders_hold_what
     off = run_fleet(replace(config, spare_replicas=False), build, "off", headroom=True)
     # the idle nodes held empty are fewer: spares stand on the room they kept, Ready when a rise comes
     assert float(on.headroom_nodes["p"].mean()) < float(off.headroom_nodes["p"].mean())
-    lent = sum(r.result.requested - r.decisions for r in on.deployments)
+    lent = np.sum([r.result.requested - r.decisions for r in on.deployments], axis=0)
     assert int(lent.max()) > 3  # more spares at once than the last node's remainder (4-GPU nodes) could hold
     assert on.slo_misses < off.slo_misses
 
