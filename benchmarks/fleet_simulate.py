@@ -77,7 +77,8 @@ headroom is sized by the controller's own `pools_headroom`, its spare replicas l
 `engine.spare` functions, and a scale-down of our policy removes the replicas the controller's `pod-deletion-cost` \
 marks choose, those of the emptiest nodes first; the HPAs read the arrival rate of the last minute, as our \
 controller does, and their Deployments keep the ReplicaSet's own order, newest first). **Both fleet targets are met \
-by the self-tuned default with forecast-sized node headroom: 17,803 billed GPU-hours for 99.958% of the fleet's \
+by the self-tuned default with forecast-sized node headroom, the controller's default (`karpenter.headroom: auto`, \
+`spare_replicas: true`): 17,803 billed GPU-hours for 99.958% of the fleet's \
 work, at least 44% fewer GPU-hours than HPA + Karpenter needs for as much (its best, 99.746% at 0.3, costs 31,560) \
 and 93% fewer misses than its curve at the same GPU-hours.** Without headroom the self-tuned default meets the \
 GPU-hour target (14,944 GPU-h for 99.823%, at least 53% fewer, all four objectives met) but not the miss target \
@@ -114,8 +115,9 @@ evicting pods, each eviction a cold start, which the simulator models for neithe
 from**: self-tuned, pod start-up (replicas asked for but still loading) 34%, node waits 27%, the backlog an \
 earlier shortfall leaves 31%; with headroom, pod start-up 49% of a quarter as much. What is left needs Ready \
 replicas before bursts no forecast sees, or starts faster than 120 s. Not modelled: a pod Pending for the GPU a \
-spare gives back waits for the spare's graceful termination, and Karpenter may start a node for it meanwhile \
-(consolidated once empty)."""
+spare of another Deployment gives back waits for the spare's graceful termination, and Karpenter launches a node \
+for a pod Pending behind a terminating one (aws/karpenter-provider-aws#3729; consolidated once empty), which now \
+applies to the headroom's room as well."""
 
 # Measured 2026-11-26 with --perf on the project's shared 2-core machine (before and after in one session, twice).
 PERF_READING = """Run time (`python -m benchmarks.fleet_simulate --perf`: 20 synthetic Deployments, diurnal, bursty \
