@@ -84,7 +84,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
-from autoscaler.engine.spare import PoolCount, exposure, lend
+from autoscaler.engine.spare import Lent, PoolCount, exposure, lend
 from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
@@ -300,18 +300,17 @@ def _idle_after_spares(d: HeadroomDecision, left: int) -> tuple[int, str]:
 def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, ScalingDecision],
                 observations: Sequence[PoolObservation], teams: Mapping[str, str], ceilings: Ceilings,
                 sized: Mapping[str, HeadroomDecision]
-                ) -> tuple[dict[str, ScalingDecision], dict[str, int], dict[str, tuple[int, int]]]:
+                ) -> tuple[dict[str, ScalingDecision], dict[str, int], dict[str, Lent]]:
     """``decisions`` with the spare replicas each observed NodePool lends on its paid, idle GPUs (``engine.spare.lend``;
-    a ``spare`` step on the trail), the spares per Deployment, and per pool with node headroom (``sized``: its buffer
-    and idle nodes, which the spares may fill) the idle nodes they leave empty and the GPUs they leave free on its
-    busy nodes (``engine.spare.Lent``). A Deployment takes none without a
-    forecast and a capacity (its member shows no forecast then), or when its team has a cost ceiling (a spare is
-    billed to its team); it still counts in its pool's GPUs."""
+    a ``spare`` step on the trail), the spares per Deployment, and each pool's lending (``engine.spare.Lent``: with
+    node headroom, ``sized``, the spares may fill its room, and the lending says what they leave free). A Deployment
+    takes none without a forecast and a capacity (its member shows no forecast then), or when its team has a cost
+    ceiling (a spare is billed to its team); it still counts in its pool's GPUs."""
     by_key = {p.key: p for p in planned}
     members = {m.key: m for obs in observations for m in obs.members}
     out = dict(decisions)
     lent: dict[str, int] = {}
-    idle_left: dict[str, tuple[int, int]] = {}
+    by_pool: dict[str, Lent] = {}
 
     def terms(c: PoolCount) -> tuple[int, float]:
         m = members[c.key]
@@ -327,10 +326,8 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
         headroom = sized.get(obs.pool)
         got = lend(read, obs.gpus_per_node, counts, sum(m.waiting_for_node for m in ours.values()), terms,
                    *((headroom.buffer_gpus, headroom.idle_nodes) if headroom is not None else ()))
-        filled = 0
-        if headroom is not None:
-            idle_left[obs.pool] = (got.idle_nodes, got.busy_free)
-            filled = headroom.idle_nodes - got.idle_nodes
+        by_pool[obs.pool] = got
+        filled = headroom.idle_nodes - got.idle_nodes if headroom is not None else 0
         where = "its last node's free GPUs" + (f" and {filled} of its idle headroom node(s)" if filled else "")
         for key, n in got.spares.items():
             d = out[key]
@@ -339,7 +336,7 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
                 "spare", d.desired_replicas + n,
                 f"+{n} spare replica(s) on GPUs NodePool {obs.pool} already pays for ({where}; given back as soon as "
                 "a plan needs them)")))
-    return out, lent, idle_left
+    return out, lent, by_pool
 
 
 @dataclass(frozen=True)
@@ -537,14 +534,14 @@ def money_step(snapshot: MoneySnapshot, state: MoneyState) -> tuple[MoneyPlan, M
             sized = pools_headroom(observations, s.residuals, t)
     # the spares come after the headroom: they may fill the room it keeps (engine.spare)
     spares: dict[str, int] = {}
-    left: dict[str, tuple[int, int]] = {}
+    lent: dict[str, Lent] = {}
     if s.spare_replicas and s.pool_observations:
-        decisions, spares, left = lend_spares(planned, decisions, s.pool_observations, teams, s.ceilings, sized)
+        decisions, spares, lent = lend_spares(planned, decisions, s.pool_observations, teams, s.ceilings, sized)
     if kind is not None:
-        idle = {pool: _idle_after_spares(d, left[pool][0] if pool in left else d.idle_nodes)
+        idle = {pool: _idle_after_spares(d, lent[pool].idle_nodes if pool in lent else d.idle_nodes)
                 for pool, d in sized.items()}
         # a CapacityBuffer keeps room for pods where GPUs are free: not on the GPUs spares took
-        partial = {o.pool: left[o.pool][1] if o.pool in left else o.partial_free_gpus
+        partial = {o.pool: lent[o.pool].busy_free if o.pool in lent else o.partial_free_gpus
                    for o in s.pool_observations or ()}
         buffers = buffer_holders(s.planned, partial) if kind == "capacitybuffer" else None
         wants = tuple(headroom_wants(idle, list(gh.held), s.shapes, views, effective_limits, buffers))
