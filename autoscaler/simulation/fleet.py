@@ -15,15 +15,17 @@ Each Deployment is a ``cluster.Cluster`` on its NodePool's shared ``cluster.Node
    predictive one) is first asked to prepare on every Deployment (its forecast, and the self-tuning replay that
    falls due started, in a worker process when its tuner has a pool), so the replays due at one tick run at once;
 3. when the fleet's asks, priced in whole nodes per pool (perfect packing, ``domain.cost.GpuPrices``), break the
-   cluster or a team ceiling, ``engine.money.money_step`` (the controller's money step) cuts them by priority; the
-   Deployments scale;
-4. with headroom on, at each decision of the predictive policy (every ``headroom_every`` ticks), each pool keeps
-   the idle whole nodes ``engine.money.pools_headroom`` asks for, on what the controller observes
+   cluster or a team ceiling, ``engine.money.money_step`` (the controller's money step) cuts them by priority;
+4. with headroom on, at each decision of the predictive policy (every ``headroom_every`` ticks), each pool's idle
+   whole nodes are sized by ``engine.money.pools_headroom`` on the plan and on what the controller observes
    (``engine.money.observe_pools`` of the pool's nodes as read before the tick's decisions, ``NodePool.pool_gpus``,
    and of each Deployment's forecast, node lead and observed demand): the controller's money stage calls the same two
-   functions. Empty nodes are provisioned; others are reserved from consolidation; the rest are left to
-   consolidate;
-5. the bill: nodes that exist or are starting, per pool (Karpenter bills a node from launch).
+   functions;
+5. each pool lends its paid, idle GPUs (the last node's remainder, and the headroom's room) to spare replicas of our
+   policy's Deployments (``engine.spare.lend``, as the money stage does); the Deployments scale, decreases first;
+   the idle nodes the spares left empty are held: empty nodes are provisioned, others reserved from consolidation,
+   the rest left to consolidate;
+6. the bill: nodes that exist or are starting, per pool (Karpenter bills a node from launch).
 
 The ceiling *as billed* is a hard rule: a pool may not create a node when the fleet's nodes, at their prices, plus
 that node would exceed the cluster ceiling (the pod waits Pending, as under a NodePool limit). A team's bill is its
@@ -449,8 +451,8 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         if sizing:
             # the pools' node headroom on the plan (the replicas the ceilings leave, spares not yet lent), as the
             # controller's money step sizes it
-            members = {pname: [_member(k, deps[i], specs[pname], policies[i], clusters[i], allowed[i], starts[i],
-                                       tick, caps[i], gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
+            members = {pname: [_member(k, deps[i], specs[pname], policies[i], allowed[i], starts[i], tick, caps[i],
+                                       gpr[i], demand_cols[i][k]) for i in by_pool[pname]]
                        for pname in pools}
             observations = observe_pools(reads, members, terms, config.cluster_ceiling,
                                          quantile=config.headroom_quantile,
@@ -606,8 +608,8 @@ def _within_ceilings(deps: Sequence[DeploymentSpec], wanted: Sequence[int], ceil
     return [plan.allowed(d.name, w) for d, w in zip(deps, wanted, strict=True)]
 
 
-def _member(k: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, cluster: Cluster, planned: int, start: int,
-            tick: int, capacity: float, gpus_per_replica: int, demand: float) -> HeadroomMember:
+def _member(k: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, planned: int, start: int, tick: int,
+            capacity: float, gpus_per_replica: int, demand: float) -> HeadroomMember:
     """Deployment ``d`` as the controller shows it to its pool's node headroom at tick ``k``: the forecast its
     decision read, its node lead (the decision's; the spec's start-ups before the first), the demand its decision
     observed (the trace's for a policy that observes none) and the replicas its pods will request after the
