@@ -203,7 +203,8 @@ def test_a_ceiling_as_billed_is_never_exceeded() -> None:
     assert run.cost_usd == pytest.approx(float(nodes.sum()) * 15 / 3600 * price)
 
 
-def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
+def _two_on_a_pool_of_4_gpu_nodes() -> tuple[FleetConfig, PolicyBuilder]:
+    """Two Deployments of our policy (persistence forecasts) on one pool of 4-GPU nodes, headroom on evidence soon."""
     deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8), "p", capacity_per_replica=0.5, max_replicas=60)
                  for i in range(2))
     config = FleetConfig(deps, (PoolSpec("p", 4, 10.0),), headroom_min_residuals=10)
@@ -212,6 +213,11 @@ def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
     def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
         return factory(lambda: registry.make_chain("persistence"), profile=profile)(d.series, sim, cluster)
 
+    return config, build
+
+
+def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
+    config, build = _two_on_a_pool_of_4_gpu_nodes()
     off = run_fleet(config, build, "off")
     on = run_fleet(config, build, "on", headroom=True)
     assert on.headroom_nodes["p"].max() >= 1
@@ -220,14 +226,7 @@ def test_headroom_keeps_idle_nodes_and_cuts_node_waits() -> None:
 
 
 def test_spares_fill_the_room_node_headroom_keeps_and_its_placeholders_hold_what_they_leave_empty() -> None:
-    deps = tuple(DeploymentSpec(f"d{i}", _series(i + 1, 8), "p", capacity_per_replica=0.5, max_replicas=60)
-                 for i in range(2))
-    config = FleetConfig(deps, (PoolSpec("p", 4, 10.0),), headroom_min_residuals=10)
-    profile = ForecastProfile()
-
-    def build(i: int, d: DeploymentSpec, sim: SimulationConfig, cluster: ClusterConfig) -> TickPolicy:
-        return factory(lambda: registry.make_chain("persistence"), profile=profile)(d.series, sim, cluster)
-
+    config, build = _two_on_a_pool_of_4_gpu_nodes()
     on = run_fleet(config, build, "on", headroom=True)
     off = run_fleet(replace(config, spare_replicas=False), build, "off", headroom=True)
     # the idle nodes held empty are fewer: spares stand on the room they kept, Ready when a rise comes
