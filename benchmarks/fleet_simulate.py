@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2); with --perf, 2 or more runs "
                         "the self-tuning replays in that many worker processes")
     parser.add_argument("--perf", action="store_true", help=f"time one predictive run (with headroom) of "
-                        f"{PERF_DEPLOYMENTS} synthetic Deployments over --days instead")
+                        f"{PERF_DEPLOYMENTS} synthetic Deployments over --days instead, then compare it with the "
+                        "HPA targets on that fleet (not timed)")
     args = parser.parse_args(argv)
     if args.perf:
         # The Deployments share nodes at every tick, so the fleet runs in this process; with --jobs 2 or more, the
@@ -393,6 +394,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{cpu + worker:.0f} s CPU ({how}: {cpu:.0f} s + {worker:.0f} s) "
               f"(billed GPU-h {run.billed_gpu_hours:,.0f}, SLO attained {_pct(run.slo_attainment)}); "
               f"machine: {machine()}")
+        # the same fleet under HPA + Karpenter, after the timing: a second fleet to read the targets on
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            hpa = [r.as_policy_result() for r in pool.map(one_run, [("reactive", t, True, args.days, False)
+                                                                     for t in TARGETS])]
+        cut, saved, bound = compare(run, hpa)
+        print("against HPA + Karpenter on this fleet ("
+              + ", ".join(f"{h.name} {h.gpu_hours:,.0f} GPU-h at {_pct(h.slo_attainment)}" for h in hpa)
+              + f"): {_pct(cut, 0)} fewer misses at equal GPU-hours, {_saved_text(saved, bound)} fewer GPU-hours at "
+              "equal attainment")
         return 0
     require_traces(TRACES, "python -m benchmarks.fleet_simulate")
     jobs = [*[(kind, float(q), False, args.days, h) for kind, q in (("tuned", 0), *(("pinned", q) for q in POINTS))
