@@ -155,8 +155,9 @@ one lending function of the two drivers' wiring (the same decisions): 178 s, 277
 just before it, with a dataclass made per Deployment at every decision, took 195 s (95 s + 205 s: the workers, \
 whose code did not change, 5% slower too, so part of it was the machine). **Re-measured with spares in the \
 headroom's room and decisions on their own replicas** (2026-11-26, load average 0.9-1.0 at the start): 197 s wall, \
-304 s of CPU (94 s + 210 s), 79,514 billed GPU-h at 99.719% (from 76,927 at 99.533%); the code before these \
-changes, run right after on the same machine: 195 s (93 s + 206 s), where it had taken 178 s the day before. **So \
+304 s of CPU (94 s + 210 s), 79,514 billed GPU-h at 99.719% (from 76,927 at 99.533%), and 194 s (90 s + 212 s) in \
+a later run; the code before these changes, run between them on the same machine: 195 s (93 s + 206 s), where it \
+had taken 178 s the day before. **So \
 the target is not met on this machine today, by the old code or the new** (the change costs about 1%: more \
 replicas to simulate and the lending's larger slack); the replays, which run as the controller runs them (within \
 the tick, their choice from the next decision), are two thirds of the CPU. **This fleet is a second reading of the \
