@@ -169,7 +169,7 @@ target is met: its synthetic shapes (a diurnal cycle, bursts, a flat series, a p
 HPA at 0.5 (88,318 GPU-h at 99.528%) less to save than the traces do."""
 
 
-def fleet(days: float) -> FleetConfig:
+def fleet(days: float, gpus_per_node: int = GPUS_PER_NODE) -> FleetConfig:
     """The benchmark's fleet from the real traces (module docstring)."""
     deps = []
     for path in sorted(p for p in TRACES.glob("*.csv") if multi_day(p)):
@@ -179,7 +179,8 @@ def fleet(days: float) -> FleetConfig:
         deps.append(DeploymentSpec(path.stem, series, "gpu", peak / PEAK_REPLICAS, max_replicas=4 * PEAK_REPLICAS,
                                    team=path.stem.split("_")[0], slo_wait_seconds=SLO_WAIT,
                                    slo_attainment=SLO_SHARE))
-    return FleetConfig(tuple(deps), (PoolSpec("gpu", GPUS_PER_NODE, NODE_USD, 180, 0),))
+    node_usd = Config().pricing.default_gpu_hour * gpus_per_node
+    return FleetConfig(tuple(deps), (PoolSpec("gpu", gpus_per_node, node_usd, 180, 0),))
 
 
 def perf_fleet(days: float, n: int = PERF_DEPLOYMENTS) -> FleetConfig:
@@ -197,13 +198,17 @@ def perf_fleet(days: float, n: int = PERF_DEPLOYMENTS) -> FleetConfig:
                                      PoolSpec("b", GPUS_PER_NODE, NODE_USD, 180, 0)))
 
 
-def one_run(job: tuple[str, float, bool, float, bool], executor: Executor | None = None) -> FleetRun:
-    """One policy over the fleet (in a worker process): ``(policy, target or point, perf fleet?, days, headroom?)``;
+Job = tuple[str, float, bool, float, bool, int]
+
+
+def one_run(job: Job, executor: Executor | None = None) -> FleetRun:
+    """One policy over the fleet (in a worker process): ``(policy, target or point, perf fleet?, days, headroom?,
+    GPUs per node of the traces' fleet)``;
     policy ``reactive`` (HPA at ``target``), ``pinned`` (the default profile at ``warm_pool_quantile`` ``target``) or
     ``tuned`` (the default profile, self-tuned); ``executor``: a pool of worker processes where the self-tuning
     replays run, those due at the same tick at once (the same choices)."""
-    kind, target, perf, days, headroom = job
-    config = perf_fleet(days) if perf else fleet(days)
+    kind, target, perf, days, headroom, gpus_per_node = job
+    config = perf_fleet(days) if perf else fleet(days, gpus_per_node)
     if kind == "reactive":
         return run_fleet(config, hpa_builder(target), f"reactive@{target:g}")
     profile = ForecastProfile()
@@ -301,11 +306,12 @@ def markdown(runs: list[FleetRun], config: FleetConfig, seconds: float, days: fl
     hpa_runs = [r for r in runs if r.name.startswith("reactive@")]
     hpa = [r.as_policy_result() for r in hpa_runs]
     names = ", ".join(d.name for d in config.deployments)
+    gpn, node_usd = config.pools[0].gpus_per_node, config.pools[0].node_usd_per_hour
     lines = [
         "## fleet simulate", "",
         f"`python -m benchmarks.fleet_simulate`: a fleet of {len(config.deployments)} Deployments ({names}; the "
         f"first {days:g} days of each trace, replicas sized so its peak needs {PEAK_REPLICAS}, 1 GPU each) on one "
-        f"NodePool of {GPUS_PER_NODE}-GPU nodes at ${NODE_USD:g}/node-hour, node start-up 180 s, pod start-up 120 s, "
+        f"NodePool of {gpn}-GPU nodes at ${node_usd:g}/node-hour, node start-up 180 s, pod start-up 120 s, "
         "Karpenter v1's default `consolidateAfter: 0s`; every Deployment's objective is 99% of requests started "
         "within 2 s (60 s timeout). Every Deployment names its NodePool, so our policy reads the pool's free GPUs "
         "as the controller does and plans a replica that fits on one with the pod start-up alone "
@@ -315,7 +321,7 @@ def markdown(runs: list[FleetRun], config: FleetConfig, seconds: float, days: fl
         "for the pool "
         "(`autoscaler/engine/headroom.py`, p95 of the pool's summed-forecast error at the node lead); *reactive@T*: "
         "HPA + Karpenter (one HPA per Deployment at target T, pods that do not fit wait for a node). GPU-hours are "
-        f"**as billed**: node-hours x {GPUS_PER_NODE} (idle nodes included); *replica GPU-h* is what the pods held. "
+        f"**as billed**: node-hours x {gpn} (idle nodes included); *replica GPU-h* is what the pods held. "
         "*SLO attained*: the share of the fleet's work (replica-hours of demand) started within its objective's "
         "wait, so that each Deployment weighs what it costs to serve (ServeGen counts a million requests a bin, NASA "
         "a few dozen; weighted by requests the fleet would be ServeGen alone); *per request*: weighted by requests. "
@@ -376,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--days", type=float, default=DAYS, help=f"days replayed (default {DAYS}; other values "
                         "write nothing)")
+    parser.add_argument("--gpus-per-node", type=int, default=GPUS_PER_NODE, help=f"the traces' NodePool's node size "
+                        f"(default {GPUS_PER_NODE}; other values write nothing)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2); with --perf, 2 or more runs "
                         "the self-tuning replays in that many worker processes")
     parser.add_argument("--perf", action="store_true", help=f"time one predictive run (with headroom) of "
@@ -391,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             executor = (stack.enter_context(ProcessPoolExecutor(max_workers=args.jobs)) if args.jobs >= 2
                         else None)
-            run = one_run(("tuned", 0.0, True, args.days, True), executor)
+            run = one_run(("tuned", 0.0, True, args.days, True, GPUS_PER_NODE), executor)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         worker = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
@@ -403,8 +411,8 @@ def main(argv: list[str] | None = None) -> int:
               f"machine: {machine()}")
         # the same fleet under HPA + Karpenter, after the timing: a second fleet to read the targets on
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            hpa = [r.as_policy_result() for r in pool.map(one_run, [("reactive", t, True, args.days, False)
-                                                                     for t in TARGETS])]
+            hpa_jobs: list[Job] = [("reactive", t, True, args.days, False, GPUS_PER_NODE) for t in TARGETS]
+            hpa = [r.as_policy_result() for r in pool.map(one_run, hpa_jobs)]
         cut, saved, bound = compare(run, hpa)
         print("against HPA + Karpenter on this fleet ("
               + ", ".join(f"{h.name} {h.gpu_hours:,.0f} GPU-h at {_pct(h.slo_attainment)}" for h in hpa)
@@ -412,16 +420,17 @@ def main(argv: list[str] | None = None) -> int:
               "equal attainment")
         return 0
     require_traces(TRACES, "python -m benchmarks.fleet_simulate")
-    jobs = [*[(kind, float(q), False, args.days, h) for kind, q in (("tuned", 0), *(("pinned", q) for q in POINTS))
-              for h in (False, True)],
-            *[("reactive", t, False, args.days, False) for t in TARGETS]]
+    gpn = args.gpus_per_node
+    jobs: list[Job] = [*[(kind, float(q), False, args.days, h, gpn)
+                         for kind, q in (("tuned", 0), *(("pinned", q) for q in POINTS)) for h in (False, True)],
+                       *[("reactive", t, False, args.days, False, gpn) for t in TARGETS]]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         runs = list(pool.map(one_run, jobs))
-    config = fleet(args.days)
+    config = fleet(args.days, gpn)
     text = markdown(runs, config, time.perf_counter() - t0, args.days)
     print(text)
-    if args.days == DAYS:
+    if args.days == DAYS and gpn == GPUS_PER_NODE:
         update_section("fleet-simulate", text)
     return 0
 
