@@ -371,8 +371,8 @@ def markdown(runs: list[FleetRun], config: FleetConfig, seconds: float, days: fl
     lines += [f"- {n}" for n in notes.values()]
     for r in runs:
         for pool, idle in r.headroom_nodes.items():
-            lines.append(f"- {r.name}: NodePool {pool} held {float(idle.mean()):.2f} idle headroom node(s) on average "
-                         f"(most {int(idle.max())})")
+            lines.append(f"- {r.name}: NodePool {pool} held {float(idle.mean()):.2f} idle headroom node(s) empty on "
+                         f"average (most {int(idle.max())}; spare replicas stood on the rest of its room)")
     lines += ["", f"Whole run: {seconds:.0f} s (runs 2 at a time). Machine: {machine()}.", "", READING, "",
               PERF_READING]
     return "\n".join(lines)
