@@ -84,7 +84,7 @@ from autoscaler.engine.headroom import (
     PoolForecast,
     pool_headroom,
 )
-from autoscaler.engine.spare import Lent, PoolCount, exposure, lend
+from autoscaler.engine.spare import Lent, PoolCount, exposure, lend, member_terms
 from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
@@ -313,10 +313,12 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
     by_pool: dict[str, Lent] = {}
 
     def terms(c: PoolCount) -> tuple[int, float]:
+        if teams.get(c.key) in ceilings.teams:  # a spare is billed to its team
+            return 0, 0.0
         m = members[c.key]
-        expo = None if teams.get(c.key) in ceilings.teams else exposure(m.forecast, m.now, m.lead_seconds,
-                                                                       m.capacity, c.planned)
-        return (0, 0.0) if expo is None else (max(0, by_key[c.key].spec.max_replicas - c.planned), expo)
+        return member_terms(exposure(m.forecast, m.now, m.lead_seconds, m.capacity, c.planned),
+                            by_key[c.key].spec.max_replicas, c.planned, c.requested,
+                            bool(decisions[c.key].missing_metrics))
 
     for obs in observations:
         ours = {m.key: m for m in obs.members if m.key in by_key and m.key in out}

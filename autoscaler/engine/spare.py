@@ -19,7 +19,9 @@ The rules (``lend``: ``pool_slack``, then ``spare_replicas``), per NodePool read
   them; a scale-up takes a spare's GPU back as it would a placeholder's;
 * none while a pod of the pool waits for a node: the pool is short, and its free GPUs are the scale-up's;
 * members are the Deployments we scale (not advisory) with a forecast and a capacity, below their ``max_replicas``,
-  whose team has no cost ceiling (a spare is billed to its team even though the cluster's bill does not move);
+  whose team has no cost ceiling (a spare is billed to its team even though the cluster's bill does not move); one
+  whose decision holds on missing evidence keeps the spares it holds (``member_terms``: never a scale-down on
+  missing data);
 * spares already held stay first (moving one throws away a model load; a Deployment holds spares when it requests
   more replicas than its plan), then one replica at a time goes to the Deployment whose forecast's top band over
   its node lead needs the most replicas above its plan (``exposure``): where a miss is likeliest;
@@ -71,6 +73,18 @@ def exposure(forecast: Forecast | None, now: int, lead_seconds: float, capacity:
     if not math.isfinite(peak):
         return None
     return max(0.0, peak) / capacity - planned
+
+
+def member_terms(expo: float | None, max_replicas: int, planned: int, requested: int,
+                 holding: bool) -> tuple[int, float]:
+    """A Deployment's room and exposure for the lending (``SpareMember``), from its ``exposure`` (None: no forecast or
+    capacity): up to its ``max_replicas``; none without an exposure, except that a
+    Deployment whose decision holds on missing evidence (``holding``) keeps the spares it holds (``requested`` above
+    ``planned``): a spare is never taken back on missing data, only for a plan's need."""
+    room = max(0, max_replicas - planned)
+    if expo is None:
+        return (min(room, max(0, requested - planned)), 0.0) if holding else (0, 0.0)
+    return room, expo
 
 
 def held_spares(requested: int, planned: int, spares: int) -> int:

@@ -539,7 +539,7 @@ class _Lender(NamedTuple):
     and ``lent`` (told what it was lent, so that its decisions plan on its own replicas)."""
 
     key: str
-    room: Callable[[int, int], tuple[int, float]] | None
+    room: Callable[[int, int, int], tuple[int, float]] | None
     tell: Callable[[int, int], None] | None
 
 
@@ -558,7 +558,7 @@ def _with_spares(k: int, allowed: Sequence[int], by_pool: Mapping[str, Sequence[
 
     def terms(c: PoolCount) -> tuple[int, float]:
         room = lenders[int(c.key)].room
-        return (0, 0.0) if room is None else room(k, c.planned)
+        return (0, 0.0) if room is None else room(k, c.planned, c.requested)
 
     for pname, idxs in by_pool.items():
         if not all(deciders[i](k) for i in idxs):

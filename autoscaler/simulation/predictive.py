@@ -52,7 +52,7 @@ from autoscaler.domain.types import ScalingDecision, ScalingPolicy
 from autoscaler.engine.deciding import CURRENT_DEMAND_WINDOW_SECONDS, Decided, Observed, decide
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.engine.retuning import tuning_due
-from autoscaler.engine.spare import exposure, held_spares
+from autoscaler.engine.spare import exposure, held_spares, member_terms
 from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, Cluster, ClusterConfig, ScaleIn
 from autoscaler.simulation.engine import PredictiveFactory, SimulationConfig
 from models.base import Forecaster
@@ -306,14 +306,15 @@ class PredictivePolicy:
         (``engine.spare``): the next decisions plan on its own replicas, as the controller's (``observed``)."""
         self.spares_planned, self.spares_lent = planned, spares
 
-    def spare_room(self, k: int, planned: int) -> tuple[int, float]:
-        """What the fleet's pool may lend this Deployment at tick ``k`` when its plan asks ``planned`` replicas: the
-        spares it may take (0 without a forecast) and its exposure (``engine.spare``), as the controller's money
-        step reads them from the plan."""
+    def spare_room(self, k: int, planned: int, requested: int) -> tuple[int, float]:
+        """What the fleet's pool may lend this Deployment at tick ``k`` when its plan asks ``planned`` replicas and it
+        requests ``requested``: the spares it may take and its exposure (``engine.spare.member_terms``), as the
+        controller's money step reads them from the plan."""
         now = self.series.start + k * self.tick
         expo = exposure(self.forecast, now, self.cold_start.node_lead_seconds(), self.policy.capacity_per_replica,
                         planned)
-        return (0, 0.0) if expo is None else (max(0, self.policy.max_replicas - planned), expo)
+        holding = self.decision is not None and bool(self.decision.missing_metrics)
+        return member_terms(expo, self.policy.max_replicas, planned, requested, holding)
 
     def decide(self, k: int, cluster: Cluster, demand: float) -> int:
         """The count at tick ``k``: the engine's decision on what the controller would observe (``observed``; the

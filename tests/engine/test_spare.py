@@ -16,6 +16,7 @@ from autoscaler.engine.spare import (
     exposure,
     held_spares,
     lend,
+    member_terms,
     pool_slack,
     slack_gpus,
     spare_replicas,
@@ -161,6 +162,15 @@ def test_exposure_is_the_top_bands_need_over_the_lead_above_the_plan() -> None:
     assert exposure(f, NOW, 120.0, 5.0, 8) == -2.0
     assert exposure(None, NOW, 120.0, 5.0, 4) is None
     assert exposure(f, NOW, 120.0, 0.0, 4) is None
+
+
+def test_a_member_without_exposure_takes_none_but_keeps_its_spares_while_its_decision_holds_on_missing_data() -> None:
+    assert member_terms(1.5, max_replicas=20, planned=6, requested=8, holding=False) == (14, 1.5)
+    assert member_terms(None, max_replicas=20, planned=6, requested=8, holding=False) == (0, 0.0)
+    # no forecast because the metrics are gone: the two spares it holds stay (no scale-down on missing data)
+    assert member_terms(None, max_replicas=20, planned=6, requested=8, holding=True) == (2, 0.0)
+    assert member_terms(None, max_replicas=7, planned=6, requested=8, holding=True) == (1, 0.0)  # max_replicas wins
+    assert member_terms(None, max_replicas=20, planned=8, requested=8, holding=True) == (0, 0.0)
 
 
 def test_the_spares_held_now_are_those_lent_still_above_the_plan() -> None:

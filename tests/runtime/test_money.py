@@ -465,6 +465,20 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     assert report.money.spares == {"serving/llama-chat": 8 - decision.steps[-2].replicas}
     assert rig.replicas("serving", "llama-chat") == 8
 
+    # Prometheus goes away: no forecast, no demand. The decision holds its own replicas and the spares it holds stay
+    # (never a scale-down on missing data; a spare goes back only for a plan's need)
+    down = make_source("http://127.0.0.1:1")  # nothing listens there; retries=0
+    rig.controller.source = down
+    report = rig.tick(now + 60)
+    down.close()
+    assert report.money is not None
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    assert decision.missing_metrics
+    assert rig.replicas("serving", "llama-chat") == 8
+    assert decision.desired_replicas == 8
+    assert report.money.spares.get("serving/llama-chat", 0) == 8 - decision.steps[-2].replicas > 0
+
 
 @pytest.mark.parametrize("buffers_served", [True, False], ids=["capacitybuffer", "placeholder"])
 def test_spares_fill_the_headrooms_idle_node_and_its_objects_hold_only_the_room_left_free(
