@@ -348,22 +348,29 @@ def bound_pod(name: str, node_name: str, gpus: int) -> dict[str, Any]:
             "status": {"phase": "Running"}}
 
 
+def _one_gpu_pool(rig: MoneyRig, buffers_served: bool, nodes: int, capacity: str) -> None:
+    """NodePool ``l4`` of ``nodes`` Ready 1-GPU nodes, the first two holding llama-chat's two replicas (``capacity``
+    req/s each, production priority); the CapacityBuffer CRD served or not."""
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
+    if buffers_served:
+        rig.fake.install_crd(crd(BUFFER_CRD))
+    rig.fake.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=2))
+    for i in range(nodes):
+        rig.fake.add("nodes", node(f"l4-{i}", "l4", 1))
+    for i in range(2):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", f"l4-{i}", 1))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity=capacity,
+                                               priority="production", nodepool="l4", max_replicas=60))
+
+
 @pytest.mark.parametrize("buffers_served", [True, False], ids=["capacitybuffer", "placeholder"])
 def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_buffer_or_placeholder_nodes(
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
     rig = money_rig
-    rig.fake.install_crd(crd(NODEPOOL_CRD))
-    if buffers_served:
-        rig.fake.install_crd(crd(BUFFER_CRD))
     # One GPU per node: the pool's two nodes hold the two replicas; any headroom is a whole idle node more.
-    rig.fake.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=2))
-    for i in range(2):
-        rig.fake.add("nodes", node(f"l4-{i}", "l4", 1))
-        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", f"l4-{i}", 1))
-    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
-    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.1",
-                                               priority="production", nodepool="l4", max_replicas=60))
+    _one_gpu_pool(rig, buffers_served, nodes=2, capacity="0.1")
     backfill = prometheus_server.backfill
     truth = backfill.arrival_rate("serving", "llama-chat")
     at = (TROUGH - backfill.start) // 60
@@ -485,19 +492,9 @@ def test_spares_fill_the_headrooms_idle_node_and_its_objects_hold_only_the_room_
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
     rig = money_rig
-    rig.fake.install_crd(crd(NODEPOOL_CRD))
-    if buffers_served:
-        rig.fake.install_crd(crd(BUFFER_CRD))
     # One GPU per node: two nodes hold the two replicas, a third is Ready and empty (the headroom held it); the
     # demand rises over the next node lead, so the pool's headroom keeps at least one idle node
-    rig.fake.add("nodepools.karpenter.sh", nodepool("l4", "g6.xlarge", 1, gpus_in_use=2))
-    for i in range(3):
-        rig.fake.add("nodes", node(f"l4-{i}", "l4", 1))
-    for i in range(2):
-        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", f"l4-{i}", 1))
-    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
-    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=2, capacity="0.8",
-                                               priority="production", nodepool="l4", max_replicas=60))
+    _one_gpu_pool(rig, buffers_served, nodes=3, capacity="0.8")
 
     def held_by_objects() -> int:
         """What the headroom objects hold: a CapacityBuffer's pods (1 GPU each, none free on busy nodes here) or the
