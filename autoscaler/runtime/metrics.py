@@ -143,7 +143,8 @@ class ControllerMetrics:
         self.spare_replicas = Gauge(
             "predictive_autoscaler_spare_replicas",
             "Spare replicas its NodePool lends the workload on GPUs the pool pays for and no plan uses (its last "
-            "node's free GPUs); included in the desired replicas, given back when a plan needs them.",
+            "node's free GPUs and the room its node headroom keeps); included in the desired replicas, given back "
+            "when a plan needs them.",
             WORKLOAD,
             registry=r,
         )
