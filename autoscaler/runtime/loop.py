@@ -225,6 +225,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
         self._free_gpus: dict[str, int] = {}  # this tick's free GPUs per NodePool, less what plans claimed
         self._lent: dict[str, int] = {}  # this tick's GPUs per NodePool its spare replicas hold (engine.spare)
+        self._held: dict[Key, int] = {}  # this tick's spare replicas each Deployment holds (engine.spare)
         self._pool_reads: dict[str, PoolGpus] | None = {}  # this tick's read of the NodePools' nodes (None: not read)
         self._pools_unread = ""  # why they were not read
         self._node_gpus: dict[str, int] | None = None  # this tick's GPUs in use per node read (None: none read)
@@ -271,10 +272,12 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._pool_reads, self._pools_unread = self._read_pool_gpus(cfg, valid, errors)
         # the GPUs the pools' spare replicas hold are shown free: a plan that needs one takes it back (engine.spare)
         lent: dict[str, int] = {}
+        self._held = {}
         for view, spec, _ in valid:
             if spec.nodepool:
                 mem = self._memory[(view.namespace, view.name)]
-                held = held_spares(view.replicas, mem.spares_planned, mem.spares_lent)
+                held = self._held[(view.namespace, view.name)] = held_spares(view.replicas, mem.spares_planned,
+                                                                             mem.spares_lent)
                 lent[spec.nodepool] = lent.get(spec.nodepool, 0) + held * spec.gpus_per_replica
         self._free_gpus = {pool: read.free + lent.get(pool, 0) for pool, read in (self._pool_reads or {}).items()}
         self._lent = lent
@@ -424,8 +427,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             last = float(memory.history.values[-1])
             demand = last if math.isfinite(last) else None
         current = memory.current_demand if metrics_ok and memory.current_demand is not None else demand
-        # its spare replicas are the pool's (engine.spare): the plan is made on its own
-        spares = held_spares(view.replicas, memory.spares_planned, memory.spares_lent) if spec.nodepool else 0
+        spares = self._held.get(key, 0)  # its spare replicas are the pool's (engine.spare): it plans on its own
         observed = Observed(
             replicas=view.replicas - spares, ready=max(0, view.ready_replicas - spares), demand=current,
             gpus_per_replica=spec.gpus_per_replica,
