@@ -159,8 +159,7 @@ def lend(read: PoolGpus, gpus_per_node: int, counts: Sequence[PoolCount], waitin
         return Lent({}, idle_nodes, busy_room)
     members = [SpareMember(c.key, c.gpus_per_replica, c.planned, c.requested, *terms(c)) for c in counts]
     spares = spare_replicas(slack, members)
-    gpus = {c.key: c.gpus_per_replica for c in counts}
-    over = sum(n * gpus[k] for k, n in spares.items()) - busy_room
+    over = sum(spares.get(c.key, 0) * c.gpus_per_replica for c in counts) - busy_room
     return Lent(spares, max(0, idle_nodes - math.ceil(max(0, over) / gpus_per_node)), max(0, -over))
 
 
