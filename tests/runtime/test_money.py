@@ -348,6 +348,12 @@ def bound_pod(name: str, node_name: str, gpus: int) -> dict[str, Any]:
             "status": {"phase": "Running"}}
 
 
+@pytest.fixture(params=[True, False], ids=["capacitybuffer", "placeholder"])
+def buffers_served(request: pytest.FixtureRequest) -> bool:
+    """Whether the cluster serves the CapacityBuffer CRD: headroom is then a CapacityBuffer, else placeholder pods."""
+    return bool(request.param)
+
+
 def _one_gpu_pool(rig: MoneyRig, buffers_served: bool, nodes: int, capacity: str) -> None:
     """NodePool ``l4`` of ``nodes`` Ready 1-GPU nodes, the first two holding llama-chat's two replicas (``capacity``
     req/s each, production priority); the CapacityBuffer CRD served or not."""
@@ -364,7 +370,6 @@ def _one_gpu_pool(rig: MoneyRig, buffers_served: bool, nodes: int, capacity: str
                                                priority="production", nodepool="l4", max_replicas=60))
 
 
-@pytest.mark.parametrize("buffers_served", [True, False], ids=["capacitybuffer", "placeholder"])
 def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_buffer_or_placeholder_nodes(
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
@@ -487,7 +492,6 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     assert report.money.spares.get("serving/llama-chat", 0) == 8 - decision.steps[-2].replicas > 0
 
 
-@pytest.mark.parametrize("buffers_served", [True, False], ids=["capacitybuffer", "placeholder"])
 def test_spares_fill_the_headrooms_idle_node_and_its_objects_hold_only_the_room_left_free(
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
