@@ -445,12 +445,19 @@ def serve_backfill(backfill: Backfill, root: Path, cache: pytest.Cache | None = 
         stop_process(proc)
 
 
+def pytest_cache(request: pytest.FixtureRequest) -> pytest.Cache | None:
+    """pytest's cache, or None when the cache plugin is off (``-p no:cacheprovider``): the backfill is then made
+    afresh, as on a first run, instead of failing the fixture."""
+    cache: pytest.Cache | None = getattr(request.config, "cache", None)
+    return cache
+
+
 @pytest.fixture(scope="session")
 def prometheus_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusServer]:
     """A real Prometheus serving two weeks of backfilled vLLM metrics (see the module docstring)."""
-    with serve_backfill(build_backfill(), tmp_path_factory.mktemp("prometheus"), request.config.cache) as server:
+    with serve_backfill(build_backfill(), tmp_path_factory.mktemp("prometheus"), pytest_cache(request)) as server:
         yield server
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tests.servers import BACKFILL_START, Backfill, FakePod, PrometheusServer, serve_backfill
+from tests.servers import BACKFILL_START, Backfill, FakePod, PrometheusServer, pytest_cache, serve_backfill
 
 TTFT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)  # seconds, +Inf implied
 BATCH = 32  # max_num_seqs: requests running at once at most
@@ -175,5 +175,5 @@ def capacity_prometheus(request: pytest.FixtureRequest,
     pods = (*fake_pods(busy, "serving", "busy-llm"),
             *fake_pods(calm, "serving", "calm-llm", kv_cache_metric="vllm:kv_cache_usage_perc"))
     backfill = Backfill(BACKFILL_START, CAPACITY_MINUTES, pods)
-    with serve_backfill(backfill, tmp_path_factory.mktemp("prometheus-capacity"), request.config.cache) as server:
+    with serve_backfill(backfill, tmp_path_factory.mktemp("prometheus-capacity"), pytest_cache(request)) as server:
         yield CapacityServer(server, busy, calm)

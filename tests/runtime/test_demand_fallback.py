@@ -34,7 +34,7 @@ from autoscaler.runtime.metrics import ControllerMetrics
 from tests.kube.conftest import deployment, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import RecordingTransport, Rig, loop_config_text
-from tests.servers import BACKFILL_START, Backfill, FakePod, PrometheusServer, serve_backfill
+from tests.servers import BACKFILL_START, Backfill, FakePod, PrometheusServer, pytest_cache, serve_backfill
 
 pytestmark = pytest.mark.prometheus
 
@@ -83,7 +83,7 @@ def degraded_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PrometheusServer]:
     with serve_backfill(build_degraded_backfill(), tmp_path_factory.mktemp("prometheus-degraded"),
-                        request.config.cache) as server:
+                        pytest_cache(request)) as server:
         yield server
 
 
