@@ -15,6 +15,7 @@ from autoscaler.cli import main
 from autoscaler.commands.explain import render as render_status
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX, STATUS_ANNOTATION
 from autoscaler.domain.status import STATUS_DATA_KEY, DeploymentStatus, status_object_name
+from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, Candidate, Day, Tuning, pool
 from tests.kube.conftest import stored_status
 from tests.kube.fake_rbac import ADMIN
 from tests.kube.fakeapi import ADMIN_TOKEN, CONTROLLER_TOKEN, FakeKubeAPI
@@ -372,3 +373,23 @@ def test_explain_says_when_the_controller_runs_as_the_hpa_started_early() -> Non
     assert "the forecast adds only the lead" in text
     status["tuning"]["chosen"], status["tuning"]["chosen_utilisation"] = 90, 1.0
     assert "running as a reactive autoscaler" not in "\n".join(render("ns", "llm", status, []))
+
+
+def test_explain_shows_what_ran_over_the_record_against_each_hpa_point() -> None:
+    def day(end: int, ran: tuple[int, float], band: float, cheap: float) -> Day:
+        """1000 requests: p90 at 12 GPU-h (``band`` on time), the HPA at 0.9 started early at 10 (``cheap``)."""
+        return Day(end, (Candidate(90, 12.0, band, 0.0, 0.0, 1000.0),
+                         Candidate(LEAD_ONLY_QUANTILE, 10.0, cheap, 0.0, 0.0, 1000.0, 0.9)), ran)
+
+    record = (day(86_400, (90, 1.0), 0.99, 0.995), day(172_800, (90, 1.0), 0.99, 0.995))
+    tuning = Tuning(LEAD_ONLY_QUANTILE, True, pool([d.candidates for d in record]), 2.0, 0.99, 0.9925, 86_400,
+                    172_800, "self-check: ...", days=record, chosen_utilisation=0.9, beaten=True)
+    lines = render("ns", "llm", {"mode": "scale", "steps": [], "tuning": tuning.to_dict()}, [])
+    assert "   over the record's 2 replayed day(s): what ran 24.0 GPU-h, 99.00% on time; the HPA's own points " \
+           "(started early) on the same days:" in lines
+    (hpa,) = [line for line in lines if "hpa@0.9+lead" in line]
+    assert hpa.split() == ["hpa@0.9+lead", "20.0", "GPU-h", "(-17%)", "99.50%", "<-", "did", "better", "than",
+                           "what", "ran"]
+    # a record it cannot read (an older controller's status, a hand edit) shows nothing of it
+    spoiled = {**tuning.to_dict(), "days": "?"}
+    assert not any("over the record" in line for line in render("ns", "llm", {"tuning": spoiled}, []))

@@ -460,11 +460,13 @@ def test_the_dashboard_shows_what_an_operator_watches() -> None:
 
 def test_the_dashboard_shows_self_tuning_and_learned_capacity() -> None:
     """What an operator needs to see why a Deployment runs the point it runs and the capacity it is sized
-    on: the chosen point, whether the objective was met on replay, the learned capacity and its state."""
+    on: the chosen point, whether the objective was met on replay, what ran against the HPA's own points over the
+    record, the learned capacity and its state."""
     dashboard = load_dashboard()
     text = " ".join(t["expr"] for _, t in targets(dashboard))
     wanted = {"slo_tuned_quantile", "slo_tuned_utilisation", "slo_tuning_met", "slo_replay_attainment",
-              "capacity_per_replica", "capacity_unknown", "capacity_confidence"}
+              "slo_record_gpu_hours", "slo_record_attainment", "capacity_per_replica", "capacity_unknown",
+              "capacity_confidence"}
     assert not {w for w in wanted if f"predictive_autoscaler_{w}" not in text}
     (table,) = [p for p in query_panels(dashboard) if p["title"] == "Deployments"]
     renamed = set(table["transformations"][1]["options"]["renameByName"].values())

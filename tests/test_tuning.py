@@ -21,6 +21,7 @@ from autoscaler.simulation.tuning import (
     Candidate,
     Day,
     Tuning,
+    Versus,
     beaten_by,
     budget_lost,
     budget_requirement,
@@ -29,12 +30,14 @@ from autoscaler.simulation.tuning import (
     decide,
     holds,
     meets,
+    misses,
     operating_points,
     pool,
     required_attainment,
     retuner,
     start_policy,
     tune,
+    versus_hpa,
 )
 from models.naive import Persistence
 from models.registry import make_chain
@@ -605,6 +608,32 @@ def test_an_hpa_point_that_did_strictly_better_than_what_ran_beats_the_record() 
     # equal on both axes is not better (sums in another order differ in their last bits)
     same = [_record_day(DAY * (i + 1), BAND, cheap=(0.1 + 0.2, 0.99), band=(0.3, 0.99)) for i in range(2)]
     assert beaten_by(same) == ()
+
+
+def _versus(days: list[Day]) -> Versus:
+    versus = versus_hpa(days)
+    assert versus is not None
+    return versus
+
+
+def test_the_record_sets_what_ran_against_each_hpa_point_on_the_same_days() -> None:
+    # day 1 the band point ran (12 GPU-h, 10 of 1000 late), day 2 the HPA at 0.6 (15 GPU-h, 1 late)
+    days = [_record_day(DAY, BAND, cheap=(10.0, 0.99), safe=(15.0, 0.999), band=(12.0, 0.99)),
+            _record_day(2 * DAY, HPA_SAFE, cheap=(10.0, 0.995), safe=(15.0, 0.999), band=(12.0, 0.99))]
+    versus = _versus(days)
+    assert (versus.days, versus.gpu_hours, versus.requests) == (2, 27.0, 2000.0)
+    assert versus.missed == pytest.approx(11.0)
+    assert versus.attainment == pytest.approx(1 - 11 / 2000)
+    # each of the HPA's own points over both days, the band point not among them
+    assert [(c.point, c.gpu_hours, round(misses(c), 6)) for c in versus.hpa] == [(HPA_CHEAP, 20.0, 15.0),
+                                                                                 (HPA_SAFE, 30.0, 2.0)]
+    assert versus.beaten == beaten_by(days) == ()  # 0.9: cheaper but more late; 0.6: fewer late but dearer
+    cheaper = [_record_day(d.end, d.ran, cheap=(10.0, 0.999), safe=(15.0, 0.999), band=(12.0, 0.99)) for d in days]
+    assert [c.point for c in _versus(cheaper).beaten] == [HPA_CHEAP]
+    # one day is no record to beat; an unknown running point voids it; nothing is nothing
+    assert _versus(days[:1]).beaten == ()
+    assert versus_hpa([Day(DAY, days[0].candidates, None)]) is None
+    assert versus_hpa([]) is None
 
 
 def test_the_self_check_runs_the_hpa_point_that_beat_the_record_until_the_error_budget_is_spent() -> None:

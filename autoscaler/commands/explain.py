@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -30,7 +31,7 @@ from autoscaler.cli import add_target_arguments, target_of
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, is_enabled, parse_workload
 from autoscaler.domain.status import STATUS_DATA_KEY, DeploymentStatus, first_sight, status_object_name
 from autoscaler.errors import UserError
-from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, start_target
+from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, Tuning, start_target, versus_hpa
 
 # Track points are about 5 minutes apart: a forecast counts as "for" a point when it targeted a time
 # within half that spacing (a forecast for five minutes later is not a forecast of this point).
@@ -137,6 +138,25 @@ def _tuning_lines(tuning: Any) -> list[str]:
             shown = f"{attained * 100:8.2f}%" if isinstance(attained, int | float) else "       -"
             lines.append(f"   {c.get('warm_pool_quantile')!s:>18}  {util!s:>11} {_num(c.get('gpu_hours'))}  {shown}  "
                          f"{_num(c.get('wait_p99_seconds'))}s{mark}")
+    return lines + _record_lines(tuning)
+
+
+def _record_lines(tuning: dict[str, Any]) -> list[str]:
+    """The record (up to four weeks of replayed days): what ran against each of the HPA's own points on the same
+    days, the comparison a team makes with the HPA it would otherwise run. Nothing for a record it cannot read."""
+    try:
+        versus = versus_hpa(Tuning.from_dict(tuning).days)
+    except ValueError:
+        return []
+    if versus is None or not versus.hpa:
+        return []
+    lines = [f"   over the record's {versus.days} replayed day(s): what ran {versus.gpu_hours:.1f} GPU-h, "
+             f"{versus.attainment * 100:.2f}% on time; the HPA's own points (started early) on the same days:"]
+    for c in versus.hpa:
+        more = (c.gpu_hours / versus.gpu_hours - 1.0) * 100 if versus.gpu_hours > 0 else math.nan
+        better = "  <- did better than what ran" if c in versus.beaten else ""
+        lines.append(f"   {c.label:>18}  {c.gpu_hours:9.1f} GPU-h ({more:+.0f}%)  "
+                     f"{c.slo_attainment * 100:7.2f}%{better}")
     return lines
 
 

@@ -183,6 +183,30 @@ class ControllerMetrics:
             WORKLOAD,
             registry=r,
         )
+        # The self-tuning record (up to four weeks of replayed days): what ran against the HPA's own points, per point.
+        self.record_gpu_hours = Gauge(
+            "predictive_autoscaler_slo_record_gpu_hours",
+            "GPU-hours over the self-tuning record's replayed days (up to four weeks), by point: ran (the points the "
+            "controller ran, each day's replayed) and each of the HPA's own points replayed on the same days "
+            "(hpa@U+lead: the HPA at utilisation target U that starts early). What the forecast saved against the HPA "
+            "a team would otherwise run.",
+            [*WORKLOAD, "point"],
+            registry=r,
+        )
+        self.record_attainment = Gauge(
+            "predictive_autoscaler_slo_record_attainment",
+            "Share of the record's requests that started within the objective's wait (0..1), by point, as "
+            "predictive_autoscaler_slo_record_gpu_hours.",
+            [*WORKLOAD, "point"],
+            registry=r,
+        )
+        self.beaten_by_hpa = Gauge(
+            "predictive_autoscaler_slo_beaten_by_hpa",
+            "1 when one of the HPA's own points did strictly better over the record than what ran (no more "
+            "GPU-hours, no more late requests, one of them fewer): the self-check then runs it; 0 otherwise.",
+            WORKLOAD,
+            registry=r,
+        )
         # Capacity per replica (capacity-per-replica, autoscaler.domain.learned_capacity): the annotation's, and the
         # one learned from the Deployment's own vLLM history (exported with enough evidence, for comparison too).
         self.capacity = Gauge(
@@ -237,7 +261,7 @@ class ControllerMetrics:
             self.warm_pool, self.decisions, self.fallbacks, self.gpus_unavailable, self.spare_replicas,
             self.tuned_quantile, self.slo_met, self.replay_attainment, self.tuned_utilisation, self.capacity,
             self.capacity_unknown, self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit,
-            self.scale_down_unmarked,
+            self.scale_down_unmarked, self.record_gpu_hours, self.record_attainment, self.beaten_by_hpa,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
@@ -245,11 +269,13 @@ class ControllerMetrics:
             id(self.capacity): (*WORKLOAD, "source"),
             id(self.demand_unit): (*WORKLOAD, "unit"),
             id(self.scale_down_unmarked): (*WORKLOAD, "reason"),
+            id(self.record_gpu_hours): (*WORKLOAD, "point"),
+            id(self.record_attainment): (*WORKLOAD, "point"),
             **{id(m): WORKLOAD for m in (self.demand, self.demand_degraded, self.desired, self.current, self.ready,
                                          self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable,
                                          self.spare_replicas, self.tuned_quantile, self.slo_met, self.replay_attainment,
                                          self.tuned_utilisation, self.capacity_unknown, self.capacity_saturated_bins,
-                                         self.capacity_confidence)},
+                                         self.capacity_confidence, self.beaten_by_hpa)},
         }
 
     def forget_series(self, metric: Gauge | Counter, namespace: str, deployment: str) -> None:

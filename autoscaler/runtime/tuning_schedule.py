@@ -29,7 +29,7 @@ from autoscaler.runtime.state import (
     objective,
 )
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE
-from autoscaler.simulation.tuning import Tuning, candidate_policy, running_point, start_policy, tune
+from autoscaler.simulation.tuning import Tuning, candidate_policy, running_point, start_policy, tune, versus_hpa
 from models.registry import make_chain
 
 log = logging.getLogger(LOGGER)
@@ -168,6 +168,16 @@ class TuningSchedule(ControllerBase):
         self.metrics.tuned_utilisation.labels(*key).set(result.chosen_utilisation)
         self.metrics.slo_met.labels(*key).set(1 if result.met else 0)
         self.metrics.replay_attainment.labels(*key).set(chosen.slo_attainment)
+        # the record against the HPA's own points: a new set of labels each time (the points replayed can change)
+        for gauge in (self.metrics.record_gpu_hours, self.metrics.record_attainment):
+            self.metrics.forget_series(gauge, *key)
+        versus = versus_hpa(result.days)
+        if versus is not None:
+            for point, gpu_hours, attained in (("ran", versus.gpu_hours, versus.attainment),
+                                               *((c.label, c.gpu_hours, c.slo_attainment) for c in versus.hpa)):
+                self.metrics.record_gpu_hours.labels(*key, point).set(gpu_hours)
+                self.metrics.record_attainment.labels(*key, point).set(attained)
+        self.metrics.beaten_by_hpa.labels(*key).set(1 if versus is not None and versus.beaten else 0)
         # Told by the next applied tick, once per transition (reachable is assumed before anything was told). Where
         # the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and once more
         # when the forecast earns its place again.

@@ -450,10 +450,51 @@ def extend_record(record: Sequence[Day], day: Day, replay_seconds: int = DEFAULT
     return (*earlier, day)[-max(1, keep):]
 
 
+@dataclass(frozen=True)
+class Versus:
+    """What ran over a record against the HPA's own points on the same days (``versus_hpa``): ``days`` replayed; the
+    replays of the points that ran (``gpu_hours``, ``missed`` requests of ``requests``, as ``lived``); ``hpa`` each of
+    the HPA's own points pooled over the same days; ``beaten`` those of them that did strictly better than what ran
+    (``beaten_by``)."""
+
+    days: int
+    gpu_hours: float
+    missed: float
+    requests: float
+    hpa: tuple[Candidate, ...]
+    beaten: tuple[Candidate, ...]
+
+    @property
+    def attainment(self) -> float:
+        """The share of the record's requests that started within the objective's wait, as what ran served them."""
+        return 1.0 - self.missed / self.requests if self.requests > 0 else 1.0
+
+
+def versus_hpa(record: Sequence[Day]) -> Versus | None:
+    """What ran over ``record`` against each of the HPA's own points (``Candidate.lead_only``) replayed on the same
+    days; None when a day's running point is unknown or was not replayed, or there is no day. ``beaten`` is empty
+    with fewer than two days (a day's choice is not yet a record).
+
+    Why: what a team compares us with is the HPA it would otherwise run. Every day's replay of every point is at hand,
+    so the record says, per Deployment, what the points that ran cost and attained against each fixed HPA point on the
+    same days: the self-check reads it (``beaten_by``), the controller exports it (the ``slo_record`` metrics) and
+    ``explain`` shows it."""
+    ran = lived(record)
+    if not record or ran is None:
+        return None
+    gpu, missed, requests = ran
+    hpa = tuple(c for c in pool([d.candidates for d in record]) if c.lead_only)
+    g_tol, m_tol = 1e-9 * max(1.0, gpu), 1e-9 * max(1.0, missed)
+    beaten = tuple(c for c in hpa if c.gpu_hours <= gpu + g_tol and misses(c) <= missed + m_tol
+                   and (c.gpu_hours < gpu - g_tol or misses(c) < missed - m_tol)) if len(record) >= 2 else ()
+    return Versus(len(record), gpu, missed, requests, hpa, beaten)
+
+
 def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
     """The HPA's own points (``Candidate.lead_only``, pooled over ``record``) that did strictly better than the points
     that ran on those days: no more GPU-hours and no more missed requests than the replays of what ran, one of them
-    fewer. Empty with fewer than two days, or with a day whose running point is unknown or was not replayed.
+    fewer (``versus_hpa``). Empty with fewer than two days, or with a day whose running point is unknown or was not
+    replayed.
 
     Why: the self-check. A tuner that re-chooses daily on bursty traffic runs a cheap point before a burst it cannot
     see and, once the burst is in its pool, a dear one for a week, and such a mix of points costs more than one point
@@ -465,14 +506,8 @@ def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
     (``python -m benchmarks.frontier --pod-startup 30s,60s,120s,300s``) on 6 of 32 runs, and is on 2. Why strictly:
     what ran *is* a fixed point after days on it, and it must not count as beating itself; sums of the same replays
     in another order differ in their last bits, so "fewer" means by more than that."""
-    ran = lived(record)
-    if len(record) < 2 or ran is None:
-        return ()
-    gpu, missed, _ = ran
-    g_tol, m_tol = 1e-9 * max(1.0, gpu), 1e-9 * max(1.0, missed)
-    return tuple(c for c in pool([d.candidates for d in record])
-                 if c.lead_only and c.gpu_hours <= gpu + g_tol and misses(c) <= missed + m_tol
-                 and (c.gpu_hours < gpu - g_tol or misses(c) < missed - m_tol))
+    versus = versus_hpa(record)
+    return () if versus is None else versus.beaten
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,23 @@ def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_can
     assert rig.metric("predictive_autoscaler_slo_tuned_quantile", labels) == tuning["chosen"]
     assert rig.metric("predictive_autoscaler_slo_tuned_utilisation", labels) == tuning["chosen_utilisation"]
     assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == (1.0 if tuning["met"] else 0.0)
+    # the record against the HPA's own points: one replayed day, on which the start point ran (the HPA at 0.7 started
+    # early), so what ran is that point's replay, and one day is no record to be beaten on
+    (day,) = tuning["days"]
+    assert day["ran"] == [50, 0.7]
+    record = {u: (gpu_hours, attained) for q, u, gpu_hours, attained, *_ in day["points"] if q == 50}
+    assert sorted(record) == [0.5, 0.6, 0.7, 0.8, 0.9]
+    for u, (gpu_hours, attained) in record.items():
+        point = {**labels, "point": f"hpa@{u:g}+lead"}
+        assert rig.metric("predictive_autoscaler_slo_record_gpu_hours", point) == pytest.approx(gpu_hours, abs=1e-3)
+        assert rig.metric("predictive_autoscaler_slo_record_attainment", point) == pytest.approx(attained, abs=1e-6)
+    ran = {**labels, "point": "ran"}
+    assert rig.metric("predictive_autoscaler_slo_record_gpu_hours", ran) == pytest.approx(record[0.7][0], abs=1e-3)
+    assert rig.metric("predictive_autoscaler_slo_record_attainment", ran) == pytest.approx(record[0.7][1], abs=1e-6)
+    assert rig.metric("predictive_autoscaler_slo_beaten_by_hpa", labels) == 0.0
+    rig.metrics.forget("serving", "llama-chat")  # as when it leaves the controller's care: no stale record series
+    assert [s.name for f in rig.metrics.registry.collect() for s in f.samples
+            if "slo_record" in s.name or "beaten_by_hpa" in s.name] == []
     # the others have one day of history or less: nothing replayed, they say why and run the tuner's start point (the
     # HPA's own point: the median band only)
     short_status = _status(rig.fake, "serving", "mistral-code")
