@@ -50,6 +50,7 @@ from autoscaler.simulation.tuning import (
     choose,
     decide,
     extend_record,
+    lived,
     misses,
     pool,
     start_target,
@@ -181,10 +182,45 @@ def fewest_misses_within(days: Sequence[Day], target: float, factor: float = 2.0
                key=lambda c: (c.gpu_hours, -c.slo_attainment)).point
 
 
+def without_gate(days: Sequence[Day], target: float) -> Point:
+    """The tuner's choice as it was before 2026-11-26's gate: any point may run from the first replayed day
+    (``tuning.decide`` with ``min_band_days`` 1), not the HPA's own points alone until three days are replayed."""
+    return decide(days, target, min_band_days=1).best.point
+
+
+def escape(days: Sequence[Day], target: float) -> Point:
+    """The tuner's choice, unless running it one more day (at its mean day over the pooled days) would leave the record
+    dominated by one of the HPA's own points (each at its own mean day); then the point nearest in GPU-hours whose day
+    would not, else the one that leaves the record least dominated. Why tried: the self-check's remedy (run the point
+    that beat the record) keeps the record's deficit against that point for good."""
+    decision = decide(days, target)
+    ran = lived(days)
+    if ran is None:
+        return decision.best.point
+    gpu, missed, _ = ran
+    n = len(decision.days)
+    day = {c.point: (c.gpu_hours / n, misses(c) / n) for c in decision.pooled}
+    hpa = [(c.gpu_hours + day[c.point][0], misses(c) + day[c.point][1])
+           for c in pool([d.candidates for d in days]) if c.lead_only]
+
+    def over(point: Point) -> float:
+        g, m = gpu + day[point][0], missed + day[point][1]
+        return max((g / h_g - 1.0 + 1e-12 for h_g, h_m in hpa if h_g <= g and h_m <= m), default=0.0)
+
+    if over(decision.best.point) == 0.0:
+        return decision.best.point
+    free = [p for p in day if over(p) == 0.0]
+    if not free:
+        return min(day, key=over)
+    return min(free, key=lambda p: abs(day[p][0] - day[decision.best.point][0]))
+
+
 RULES: dict[str, Rule] = {
     "before the self-check": without_self_check,
-    "current (the self-check)": current_rule,
+    "the self-check, any point from the first day": without_gate,
+    "current (the self-check; the HPA's points until 3 days)": current_rule,
     "current + fewest misses x2": fewest_misses_within,
+    "current + escape a dominated record": escape,
 }
 
 

@@ -7,7 +7,7 @@ docstrings say. The self-check itself (``tuning.beaten_by``, ``tuning.decide``) 
 
 from __future__ import annotations
 
-from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, Candidate, Day
+from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, MIN_BAND_DAYS, Candidate, Day
 from benchmarks.backtest import synthetic_traces
 from benchmarks.tuner_rules import (
     current_rule,
@@ -16,6 +16,7 @@ from benchmarks.tuner_rules import (
     record,
     replay,
     start_point,
+    without_gate,
     without_self_check,
 )
 
@@ -44,9 +45,18 @@ def test_replaying_the_current_rule_on_the_recorded_days_gives_the_live_tuners_c
 
 def test_with_nothing_meeting_the_objective_the_cheapest_within_twice_the_fewest_misses_runs() -> None:
     # the HPA point misses 3%, the band point 2%: nothing meets 99%; 3% <= 2 x 2%, and the HPA point is cheaper
-    days = [_day(86400, HPA, (10.0, 0.97), (14.0, 0.98)), _day(2 * 86400, HPA, (10.0, 0.97), (14.0, 0.98))]
+    days = [_day(86400 * (i + 1), HPA, (10.0, 0.97), (14.0, 0.98)) for i in range(MIN_BAND_DAYS)]
     assert fewest_misses_within(days, 0.99) == HPA
     assert current_rule(days, 0.99) == without_self_check(days, 0.99) == BAND  # the tuner runs the safest
     # 5% is more than twice 2%: the band point runs
-    worse = [_day(86400, HPA, (10.0, 0.95), (14.0, 0.98)), _day(2 * 86400, HPA, (10.0, 0.95), (14.0, 0.98))]
+    worse = [_day(86400 * (i + 1), HPA, (10.0, 0.95), (14.0, 0.98)) for i in range(MIN_BAND_DAYS)]
     assert fewest_misses_within(worse, 0.99) == BAND
+
+
+def test_before_three_replayed_days_only_the_hpas_own_points_run_unless_the_gate_is_off() -> None:
+    # the band point is the cheapest meeting 99% on every day: it runs once the record holds MIN_BAND_DAYS days
+    days = [_day(86400 * (i + 1), HPA, (14.0, 0.999), (12.0, 0.999)) for i in range(MIN_BAND_DAYS)]
+    for n in range(1, MIN_BAND_DAYS):
+        assert current_rule(days[:n], 0.99) == HPA
+        assert without_gate(days[:n], 0.99) == BAND
+    assert current_rule(days, 0.99) == without_gate(days, 0.99) == BAND

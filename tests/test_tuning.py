@@ -18,6 +18,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.tuning import (
     LEAD_ONLY_QUANTILE,
+    MIN_BAND_DAYS,
     Candidate,
     Day,
     Tuning,
@@ -175,7 +176,7 @@ def test_steady_traffic_needs_no_spare_so_the_cheapest_point_is_chosen() -> None
     # every request starts at once: all points tie on cost and meet; the tie goes to the lowest quantile.
     history = _series(np.full(3 * DAY // STEP, 7.5))
     result = tune(history, _policy(), COLD, Persistence, quantiles=(80, 90, 99), slo_wait_seconds=2,
-                  slo_attainment=0.99)
+                  slo_attainment=0.99, min_band_days=1)  # the choice alone, on one day (no gate on the record)
     assert result.met
     assert result.chosen == 80
     assert {round(c.gpu_hours, 6) for c in result.candidates if not c.lead_only} == {8 * 24.0}
@@ -194,7 +195,7 @@ def _noisy_daily(days: int, seed: int) -> TrafficSeries:
 def test_on_noisy_traffic_more_spare_costs_more_and_the_choice_is_the_cheapest_that_meets() -> None:
     history = _noisy_daily(3, seed=7)
     result = tune(history, _policy(capacity=5.0), COLD, lambda: make_chain("default"), quantiles=(60, 80, 95, 99),
-                  slo_wait_seconds=2, slo_attainment=0.99)
+                  slo_wait_seconds=2, slo_attainment=0.99, min_band_days=1)
     by_q = {c.warm_pool_quantile: c for c in result.candidates if c.reactive_utilisation == 1.0}
     by_point = {c.point: c for c in result.candidates}
     cost = [by_q[q].gpu_hours for q in (60, 80, 95, 99)]
@@ -209,7 +210,7 @@ def test_on_noisy_traffic_more_spare_costs_more_and_the_choice_is_the_cheapest_t
     assert all(c.slo_attainment < need for c in result.candidates if c.gpu_hours < chosen.gpu_hours)
     # a looser objective is met no more expensively
     loose = tune(history, _policy(capacity=5.0), COLD, lambda: make_chain("default"), quantiles=(60, 80, 95, 99),
-                 slo_wait_seconds=2, slo_attainment=0.9)
+                 slo_wait_seconds=2, slo_attainment=0.9, min_band_days=1)
     assert loose.chosen is not None
     assert by_point[(loose.chosen, loose.chosen_utilisation)].gpu_hours <= chosen.gpu_hours
 
@@ -423,7 +424,7 @@ def test_after_a_day_that_lost_the_window_the_objective_holds_and_a_point_that_h
         running = None if last is None else (last.chosen, last.chosen_utilisation)
         last = tune(history.slice(0, d * DAY // STEP), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
                     utilisations=(0.65,), slo_wait_seconds=2, slo_attainment=0.99, previous=last,
-                    running=running or (80, 1.0))
+                    running=running or (80, 1.0), min_band_days=1)
         if d < 5:
             assert last.budget_attainment == 0.99
             assert (last.chosen, last.chosen_utilisation) == (80, 1.0)
@@ -550,15 +551,29 @@ def test_where_the_forecast_adds_nothing_the_hpa_started_early_is_chosen() -> No
 def test_where_the_forecast_sees_the_ramp_a_predictive_point_is_chosen() -> None:
     # A steep daily ramp (ten-fold in an hour) and a forecaster that knows the day: the HPA, even started early,
     # needs a wide margin to keep up with the ramp; the forecast's band provides the replicas in time for less.
-    t = np.arange(4 * DAY // STEP) * STEP
+    # Until the record holds MIN_BAND_DAYS replayed days, the HPA's own points alone may run (a band point is chosen
+    # on its day-to-day spread, which one or two days do not show), and the reason says so.
+    t = np.arange(6 * DAY // STEP) * STEP
     rate = 5.0 + 45.0 / (1.0 + np.exp(-((t % DAY) - DAY / 2) / 600.0)) * ((t % DAY) < 0.8 * DAY)
     history = _series(np.random.default_rng(4).poisson(rate * STEP) / STEP)
-    result = tune(history, _policy(), COLD, lambda: make_chain("default"), quantiles=(80, 90, 95, 99),
-                  slo_wait_seconds=2, slo_attainment=0.99, warmup_seconds=3 * DAY)
-    chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
+    result = None
+    for d in range(4, 4 + MIN_BAND_DAYS):
+        running = None if result is None else (result.chosen, result.chosen_utilisation)
+        result = tune(history.slice(0, d * DAY // STEP), _policy(), COLD, lambda: make_chain("default"),
+                      quantiles=(80, 90, 95, 99), slo_wait_seconds=2, slo_attainment=0.99, warmup_seconds=3 * DAY,
+                      previous=result, running=running)
+        chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
+        if len(result.days) < MIN_BAND_DAYS:
+            assert chosen.lead_only, result.reason
+            assert f"HPA's own points only until {MIN_BAND_DAYS} days are replayed" in result.reason
+            # the band points were replayed all the same: the record the gate waits for
+            assert any(not c.lead_only and c.slo_attainment >= chosen.slo_attainment for c in result.candidates)
+    assert result is not None
+    assert len(result.days) == MIN_BAND_DAYS
     assert result.met, result.reason
     assert not chosen.lead_only, result.reason
     assert "starts early" not in result.reason
+    assert "only until" not in result.reason
 
 
 def test_when_nothing_meets_the_objective_a_dearer_point_must_beat_the_safest_hpa_point_on_every_day() -> None:
