@@ -566,6 +566,7 @@ def test_where_the_forecast_sees_the_ramp_a_predictive_point_is_chosen() -> None
         if len(result.days) < MIN_BAND_DAYS:
             assert chosen.lead_only, result.reason
             assert f"HPA's own points only until {MIN_BAND_DAYS} days are replayed" in result.reason
+            assert "bought nothing" not in result.reason  # the bands were not eligible, not beaten
             # the band points were replayed all the same: the record the gate waits for
             assert any(not c.lead_only and c.slo_attainment >= chosen.slo_attainment for c in result.candidates)
     assert result is not None
@@ -699,10 +700,16 @@ def test_the_slo_state_tells_a_point_run_below_the_objective_by_the_self_check_f
     meeting = Candidate(80, 12.0, 0.999, 0.0, 0.0, 1000.0)
     short = Candidate(LEAD_ONLY_QUANTILE, 10.0, 0.985, 0.0, 0.0, 1000.0, 0.9)
 
-    def tuning(met: bool, beaten: bool, *candidates: Candidate) -> Tuning:
+    def tuning(met: bool, beaten: bool, *candidates: Candidate, hpa_only: bool = False) -> Tuning:
         return Tuning(short.warm_pool_quantile, met, candidates, 2.0, 0.99, 0.9925, DAY, DAY, "why",
-                      chosen_utilisation=short.reactive_utilisation, beaten=beaten)
+                      chosen_utilisation=short.reactive_utilisation, beaten=beaten, hpa_only=hpa_only)
 
     assert tuning(True, False, meeting, short).slo_state == "met"
     assert tuning(False, True, meeting, short).slo_state == "below"  # p80 met it; the self-check ran the HPA point
     assert tuning(False, True, short).slo_state == "unreachable"  # nothing met it
+    assert tuning(False, False, meeting, short).slo_state == "unreachable"  # (a safest point that is not p80)
+    # a record too young for a band point: p80 met it, so the objective is not out of reach, and it survives a restart
+    young = replace(tuning(False, False, meeting, short, hpa_only=True), days=(Day(DAY, (meeting, short), None),))
+    assert young.slo_state == "below"
+    assert Tuning.from_dict(young.to_dict()).hpa_only
+    assert not Tuning.from_dict({k: v for k, v in young.to_dict().items() if k != "hpa_only"}).hpa_only  # older

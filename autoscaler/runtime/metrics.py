@@ -173,7 +173,8 @@ class ControllerMetrics:
             "predictive_autoscaler_slo_tuning_met",
             "1 when the chosen operating point met the Deployment's latency objective on the replay of its own last "
             "day, 0 when it did not: no operating point did (the safest one runs, and an SLOUnreachable Event says "
-            "so), or the self-check chose an HPA point that did better than what ran (a SelfCheckBelowSLO Event).",
+            "so), or an HPA point runs that is short of it while another point meets it: the self-check chose it, or "
+            "the record is too young for any other (a SelfCheckBelowSLO Event).",
             WORKLOAD,
             registry=r,
         )

@@ -305,16 +305,18 @@ class Tuning:
     budget_attainment: float | None = None
     pool_days: int = DEFAULT_POOL_DAYS
     beaten: bool = False  # chosen by the self-check (``beaten_by``): an HPA point did better than what ran
+    hpa_only: bool = False  # chosen among the HPA's own points alone: the record was too young (``MIN_BAND_DAYS``)
 
     @property
     def slo_state(self) -> str:
         """``met``: the point that runs met the objective on the replays; ``below``: it did not, but the self-check
         chose it over a point that did (an HPA point did better than what ran: cheaper, and the objective traded for
-        it); ``unreachable``: no point met it. Why three: the controller's Event must not say the objective is out
+        it), or the record was too young for any point but the HPA's own (``hpa_only``); ``unreachable``: no point
+        met it. Why three: the controller's Event must not say the objective is out
         of reach when the self-check chose to run below it."""
         if self.met:
             return "met"
-        if self.beaten and any(meets(c, self.slo_attainment) for c in self.candidates):
+        if (self.beaten or self.hpa_only) and any(meets(c, self.slo_attainment) for c in self.candidates):
             return "below"
         return "unreachable"
 
@@ -328,6 +330,7 @@ class Tuning:
             "days_pooled": len(self.pooled_days),
             "pool_days": self.pool_days,
             "beaten": self.beaten,
+            "hpa_only": self.hpa_only,
             "budget_attainment": None if self.budget_attainment is None else round(self.budget_attainment, 6),
             "chosen": self.chosen,
             "chosen_utilisation": self.chosen_utilisation,
@@ -363,6 +366,7 @@ class Tuning:
                 float(data["slo_wait_seconds"]), float(data["slo_attainment"]), float(data["required_attainment"]),
                 int(data["replay_seconds"]), int(data["at"]), str(data["reason"]), float(data["cpu_seconds"]), days,
                 utilisation, None if budget is None else float(budget), pool_days, bool(data.get("beaten", False)),
+                bool(data.get("hpa_only", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed self-tuning state ({type(exc).__name__}: {exc})") from None
@@ -540,11 +544,12 @@ def decide(record: Sequence[Day], target: float, margin: float = DEFAULT_MARGIN,
     point the self-check holds must give way when the traffic changes under it, and a budget being spent is that
     evidence (replayed on the recorded days: without it the self-check held ServeGen m_small at the HPA's 0.8
     through its change of regime, at 300 s pod start-up 97.8% attained against 99.2%). Why the HPA's points first: a
-band point chosen on one or two days was the first step of most of the fortnights an HPA target dominated (the
-day-to-day spread its choice reads is not known yet); measured on the synthetic shapes' draws 0-8 at pod start-ups
-of 30, 120 and 300 s (108 recorded runs, ``benchmarks/tuner_rules.py``), dominated on 21 runs instead of 24 and the
-objective met on 66 of 81 instead of 62 (2 days: 22 and 65; 4 days: 23 and 65). Pure: the tuner and
-    ``benchmarks/tuner_rules.py`` call the same function. Raises ValueError on an empty record."""
+    band point chosen on one or two days' evidence was the first step away from the start point in most of the
+    fortnights an HPA target dominated (the day-to-day spread its choice reads is not known yet); replayed on the
+    synthetic shapes' draws 0-8 at pod start-ups of 30, 120 and 300 s (108 recorded fortnights,
+    ``benchmarks/tuner_rules.py``), dominated on 21 instead of 24 and the objective met on 66 of 81 instead of 62 (2
+    days: 22 and 65; 4 days: 23 and 65). Pure: the tuner and ``benchmarks/tuner_rules.py`` call the same function.
+    Raises ValueError on an empty record."""
     if not record:
         raise ValueError("no replayed day to choose on")
     days = tuple(record[-max(1, pool_days):])
@@ -821,7 +826,7 @@ def tune(
         need = max(need, required_attainment(budget, margin))
     among = sum(c.lead_only for c in pooled) if decision.hpa_only else len(pooled)
     if decision.hpa_only:
-        spent += (f"; of the HPA's own points only until {MIN_BAND_DAYS} days are replayed (a band point is chosen on "
+        spent += (f"; of the HPA's own points only until {min_band_days} days are replayed (a band point is chosen on "
                   "its day-to-day spread)")
     ran = lived(record) if fixed is not None else None  # known: the self-check fires only on a known record
     if fixed is not None and ran is not None:
@@ -833,26 +838,31 @@ def tune(
                   f"while it does better ({best.slo_attainment * 100:.2f}% on {span}"
                   f"{'' if met else f', short of {objective} with margin'})")
     elif met and budget <= slo_attainment:
-        reason = (f"{_describe(best)}: cheapest of {among} meeting {objective} on {span} "
+        reason = (f"{_describe(best, decision.hpa_only)}: cheapest of {among} meeting {objective} on {span} "
                   f"({best.slo_attainment * 100:.2f}% >= {need * 100:.2f}% with margin"
                   f"{' and on every day' if holds(best, slo_attainment, margin) else ''}, "
                   f"{best.gpu_hours:.1f} GPU-h){spent}")
     elif met:
-        reason = (f"{_describe(best)}: {'cheapest meeting' if meets(best, budget, margin) else 'safest of'} "
+        reason = (f"{_describe(best, decision.hpa_only)}: "
+                  f"{'cheapest meeting' if meets(best, budget, margin) else 'safest of'} "
                   f"{among} on {span} ({best.slo_attainment * 100:.2f}%, {best.gpu_hours:.1f} GPU-h){spent}")
     else:
-        reason = (f"no operating point meets {objective} on {span}: safest, {_describe(best)} "
+        short = ("none of the HPA's own points meets" if decision.hpa_only
+                 and any(meets(c, slo_attainment, margin) for c in pooled) else "no operating point meets")
+        reason = (f"{short} {objective} on {span}: safest, {_describe(best, decision.hpa_only)} "
                   f"({best.slo_attainment * 100:.2f}% < {need * 100:.2f}%, {best.gpu_hours:.1f} GPU-h){spent}")
     return Tuning(best.warm_pool_quantile, met, pooled, slo_wait_seconds, slo_attainment, need,
                   replay_seconds, end, reason, time.process_time() - started, record, best.reactive_utilisation,
-                  budget, max(1, pool_days), fixed is not None)
+                  budget, max(1, pool_days), fixed is not None, decision.hpa_only)
 
 
-def _describe(c: Candidate) -> str:
+def _describe(c: Candidate, gated: bool = False) -> str:
+    """The point, for the reason; ``gated``: chosen among the HPA's own points alone (``Decision.hpa_only``), so
+    nothing is said of what the bands bought."""
     u = c.reactive_utilisation
     if c.lead_only:
-        return (f"a reactive autoscaler at {u:g} utilisation that starts early (the forecast adds only the lead: "
-                f"its bands bought nothing here)")
+        return (f"a reactive autoscaler at {u:g} utilisation that starts early (the forecast adds only the lead"
+                f"{'' if gated else ': its bands bought nothing here'})")
     return f"warm_pool_quantile {c.warm_pool_quantile}" + ("" if u == 1 else f" with reactive utilisation {u:g}")
 
 
