@@ -53,10 +53,14 @@ def test_with_nothing_meeting_the_objective_the_cheapest_within_twice_the_fewest
     assert fewest_misses_within(worse, 0.99) == BAND
 
 
-def test_before_three_replayed_days_only_the_hpas_own_points_run_unless_the_gate_is_off() -> None:
+def test_before_three_replayed_days_the_cheapest_meeting_is_one_of_the_hpas_own_points() -> None:
     # the band point is the cheapest meeting 99% on every day: it runs once the record holds MIN_BAND_DAYS days
     days = [_day(86400 * (i + 1), HPA, (14.0, 0.999), (12.0, 0.999)) for i in range(MIN_BAND_DAYS)]
     for n in range(1, MIN_BAND_DAYS):
         assert current_rule(days[:n], 0.99) == HPA
         assert without_gate(days[:n], 0.99) == BAND
     assert current_rule(days, 0.99) == without_gate(days, 0.99) == BAND
+    # when no point meets the objective the gate stands aside: the safest runs if it beat the HPA's safest every day
+    # (as on a trace where only the bands come near the objective)
+    short = [_day(86400 * (i + 1), HPA, (10.0, 0.95), (14.0, 0.98)) for i in range(MIN_BAND_DAYS - 1)]
+    assert current_rule(short, 0.99) == current_rule(short[:1], 0.99) == BAND
