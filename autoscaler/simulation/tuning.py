@@ -512,9 +512,10 @@ def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
     forecast it serves against the last value. Measured 2026-11-26: on the four synthetic shapes at draws 1-8
     (``python -m benchmarks.tuner_rules``) the self-tuned default was dominated by an HPA target on 10 of 32 runs, by
     up to 21% more GPU-hours, and is on 6, by at most 8%; on the frontier's eight traces at pod start-ups of 30-300 s
-    (``python -m benchmarks.frontier --pod-startup 30s,60s,120s,300s``) on 6 of 32 runs, and is on 2. Why strictly:
-    what ran *is* a fixed point after days on it, and it must not count as beating itself; sums of the same replays
-    in another order differ in their last bits, so "fewer" means by more than that."""
+    (``python -m benchmarks.frontier --pod-startup 30s,60s,120s,300s``) on 6 of 32 runs, and is on 2 (on 1 with the
+    first days' gate of ``decide``). Why strictly: what ran *is* a fixed point after days on it, and it must not count
+    as beating itself; sums of the same replays in another order differ in their last bits, so "fewer" means by more
+    than that."""
     versus = versus_hpa(record)
     return () if versus is None else versus.beaten
 
