@@ -524,8 +524,9 @@ def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
 class Decision:
     """What ``decide`` chose and on what: ``days`` (the pooled newest days of the record), ``pooled`` (each point over
     them), ``budget`` (``budget_requirement`` of them), ``best`` (the point chosen, pooled over ``days``),
-    ``beaten`` (the HPA point the self-check chose, pooled over the whole record; None: ``choose`` chose) and
-    ``hpa_only`` (``choose`` chose among the HPA's own points alone: the record is shorter than ``MIN_BAND_DAYS``)."""
+    ``beaten`` (the HPA point the self-check chose, pooled over the whole record; None: ``choose`` chose),
+    ``hpa_only`` (``choose`` chose among the HPA's own points alone: the record is shorter than ``MIN_BAND_DAYS``) and
+    ``versus`` (the record against the HPA's own points, when the budget let the self-check read it)."""
 
     days: tuple[Day, ...]
     pooled: tuple[Candidate, ...]
@@ -533,6 +534,7 @@ class Decision:
     best: Candidate
     beaten: Candidate | None
     hpa_only: bool = False  # the record was too short for any point but the HPA's own (``MIN_BAND_DAYS``)
+    versus: Versus | None = None  # the record against the HPA's own points (``versus_hpa``) when the self-check read it
 
 
 def decide(record: Sequence[Day], target: float, margin: float = DEFAULT_MARGIN,
@@ -560,15 +562,16 @@ def decide(record: Sequence[Day], target: float, margin: float = DEFAULT_MARGIN,
     days = tuple(record[-max(1, pool_days):])
     pooled = pool([d.candidates for d in days])
     budget = budget_requirement(days, target)
-    better = beaten_by(record) if budget <= target else ()
-    if better:
-        fixed = min(better, key=lambda c: (misses(c), c.gpu_hours, c.point))
-        return Decision(days, pooled, budget, next(c for c in pooled if c.point == fixed.point), fixed)
+    versus = versus_hpa(record) if budget <= target else None
+    if versus is not None and versus.beaten:
+        fixed = min(versus.beaten, key=lambda c: (misses(c), c.gpu_hours, c.point))
+        return Decision(days, pooled, budget, next(c for c in pooled if c.point == fixed.point), fixed, versus=versus)
     if (len(record) < min_band_days and any(c.lead_only for c in pooled)
             and any(meets(c, budget, margin) for c in pooled)):
         hpa = tuple(Day(d.end, tuple(c for c in d.candidates if c.lead_only), d.ran) for d in days)
-        chosen = choose(pool([d.candidates for d in hpa]), budget, margin, hpa)[0]
-        return Decision(days, pooled, budget, next(c for c in pooled if c.point == chosen.point), None, True)
+        # each HPA point pooled over the same days as in ``pooled``: the chosen one is that pooled candidate
+        return Decision(days, pooled, budget, choose(pool([d.candidates for d in hpa]), budget, margin, hpa)[0],
+                        None, True)
     return Decision(days, pooled, budget, choose(pooled, budget, margin, days)[0], None)
 
 
@@ -834,10 +837,9 @@ def tune(
     if decision.hpa_only:
         spent += (f"; of the HPA's own points only until {min_band_days} days are replayed (a band point is chosen on "
                   "its day-to-day spread)")
-    ran = lived(record) if fixed is not None else None  # known: the self-check fires only on a known record
-    if fixed is not None and ran is not None:
-        lived_gpu, lived_missed, lived_requests = ran
-        attained = 1.0 - lived_missed / lived_requests if lived_requests > 0 else 1.0
+    versus = decision.versus  # read by the self-check: present whenever it fired
+    if fixed is not None and versus is not None:
+        lived_gpu, attained = versus.gpu_hours, versus.attainment
         reason = (f"{_describe(best)}: self-check: over the last {len(record)} replayed days the points that ran "
                   f"cost {lived_gpu:.1f} GPU-h for {attained * 100:.2f}% within {slo_wait_seconds:g}s, and this HPA "
                   f"point would have cost {fixed.gpu_hours:.1f} GPU-h for {fixed.slo_attainment * 100:.2f}%; it runs "
@@ -853,8 +855,8 @@ def tune(
                   f"{'cheapest meeting' if meets(best, budget, margin) else 'safest of'} "
                   f"{among} on {span} ({best.slo_attainment * 100:.2f}%, {best.gpu_hours:.1f} GPU-h){spent}")
     else:
-        short = ("none of the HPA's own points meets" if decision.hpa_only
-                 and any(meets(c, slo_attainment, margin) for c in pooled) else "no operating point meets")
+        # gated only when some point met the (raised) requirement, so a band point met the objective
+        short = "none of the HPA's own points meets" if decision.hpa_only else "no operating point meets"
         reason = (f"{short} {objective} on {span}: safest, {_describe(best, decision.hpa_only)} "
                   f"({best.slo_attainment * 100:.2f}% < {need * 100:.2f}%, {best.gpu_hours:.1f} GPU-h){spent}")
     return Tuning(best.warm_pool_quantile, met, pooled, slo_wait_seconds, slo_attainment, need,
