@@ -52,7 +52,13 @@ from pathlib import Path
 import numpy as np
 
 from autoscaler.config.schema import ForecastProfile
-from autoscaler.simulation.engine import PolicyResult, PredictiveFactory, SimulationConfig, simulate
+from autoscaler.simulation.engine import (
+    PolicyResult,
+    PredictiveFactory,
+    SimulationConfig,
+    hpa_a_user_picks,
+    simulate,
+)
 from autoscaler.simulation.predictive import factory
 from autoscaler.simulation.tuning import operating_points, retuner
 from autoscaler.traces import Trace, load_trace, parse_duration
@@ -359,11 +365,10 @@ def markdown(curves: list[Curve], seconds: float) -> str:
 
 def cheapest_meeting(curve: Curve) -> PolicyResult:
     """The HPA target a user would pick: the cheapest that meets the objective (else the one that attains most)."""
-    share = OBJECTIVE[1]
-    meeting = [r for r in curve.hpa if r.slo_attainment >= share]
-    if meeting:
-        return min(meeting, key=lambda r: r.gpu_hours)
-    return max(curve.hpa, key=lambda r: (r.slo_attainment, -r.gpu_hours))
+    picked = hpa_a_user_picks(curve.hpa, OBJECTIVE[1])
+    if picked is None:
+        raise ValueError(f"{curve.trace}: no HPA target ran")
+    return picked[0]
 
 
 def hpa_gpu_hours_at(curve: Curve, attainment: float) -> float:

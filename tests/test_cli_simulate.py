@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -567,7 +568,9 @@ def test_the_predictive_row_self_tunes_like_the_controller_and_a_pinned_profile_
     out = capsys.readouterr().out
     (note,) = [line for line in out.splitlines() if "self-tuned daily" in line]
     assert "objective 99% within 2s" in note
-    assert "warm_pool_quantile" in note
+    # what a new Deployment ran before a day could be replayed, then the points chosen, named as explain names them
+    assert re.search(r"ran the start point hpa@0\.7\+lead for its first \d+\.\d days \(no day of history to "
+                     r"replay yet\), then (hpa@[\d.]+\+lead|q\d+(/u[\d.]+)?) x\d", note), note
     pinned = tmp_path / "pinned.yaml"
     pinned.write_text("profiles:\n  default:\n    self_tune: false\n")
     assert main([*base, "--config", str(pinned), "--json", "--sweep", "warm_pool_quantile=95"]) == 0
@@ -727,12 +730,40 @@ def test_the_verdict_says_whether_the_self_tuned_row_met_its_objective(
     assert out.index(verdict) < out.index("Notes:")  # in the verdict, above the notes
 
 
+def test_the_verdict_names_the_hpa_target_a_user_would_pick_for_the_objective(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["simulate", "--trace", str(_bursty(tmp_path)), "--policies", "predictive,reactive",
+            "--reactive-targets", "0.3,0.9"]
+    assert main([*base, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    runs, objective = payload["policies"], payload["objective"]
+    assert (objective["slo_attainment"], objective["slo_wait_seconds"]) == (0.99, 2.0)
+    assert objective["met"] is (runs["predictive"]["slo_attainment"] >= 0.99)
+    hpa = {name: run for name, run in runs.items() if name.startswith("reactive@")}
+    meeting = [name for name, run in hpa.items() if run["slo_attainment"] >= 0.99]
+    # the cheapest target that met the objective, else the one that attained most
+    expected = (min(meeting, key=lambda n: hpa[n]["gpu_hours"]) if meeting
+                else max(hpa, key=lambda n: hpa[n]["slo_attainment"]))
+    assert objective["hpa_pick"] == {"policy": expected, "met": bool(meeting)}
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("Predictive vs the HPA target a user would pick")]
+    assert f": {expected} at {hpa[expected]['gpu_hours']:.1f} GPU-hours" in line
+    ratio = runs["predictive"]["gpu_hours"] / hpa[expected]["gpu_hours"]
+    held = f"{100 * (1 - ratio):.0f}% fewer" if ratio <= 1 else f"{100 * (ratio - 1):.0f}% MORE"
+    assert line.endswith(f"-> predictive held {held} GPU-hours.")
+    assert ("the cheapest that met the objective" in line) is bool(meeting)
+
+
 def test_a_pinned_profile_has_no_objective_verdict(trace: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     pinned = tmp_path / "pinned.yaml"
     pinned.write_text("profiles:\n  default:\n    self_tune: false\n")
     assert main(["simulate", "--trace", str(trace), "--policies", "predictive", "--config", str(pinned)]) == 0
-    assert "the objective it tunes itself for" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the objective it tunes itself for" not in out
+    assert "the HPA target a user would pick" not in out
 
 
 def test_progress_is_a_line_every_few_seconds_without_a_terminal(

@@ -17,6 +17,7 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.tuning import (
+    DEFAULT_POOL_DAYS,
     LEAD_ONLY_QUANTILE,
     MIN_BAND_DAYS,
     Candidate,
@@ -176,7 +177,7 @@ def test_steady_traffic_needs_no_spare_so_the_cheapest_point_is_chosen() -> None
     # every request starts at once: all points tie on cost and meet; the tie goes to the lowest quantile.
     history = _series(np.full(3 * DAY // STEP, 7.5))
     result = tune(history, _policy(), COLD, Persistence, quantiles=(80, 90, 99), slo_wait_seconds=2,
-                  slo_attainment=0.99, min_band_days=1)  # the choice alone, on one day (no gate on the record)
+                  slo_attainment=0.99, min_band_days=1, backfill_days=0)  # the choice alone, on one day
     assert result.met
     assert result.chosen == 80
     assert {round(c.gpu_hours, 6) for c in result.candidates if not c.lead_only} == {8 * 24.0}
@@ -324,7 +325,8 @@ def test_each_tuning_keeps_a_record_of_its_days_and_pools_the_newest_week() -> N
     ends = []
     for d in range(3, 12):
         last = tune(history.slice(0, d * day_bins), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
-                    slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7, record_days=8)
+                    slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7, record_days=8,
+                    backfill_days=0)  # a record made day by day (the backfill has its own test)
         ends.append(last.at)
         assert [d.end for d in last.days] == ends[-8:]
         assert [d.end for d in last.pooled_days] == ends[-7:]
@@ -338,6 +340,44 @@ def test_each_tuning_keeps_a_record_of_its_days_and_pools_the_newest_week() -> N
                  quantiles=(80, 99), slo_wait_seconds=2, slo_attainment=0.99, previous=last, pool_days=7,
                  record_days=8)
     assert [d.end for d in again.days] == [*ends[-8:-1], again.at]
+
+
+def test_history_the_record_lacks_is_replayed_at_once_so_a_first_choice_is_made_on_a_week() -> None:
+    # a Deployment whose nine days of history were in Prometheus before the controller first tuned it
+    history = _noisy_daily(10, seed=3)
+    day_bins = DAY // STEP
+
+    def at(days: int, previous: Tuning | None = None, backfill: int = DEFAULT_POOL_DAYS - 1) -> Tuning:
+        running = (80, 1.0) if previous is None else (previous.chosen or 80, previous.chosen_utilisation)
+        return tune(history.slice(0, days * day_bins), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
+                    slo_wait_seconds=2, slo_attainment=0.99, previous=previous, running=running,
+                    backfill_days=backfill)
+
+    def end(days: int) -> int:
+        return history.start + days * DAY
+
+    first = at(9)
+    # the newest day and the six before it (a week: the pool), not the days before those
+    assert [d.end for d in first.days] == [end(d) for d in range(3, 10)]
+    assert [d.ran for d in first.days] == [None] * 6 + [(80, 1.0)]  # what ran before is not known
+    assert "6 earlier day(s) of the history replayed at once" in first.reason
+    assert not first.hpa_only  # a week replayed: no young record to gate
+    assert first.candidates == pool([d.candidates for d in first.days])
+    # each earlier day is what a tuning at its end would have recorded
+    for days in (3, 6):
+        assert first.days[days - 3].candidates == at(days, backfill=0).days[-1].candidates
+    # the next day's tuning finds its record whole: it replays its own day alone
+    following = at(10, first)
+    assert [d.end for d in following.days] == [end(d) for d in range(3, 11)]
+    assert "earlier day(s)" not in following.reason
+    # a controller that was down for three days fills the two whole days it lacks
+    after_gap = at(9, at(6, backfill=0))
+    assert [(d.end, d.ran is None) for d in after_gap.days] == [(end(6), False), (end(7), True), (end(8), True),
+                                                                (end(9), False)]
+    # the self-check reads only what ran: the days up to the last unknown one are left out
+    versus = versus_hpa(first.days)
+    assert versus is not None
+    assert versus.days == 1
 
 
 def test_operating_points_are_each_quantile_and_the_lowest_with_each_margin() -> None:
@@ -458,7 +498,7 @@ def test_a_tuning_read_back_from_its_status_continues_as_if_nothing_restarted() 
                                                                                   previous.chosen_utilisation)
         return tune(history.slice(0, d * DAY // STEP), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
                     utilisations=(0.65,), slo_wait_seconds=2, slo_attainment=0.99, previous=previous,
-                    running=running)
+                    running=running, backfill_days=0)
 
     day3 = step(3, None)
     day4 = step(4, day3)
@@ -561,7 +601,7 @@ def test_where_the_forecast_sees_the_ramp_a_predictive_point_is_chosen() -> None
         running = None if result is None else (result.chosen, result.chosen_utilisation)
         result = tune(history.slice(0, d * DAY // STEP), _policy(), COLD, lambda: make_chain("default"),
                       quantiles=(80, 90, 95, 99), slo_wait_seconds=2, slo_attainment=0.99, warmup_seconds=3 * DAY,
-                      previous=result, running=running)
+                      previous=result, running=running, backfill_days=0)  # a record made day by day
         chosen = next(c for c in result.candidates if c.point == (result.chosen, result.chosen_utilisation))
         if len(result.days) < MIN_BAND_DAYS:
             assert chosen.lead_only, result.reason
@@ -618,9 +658,13 @@ def test_an_hpa_point_that_did_strictly_better_than_what_ran_beats_the_record() 
     assert [c.point for c in beaten_by(days)] == [HPA_CHEAP]
     # the same days with the HPA at 0.9 running: it does not beat itself
     assert beaten_by([Day(d.end, d.candidates, HPA_CHEAP) for d in days]) == ()
-    # one day says nothing; a day whose running point is unknown voids the record
+    # one day says nothing; a day whose running point is unknown (history replayed before the controller ran it)
+    # ends what is read: only the days after it are a record of what ran
     assert beaten_by(days[:1]) == ()
     assert beaten_by([days[0], Day(days[1].end, days[1].candidates, None)]) == ()
+    before = Day(0, days[0].candidates, None)
+    assert [c.point for c in beaten_by([before, *days])] == [HPA_CHEAP]
+    assert beaten_by([days[0], before, days[1]]) == ()  # one known day after it: no record yet
     # equal on both axes is not better (sums in another order differ in their last bits)
     same = [_record_day(DAY * (i + 1), BAND, cheap=(0.1 + 0.2, 0.99), band=(0.3, 0.99)) for i in range(2)]
     assert beaten_by(same) == ()
@@ -646,9 +690,10 @@ def test_the_record_sets_what_ran_against_each_hpa_point_on_the_same_days() -> N
     assert versus.beaten == beaten_by(days) == ()  # 0.9: cheaper but more late; 0.6: fewer late but dearer
     cheaper = [_record_day(d.end, d.ran, cheap=(10.0, 0.999), safe=(15.0, 0.999), band=(12.0, 0.99)) for d in days]
     assert [c.point for c in _versus(cheaper).beaten] == [HPA_CHEAP]
-    # one day is no record to beat; an unknown running point voids it; nothing is nothing
+    # one day is no record to beat; days up to an unknown running point are not read; nothing is nothing
     assert _versus(days[:1]).beaten == ()
     assert versus_hpa([Day(DAY, days[0].candidates, None)]) is None
+    assert _versus([Day(0, days[0].candidates, None), *days]) == versus
     assert versus_hpa([]) is None
 
 

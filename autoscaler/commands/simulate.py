@@ -99,6 +99,7 @@ from autoscaler.simulation.engine import (
     PredictiveFactory,
     SimulationConfig,
     SimulationResult,
+    hpa_a_user_picks,
     reactive_at,
     reactive_metric_at,
     tick_seconds_for,
@@ -777,6 +778,37 @@ def objective_line(result: SimulationResult, objective: tuple[float, float] | No
             f"{'' if met else f', {100 * (attainment - pred.slo_attainment):.3f} points short'}.")
 
 
+def hpa_pick_line(result: SimulationResult, objective: tuple[float, float] | None) -> str:
+    """The self-tuned ``predictive`` row against the HPA target a user would pick for its objective
+    (``engine.hpa_a_user_picks``: the cheapest that met it, else the one that attained most): the GPU-hours each
+    held. ``''`` when the row did not tune for an objective or no HPA target ran."""
+    pred = result.policies.get("predictive")
+    picked = hpa_a_user_picks(result.reactive(), objective[0]) if objective is not None else None
+    if pred is None or picked is None or picked[0].gpu_hours <= 0:
+        return ""
+    hpa, met = picked
+    which = ("the cheapest that met the objective" if met
+             else "none met the objective, so the one that attained most")
+    ratio = pred.gpu_hours / hpa.gpu_hours
+    held = f"{100 * (1 - ratio):.0f}% fewer GPU-hours" if ratio <= 1 else f"{100 * (ratio - 1):.0f}% MORE GPU-hours"
+    return (f"Predictive vs the HPA target a user would pick, {which}: {hpa.name} at {hpa.gpu_hours:.1f} GPU-hours "
+            f"and {_pct(hpa.slo_attainment)} -> predictive held {held}.")
+
+
+def objective_json(result: SimulationResult, objective: tuple[float, float]) -> dict[str, Any]:
+    """The JSON's ``objective`` (the self-tuned ``predictive`` row's): the share and wait it tunes for, whether it
+    met it, and the HPA target a user would pick (``engine.hpa_a_user_picks``) with whether that one met it."""
+    attainment, wait = objective
+    pred = result.policies.get("predictive")
+    picked = hpa_a_user_picks(result.reactive(), attainment)
+    return {
+        "slo_attainment": attainment,
+        "slo_wait_seconds": wait,
+        "met": pred is not None and pred.slo_attainment >= attainment,
+        "hpa_pick": None if picked is None else {"policy": picked[0].name, "met": picked[1]},
+    }
+
+
 def format_table(result: SimulationResult, trace: Trace, config: SimulationConfig, sizing: str = "",
                  unit: str = "req/s", objective: tuple[float, float] | None = None) -> str:
     """The table a person reads; ``objective`` (attainment, wait) is the self-tuned predictive row's, when it has
@@ -833,7 +865,8 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
         for row in rows
     ]
     body.insert(1, "  ".join("-" * w for w in widths))
-    verdict = [line for line in (objective_line(result, objective, "tokens" if tokens else "requests"),) if line]
+    verdict = [line for line in (objective_line(result, objective, "tokens" if tokens else "requests"),
+                                 hpa_pick_line(result, objective)) if line]
     summary = [*summary_lines(result), *verdict]
     notes = ["", *summary] if summary else []
     legend = [
@@ -1011,6 +1044,8 @@ def run(args: argparse.Namespace) -> int:
         if predictive is not None and tune.profile.self_tune and tune.profile.warm_pool == "auto" else None
     if args.json:
         payload = {**result.to_json(), "cluster": cluster_json(config, unit), "units": units_json(unit)}
+        if objective is not None:
+            payload["objective"] = objective_json(result, objective)
         if unit is DemandUnit.TOKENS:
             payload = {**payload, "demand": unit.value, "token_weights": {"input": weights.input,
                                                                           "output": weights.output},

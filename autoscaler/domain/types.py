@@ -26,9 +26,17 @@ from typing import Any, Literal
 from autoscaler.domain.stabilize import CheckedHistory
 from autoscaler.domain.values import quick_init
 
-__all__ = ["ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState"]
+__all__ = ["ScalingDecision", "ScalingPolicy", "Step", "WarmPoolAs", "WorkloadState", "point_label"]
 
 WarmPoolAs = Literal["replicas", "nodes"]
+
+
+def point_label(warm_pool_quantile: int, utilisation: float, lead_only: bool) -> str:
+    """An operating point as the tuner's reports name it: ``hpa@0.7+lead`` for the HPA's own point (the HPA at that
+    target, started early), ``q90`` for a band, ``q80/u0.85`` for a band with a utilisation floor below 1."""
+    if lead_only:
+        return f"hpa@{utilisation:g}+lead"
+    return f"q{warm_pool_quantile}" + ("" if utilisation == 1 else f"/u{utilisation:g}")
 
 
 def _require(condition: bool, message: str) -> None:
@@ -74,6 +82,11 @@ class ScalingPolicy:
         """What a lead-only point sizes its forecast with: the median at the HPA's utilisation. Made once per policy
         (a self-tuning replay decides tens of thousands of times on one)."""
         return replace(self, level=50, capacity_per_replica=self.capacity_per_replica * self.reactive_utilisation)
+
+    @property
+    def point_label(self) -> str:
+        """The operating point this policy runs, as the tuner names it (``point_label``)."""
+        return point_label(self.warm_pool_level, self.reactive_utilisation, self.lead_only)
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica

@@ -412,6 +412,19 @@ def reactive_at(gpu_hours: float, reactive: Sequence[PolicyResult]) -> ReactiveA
     return ReactiveAtSameCost(gpu_hours, value, (lo, hi), bool(gpu_hours < xs[0] or gpu_hours > xs[-1]))
 
 
+def hpa_a_user_picks(reactive: Sequence[PolicyResult], attainment: float) -> tuple[PolicyResult, bool] | None:
+    """The HPA target a user would pick for an objective of ``attainment``: the cheapest run that met it (True), else
+    the one that attained most (False; the fewest GPU-hours among ties); None without runs. Why a function of its own:
+    it is the comparison a platform team makes before it switches its HPA off (the objective the self-tuned
+    controller is held to, against the HPA at the right target), in ``simulate``'s verdict and the benchmarks alike."""
+    meeting = [r for r in reactive if r.slo_attainment >= attainment]
+    if meeting:
+        return min(meeting, key=lambda r: r.gpu_hours), True
+    if not reactive:
+        return None
+    return max(reactive, key=lambda r: (r.slo_attainment, -r.gpu_hours)), False
+
+
 PredictiveFactory = Callable[[TrafficSeries, SimulationConfig, ClusterConfig], TickPolicy]
 
 

@@ -75,6 +75,8 @@ class TuningOutcome(Protocol):
     def slo_attainment(self) -> float: ...
     @property
     def slo_wait_seconds(self) -> float: ...
+    @property
+    def chosen_label(self) -> str | None: ...
 
 
 # A self-tuning replay under way: calling it waits for it and returns the policy to run and the replay's outcome.
@@ -137,6 +139,10 @@ class PredictivePolicy:
         self.make_model = make_model
         # self-tuning runs its start point until a replay chooses one, as the controller does
         self.policy = policy if retune is None else retune.start(policy)
+        # what ran before the first replay chose a point, and when that was (trace time): the report says so, as a
+        # new Deployment's first days run it
+        self.started_as = self.policy.point_label
+        self.first_chosen_at: int | None = None
         self.cold_start = cold_start
         self.tick = cluster.tick_seconds
         self.gpus_per_replica = cluster.gpus_per_replica
@@ -235,6 +241,8 @@ class PredictivePolicy:
         self.chose = tuning.chosen is not None
         if tuning.chosen is None:
             return  # too little history yet: retried an hour later (``engine.retuning``)
+        if self.first_chosen_at is None:
+            self.first_chosen_at = int(self.tuned_at)
         self.tunings.append(tuning)
         self.policy = policy
 
@@ -243,18 +251,22 @@ class PredictivePolicy:
         used = ", ".join(f"{m} {n} bins" for m, n in sorted(self.models_used.items(), key=lambda kv: -kv[1]))
         out = [f"{self.name} forecasts: {used or 'none'} ({self.fits} fits)"]
         if self.tunings:
-            chosen: dict[tuple[int, float], int] = {}
+            chosen: dict[str, int] = {}
             for t in self.tunings:
-                if t.chosen is not None:
-                    point = (t.chosen, t.chosen_utilisation)
-                    chosen[point] = chosen.get(point, 0) + 1
+                if (label := t.chosen_label) is not None:
+                    chosen[label] = chosen.get(label, 0) + 1
             met = sum(t.met for t in self.tunings)
             cpu = sum(t.cpu_seconds for t in self.tunings) / len(self.tunings)
-            picks = ", ".join(f"{q}{'' if u == 1 else f' at utilisation {u:g}'} x{n}"
-                              for (q, u), n in sorted(chosen.items(), key=lambda kv: (kv[0][0], -kv[0][1])))
+            picks = ", ".join(f"{label} x{n}" for label, n in sorted(chosen.items(), key=lambda kv: -kv[1]))
+            start = ""
+            if self.first_chosen_at is not None:
+                start = (f"the start point {self.started_as} for its first "
+                         f"{(self.first_chosen_at - self.series.start) / SECONDS_PER_DAY:.1f} days (no day of history "
+                         "to replay yet), then ")
             out.append(f"{self.name} self-tuned daily ({len(self.tunings)} replays, objective "
                        f"{self.tunings[-1].slo_attainment * 100:g}% within {self.tunings[-1].slo_wait_seconds:g}s): "
-                       f"warm_pool_quantile {picks}; met on {met}; {cpu:.2f} s CPU per replay")
+                       f"ran {start}{picks} (hpa@U+lead: the HPA at target U, started early; qN: the forecast's "
+                       f"pN band); met on {met}; {cpu:.2f} s CPU per replay")
         if self.errors:
             out.append(
                 f"{self.name}: {len(self.errors)} forecaster failure(s), planner fell back; first: {self.errors[0]}"

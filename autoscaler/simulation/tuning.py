@@ -67,7 +67,9 @@ How, and why it is cheap enough to run daily per Deployment:
 
 Before any replay has chosen a point, a self-tuned Deployment runs the start point (``start_policy``: the HPA's own
 point at the middle target), in the controller and in the simulator alike, and until the record holds
-``MIN_BAND_DAYS`` replayed days ``choose`` picks among the HPA's own points only (``decide``).
+``MIN_BAND_DAYS`` replayed days ``choose`` picks among the HPA's own points only (``decide``). A replay also replays
+the whole days before its own that the record lacks, up to a pool's worth (``tune``'s ``backfill_days``): a
+Deployment whose history is in Prometheus when the controller first tunes it chooses on a week at once.
 
 Properties the tests hold it to: a looser objective never chooses a point that costs more within a tier (the set
 of points that meet it, and of those that hold it, only grows; a looser objective can move the choice from a point
@@ -89,7 +91,7 @@ import numpy as np
 
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.domain.types import ScalingPolicy
+from autoscaler.domain.types import ScalingPolicy, point_label
 from autoscaler.engine.forecasting import ForecastKeeper, forecast_levels, forecast_steps
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE, Cluster, ClusterConfig
 from autoscaler.simulation.engine import (
@@ -181,10 +183,7 @@ class Candidate:
     @property
     def label(self) -> str:
         """``q90``, ``q80/u0.85`` with a utilisation floor below 1, ``hpa@0.7+lead`` for the HPA's own point."""
-        u = self.reactive_utilisation
-        if self.lead_only:
-            return f"hpa@{u:g}+lead"
-        return f"q{self.warm_pool_quantile}" + ("" if u == 1 else f"/u{u:g}")
+        return point_label(self.warm_pool_quantile, self.reactive_utilisation, self.lead_only)
 
 
 @dataclass(frozen=True)
@@ -306,6 +305,13 @@ class Tuning:
     pool_days: int = DEFAULT_POOL_DAYS
     beaten: bool = False  # chosen by the self-check (``beaten_by``): an HPA point did better than what ran
     hpa_only: bool = False  # chosen among the HPA's own points alone: the record was too young (``MIN_BAND_DAYS``)
+
+    @property
+    def chosen_label(self) -> str | None:
+        """The point chosen, as the reports name it (``Candidate.label``); None when nothing was chosen."""
+        if self.chosen is None:
+            return None
+        return point_label(self.chosen, self.chosen_utilisation, self.chosen == LEAD_ONLY_QUANTILE)
 
     @property
     def slo_state(self) -> str:
@@ -481,13 +487,15 @@ class Versus:
 
 def versus_hpa(record: Sequence[Day]) -> Versus | None:
     """What ran over ``record`` against each of the HPA's own points (``Candidate.lead_only``) replayed on the same
-    days; None when a day's running point is unknown or was not replayed, or there is no day. ``beaten`` is empty
-    with fewer than two days (a day's choice is not yet a record).
+    days, the newest days whose running point is known and was replayed (the days before one that is not, such as
+    the history replayed before the controller ran, are not what it ran); None when there is no such day. ``beaten``
+    is empty with fewer than two days (a day's choice is not yet a record).
 
     Why: what a team compares us with is the HPA it would otherwise run. Every day's replay of every point is at hand,
     so the record says, per Deployment, what the points that ran cost and attained against each fixed HPA point on the
     same days: the self-check reads it (``beaten_by``), the controller exports it (the ``slo_record`` metrics) and
     ``explain`` shows it."""
+    record = record[max((i + 1 for i, d in enumerate(record) if d.realised() is None), default=0):]
     ran = lived(record)
     if not record or ran is None:
         return None
@@ -502,8 +510,7 @@ def versus_hpa(record: Sequence[Day]) -> Versus | None:
 def beaten_by(record: Sequence[Day]) -> tuple[Candidate, ...]:
     """The HPA's own points (``Candidate.lead_only``, pooled over ``record``) that did strictly better than the points
     that ran on those days: no more GPU-hours and no more missed requests than the replays of what ran, one of them
-    fewer (``versus_hpa``). Empty with fewer than two days, or with a day whose running point is unknown or was not
-    replayed.
+    fewer (``versus_hpa``, over the newest days whose running point is known). Empty with fewer than two such days.
 
     Why: the self-check. A tuner that re-chooses daily on bursty traffic runs a cheap point before a burst it cannot
     see and, once the burst is in its pool, a dear one for a week, and such a mix of points costs more than one point
@@ -741,6 +748,7 @@ def tune(
     record_days: int = DEFAULT_RECORD_DAYS,
     horizon_seconds: int = ForecastProfile().horizon_seconds,
     min_band_days: int = MIN_BAND_DAYS,
+    backfill_days: int = DEFAULT_POOL_DAYS - 1,
 ) -> Tuning:
     """Replay the last ``replay_seconds`` of ``history`` (per-second rates) at each operating point of
     ``operating_points(quantiles, utilisations)`` and choose one (see the module docstring). ``base`` is the
@@ -755,6 +763,13 @@ def tune(
     ``horizon_seconds``: the profile's forecast horizon, which the Deployment's keeper forecasts to
     (``engine.forecasting.forecast_steps``); ``min_band_days``: see ``decide``. A fleet runs whole replays in worker
     processes (``retuner``).
+
+    ``backfill_days``: up to this many whole days before the replayed one that the record lacks (none of ``previous``
+    overlaps them) are replayed too, oldest first, each as a tuning at its end would have replayed it, with what ran
+    on it unknown. Why: a Deployment whose history is in Prometheus when the controller first tunes it (one that ran
+    under an HPA before) would otherwise choose on one day and wait days for a record, running the HPA's own points
+    alone (``min_band_days``) and choosing on a sample the pooling exists to avoid; with it, its first choice is made on
+    a week. The simulator's tunings, daily from the trace's start, leave no whole day out, so it replays the same.
     """
     started = time.process_time()
     qs = sorted({int(q) for q in quantiles})
@@ -791,15 +806,9 @@ def tune(
     if seen < MIN_OBSERVED_SHARE:
         return nothing(f"not enough history to tune: only {seen:.0%} of the last {replay_seconds / 3600:g} h "
                        f"observed (needs {MIN_OBSERVED_SHARE:.0%})")
-    window = history.slice(replay_from, len(history))
-
     policies = [candidate_policy(base, q, u) for q, u in points]
     horizon = max(forecast_steps(p, cold_start, step, horizon_seconds) for p in policies)
     levels = sorted({lv for p in policies for lv in forecast_levels(p)})  # every band any point plans on
-    forecasts = _forecasts(history, replay_from, make_model, horizon, levels, warmup_seconds)
-    if all(f is None for f in forecasts):
-        return nothing("the forecaster could not be fitted on the history before the replay window")
-
     tick = tick_seconds_for(step)
     cluster_cfg = ClusterConfig(
         pod_startup_seconds=math.ceil(cold_start.pod_lead_seconds()),
@@ -807,19 +816,54 @@ def tune(
         gpus_per_replica=max(1, gpus_per_replica), gpus_per_node=max(gpus_per_node, max(1, gpus_per_replica)),
         tick_seconds=tick,
     )
-    demand = spread(window.values, step // tick, resolve("auto", step))
     queue = QueueConfig(timeout_seconds=timeout_seconds, slo_wait_seconds=slo_wait_seconds)
-    segments = Segments(demand, tick, queue.timeout_seconds)
-    capacity = base.capacity_per_replica
-    first = demand[: cluster_cfg.ticks(cluster_cfg.pod_startup_seconds) + 1]
-    first_finite = [v for v in first.tolist() if math.isfinite(v)]
-    initial = min(max(base.min_replicas, math.ceil(max(first_finite, default=0.0) / capacity - 1e-9)),
-                  base.max_replicas)
-    replay = _Replay(tuple(forecasts), window, cold_start, cluster_cfg, demand, queue, segments, capacity, initial,
-                     float(np.nansum(demand)) * tick)
-    candidates = replay.run(list(zip(points, policies, strict=True)))
-    record = extend_record(() if previous is None else previous.days, Day(end, tuple(candidates), running),
-                           replay_seconds, max(pool_days, record_days))
+    jobs = list(zip(points, policies, strict=True))
+
+    def replayed(upto: int) -> tuple[Candidate, ...] | None:
+        """Every point's replay of the ``replay_bins`` ending at bin ``upto``, as a tuning at that time would have
+        replayed them (its forecaster fitted on the history before them); None when no forecast could be made."""
+        before = history.slice(0, upto)
+        forecasts = _forecasts(before, upto - replay_bins, make_model, horizon, levels, warmup_seconds)
+        if all(f is None for f in forecasts):
+            return None
+        window = before.slice(upto - replay_bins, upto)
+        demand = spread(window.values, step // tick, resolve("auto", step))
+        first = demand[: cluster_cfg.ticks(cluster_cfg.pod_startup_seconds) + 1]
+        first_finite = [v for v in first.tolist() if math.isfinite(v)]
+        initial = min(max(base.min_replicas, math.ceil(max(first_finite, default=0.0) / base.capacity_per_replica
+                                                       - 1e-9)), base.max_replicas)
+        replay = _Replay(tuple(forecasts), window, cold_start, cluster_cfg, demand, queue,
+                         Segments(demand, tick, queue.timeout_seconds), base.capacity_per_replica, initial,
+                         float(np.nansum(demand)) * tick)
+        return tuple(replay.run(jobs))
+
+    candidates = replayed(len(history))
+    if candidates is None:
+        return nothing("the forecaster could not be fitted on the history before the replay window")
+    # The whole days the record lacks before this one (a Deployment whose history was in Prometheus before the
+    # controller tuned it; a controller that was down), replayed now, oldest first, up to a pool's worth: a first
+    # choice made on a week, not on one day. What ran on them is not known (``Day.ran`` None: the error budget
+    # counts only days whose running point it knows).
+    behind = () if previous is None else previous.days
+    newest = max((d.end for d in behind), default=-math.inf)
+    backfill: list[Day] = []
+    for k in range(1, max(0, backfill_days) + 1):
+        upto = replay_from - (k - 1) * replay_bins
+        day_end = history.start + upto * step
+        # a day the record holds (as ``extend_record`` overlaps them), or no history before it to fit on
+        if newest > day_end - replay_seconds + OVERLAP_SHARE * replay_seconds or upto - replay_bins <= 0:
+            break
+        if (float(observed[: upto - replay_bins].sum()) * step < MIN_WARMUP_SECONDS
+                or float(observed[upto - replay_bins:upto].mean()) < MIN_OBSERVED_SHARE):
+            break
+        day = replayed(upto)
+        if day is None:
+            break
+        backfill.insert(0, Day(day_end, day, None))
+    record = behind
+    for earlier in backfill:
+        record = extend_record(record, earlier, replay_seconds, max(pool_days, record_days))
+    record = extend_record(record, Day(end, candidates, running), replay_seconds, max(pool_days, record_days))
     decision = decide(record, slo_attainment, margin, pool_days, min_band_days)
     days, pooled, budget, best, fixed = (decision.days, decision.pooled, decision.budget, decision.best,
                                          decision.beaten)
@@ -833,6 +877,9 @@ def tune(
     if budget > slo_attainment:
         spent = f"; the window's error budget is spent, so the next day needs {budget * 100:.2f}%"
         need = max(need, required_attainment(budget, margin))
+    if backfill:
+        spent += (f"; {len(backfill)} earlier day(s) of the history replayed at once (the record held none of them; "
+                  "what ran on them is not known)")
     among = sum(c.lead_only for c in pooled) if decision.hpa_only else len(pooled)
     if decision.hpa_only:
         spent += (f"; of the HPA's own points only until {min_band_days} days are replayed (a band point is chosen on "
@@ -840,7 +887,7 @@ def tune(
     versus = decision.versus  # read by the self-check: present whenever it fired
     if fixed is not None and versus is not None:
         lived_gpu, attained = versus.gpu_hours, versus.attainment
-        reason = (f"{_describe(best)}: self-check: over the last {len(record)} replayed days the points that ran "
+        reason = (f"{_describe(best)}: self-check: over the last {versus.days} replayed days the points that ran "
                   f"cost {lived_gpu:.1f} GPU-h for {attained * 100:.2f}% within {slo_wait_seconds:g}s, and this HPA "
                   f"point would have cost {fixed.gpu_hours:.1f} GPU-h for {fixed.slo_attainment * 100:.2f}%; it runs "
                   f"while it does better ({best.slo_attainment * 100:.2f}% on {span}"
