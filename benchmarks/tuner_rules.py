@@ -215,6 +215,54 @@ def escape(days: Sequence[Day], target: float) -> Point:
     return min(free, key=lambda p: abs(day[p][0] - day[decision.best.point][0]))
 
 
+# The days at which a Deployment is taken over by the controller with its history already in Prometheus (``takeover``).
+TAKEOVER_DAYS = (2, 3, 4, 5, 6, 7)
+
+
+def takeover(rec: Recorded, start: int, backfill: bool, target: float = OBJECTIVE[1]) -> Replayed:
+    """The current rule on ``rec``'s days when the controller first tunes the Deployment at the replay whose newest
+    day is ``rec.days[start]`` (an HPA scaled it before; the start point is taken to have run on that day), its
+    record then made of that day alone (``backfill`` False: the tuner before the backfill) or of it and the whole days
+    before it up to a pool's worth (``tune``'s ``backfill_days``: each the replay a tuning at its end recorded, which
+    is what the backfill replays, with what ran unknown). Summed over the days after ``start``."""
+    held: tuple[Day, ...] = ()
+    if backfill:
+        held = tuple(Day(d.end, d.candidates, None) for d in rec.days[max(0, start - DEFAULT_POOL_DAYS + 1):start])
+    ran = start_point()
+    gpu = missed = 0.0
+    choices: list[Point] = []
+    for i in range(start, len(rec.days)):
+        lived = Day(rec.days[i].end, rec.days[i].candidates, ran)
+        if i > start:
+            c = lived.realised()
+            if c is None:
+                raise ValueError(f"{rec.trace}: the point {ran} was not replayed on the day ending {lived.end}")
+            gpu += c.gpu_hours
+            missed += misses(c)
+        held = extend_record(held, lived)
+        ran = current_rule(held, target)
+        choices.append(ran)
+    return Replayed(gpu, missed, tuple(choices))
+
+
+def takeover_row(recs: Sequence[Recorded], start: int) -> str:
+    """One row of the takeover table: per way of starting, the runs an HPA point replayed on the same days dominates
+    (no more GPU-hours, no more late requests) and the runs whose days after ``start`` met the objective."""
+    cells = []
+    for backfill in (False, True):
+        dominated = met = 0
+        for r in recs:
+            run = takeover(r, start, backfill)
+            after = pool([d.candidates for d in r.days[start + 1:]])
+            requests = after[0].requests if after else 0.0
+            dominated += any(c.lead_only and c.gpu_hours <= run.gpu_hours and misses(c) <= run.missed
+                             for c in after)
+            met += requests > 0 and 1.0 - run.missed / requests >= OBJECTIVE[1]
+        cells.append(f"{dominated} | {met}")
+    # ``rec.days[i]`` ends with day i + 2 of the run (the first replay is of the second day)
+    return f"| end of day {start + 2} | {' | '.join(cells)} |"
+
+
 RULES: dict[str, Rule] = {
     "before the self-check": without_self_check,
     "the self-check, any point from the first day": without_gate,
@@ -257,7 +305,21 @@ def markdown(recs: Sequence[Recorded], seconds: float, draws: Sequence[int]) -> 
                 met += att >= target
         lines.append(f"| {name} | {dominated} of {len(recs)} | {100 * total:.1f}%, {100 * worst:.1f}% | "
                      f"{met} of {can} |")
-    lines += ["", READING]
+    lines += [
+        "",
+        f"Taken over with history: the controller first tunes a Deployment an HPA scaled before at the end of day N of "
+        f"these runs, and the current rule runs from there; scored on the days after it against each of the "
+        f"HPA's own points replayed on the same days (dominated: one of them had no more GPU-hours and no more late "
+        f"requests; met: the days after attained the objective), of {len(recs)} runs, with the record the first "
+        "tuning starts from: that day alone, or that day and the whole days before it, up to a week "
+        "(`tuning.tune`'s `backfill_days`, the default).",
+        "",
+        "| first tuned at | one day: dominated | met | backfilled: dominated | met |",
+        "|---|---|---|---|---|",
+        *(takeover_row(recs, start) for start in TAKEOVER_DAYS),
+        "",
+        READING,
+    ]
     return "\n".join(lines)
 
 

@@ -42,7 +42,8 @@ def test_json_has_exactly_the_documented_keys(trace: Path, capsys: pytest.Captur
     code = main(["simulate", "--trace", str(trace), "--json", "--reactive-targets", "0.6,0.8"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"trace", "queue", "policies", "cluster", "units"}
+    assert set(out) == {"trace", "queue", "policies", "cluster", "units", "objective"}  # objective: self-tuned
+    assert set(out["objective"]) == {"slo_attainment", "slo_wait_seconds", "met", "hpa_pick"}
     assert out["trace"] == "hump.csv"
     assert out["queue"] == {"slo_wait_seconds": 2.0, "timeout_seconds": 60.0, "bin_shape": "flat"}
     assert set(out["policies"]) == {"predictive", "predictive-persistence", "oracle", "reactive@0.6", "reactive@0.8",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, MIN_BAND_DAYS, Candidate, Day
 from benchmarks.backtest import synthetic_traces
 from benchmarks.tuner_rules import (
+    Recorded,
     current_rule,
     escape,
     estimate,
@@ -17,6 +18,8 @@ from benchmarks.tuner_rules import (
     record,
     replay,
     start_point,
+    takeover,
+    takeover_row,
     without_gate,
     without_self_check,
 )
@@ -82,3 +85,18 @@ def test_escape_runs_the_point_that_leaves_a_dominated_record_least_dominated() 
     # a day more of the HPA at 0.7 keeps the record 15% over it (46 GPU-h against 40); of the HPA at 0.9, 5% (42 for
     # 11 late against 40 for 4): no point frees the record, and the one that leaves it least dominated runs
     assert escape(days, 0.99) == cheap
+
+
+def test_a_takeover_chooses_first_on_that_day_alone_or_on_the_week_before_it_too() -> None:
+    # the band point is cheaper and meets 99% every day: a record of one day is gated to the HPA's own point, a
+    # backfilled week is not
+    days = tuple(_day(86400 * (i + 1), None, (14.0, 0.999), (12.0, 0.999)) for i in range(10))
+    rec = Recorded("t", days, (), (0.0, 1.0), 10_000.0, ())
+    alone, backfilled = takeover(rec, 6, False), takeover(rec, 6, True)
+    assert alone.choices[0] == HPA
+    assert backfilled.choices[0] == BAND
+    # scored on the days after the first tuning: three days of what ran
+    assert backfilled.gpu_hours == 3 * 12.0
+    assert alone.gpu_hours == sum(14.0 if p == HPA else 12.0 for p in alone.choices[:3])
+    # the table counts a run an HPA point does better than as dominated: the HPA point costs more here
+    assert takeover_row([rec], 6) == "| end of day 8 | 0 | 1 | 0 | 1 |"

@@ -100,10 +100,14 @@ def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_can
     assert rig.metric("predictive_autoscaler_slo_tuned_quantile", labels) == tuning["chosen"]
     assert rig.metric("predictive_autoscaler_slo_tuned_utilisation", labels) == tuning["chosen_utilisation"]
     assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == (1.0 if tuning["met"] else 0.0)
-    # the record against the HPA's own points: one replayed day, on which the start point ran (the HPA at 0.7 started
-    # early), so what ran is that point's replay, and one day is no record to be beaten on
-    (day,) = tuning["days"]
+    # the record: the newest day, on which the start point ran (the HPA at 0.7 started early), and the whole day
+    # before it, which the history held and the first tuning replayed at once (what ran on it is not known)
+    backfilled, day = tuning["days"]
+    assert backfilled["ran"] is None
     assert day["ran"] == [50, 0.7]
+    assert "1 earlier day(s) of the history replayed at once" in tuning["reason"]
+    # against the HPA's own points, only the day the controller ran counts: what ran is the start point's replay,
+    # and one day is no record to be beaten on
     record = {u: (gpu_hours, attained) for q, u, gpu_hours, attained, *_ in day["points"] if q == 50}
     assert sorted(record) == [0.5, 0.6, 0.7, 0.8, 0.9]
     for u, (gpu_hours, attained) in record.items():
@@ -225,7 +229,7 @@ def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_th
     rig.controller.tick(yesterday + 30)
     before = _status(rig.fake, "serving", "llama-chat")["tuning"]
     assert before["chosen"] is not None
-    assert len(before["days"]) == 1
+    assert [d["ran"] is None for d in before["days"]] == [True, False]  # the day before replayed from the history
 
     def restart() -> Rig:  # a new process (an upgrade, a new leader): nothing in memory but what the status holds
         metrics = ControllerMetrics()
@@ -244,12 +248,12 @@ def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_th
     after = _status(rig.fake, "serving", "llama-chat")["tuning"]
     # the replay due on that first tick (after its plans) chose again, on both days: exported, and in the status
     assert again.metric("predictive_autoscaler_slo_tuned_quantile", labels) == after["chosen"]
-    # today's replay is pooled with yesterday's, as if the controller had never stopped
-    assert [d["end"] for d in after["days"]] == [before["days"][0]["end"], after["at"]]
-    assert after["days"][0] == before["days"][0]
-    assert after["days_pooled"] == 2
+    # today's replay is pooled with yesterday's record, as if the controller had never stopped (nothing replayed twice)
+    assert [d["end"] for d in after["days"]] == [*(d["end"] for d in before["days"]), after["at"]]
+    assert after["days"][:2] == before["days"]
+    assert after["days_pooled"] == 3
 
-    # a status spoiled by hand is logged and tuning starts over: one day, nothing lost but the history
+    # a status spoiled by hand is logged and tuning starts over from the history: its newest day and the one before
     cm = rig.fake.get("configmaps", "serving", status_object_name("llama-chat"))
     assert cm is not None
     spoiled = json.loads(cm["data"][STATUS_DATA_KEY])
@@ -261,7 +265,7 @@ def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_th
         third.controller.tick(now + 60)
         third.controller.tick(now + 90)
     assert "serving/llama-chat: the self-tuning state in the status cannot be read" in caplog.text
-    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 1
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 2
 
 
 def test_an_upgrade_resumes_from_the_annotation_an_older_version_left_and_moves_it(
@@ -309,8 +313,8 @@ def test_an_upgrade_resumes_from_the_annotation_an_older_version_left_and_moves_
     after = _status(rig.fake, "serving", "llama-chat")["tuning"]
     # the replay due on the first tick (after its plans) chose again on both days
     assert metrics.registry.get_sample_value("predictive_autoscaler_slo_tuned_quantile", labels) == after["chosen"]
-    assert after["days_pooled"] == 2, "yesterday's replay, resumed from the annotation, is pooled with today's"
-    assert after["days"][0] == before["days"][0]
+    assert after["days_pooled"] == len(before["days"]) + 1, "yesterday's record, resumed, is pooled with today's"
+    assert after["days"][:-1] == before["days"]
 
 
 def test_a_new_objective_after_a_restart_is_tuned_afresh(
@@ -320,7 +324,7 @@ def test_a_new_objective_after_a_restart_is_tuned_afresh(
     now = prometheus_server.now - 1800
     rig.controller.tick(now - 86_400)
     rig.controller.tick(now - 86_400 + 30)
-    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 1
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 2  # and the day before, replayed
     _annotate(rig.fake, "serving", "llama-chat", slo_wait="5s")  # the team changed its objective meanwhile
     cfg = _config(prometheus_server.url)
     controller = Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: cfg)
@@ -328,7 +332,10 @@ def test_a_new_objective_after_a_restart_is_tuned_afresh(
     controller.tick(now)
     controller.tick(now + 30)
     tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
-    assert (tuning["slo_wait_seconds"], tuning["days_pooled"]) == (5.0, 1)  # yesterday's days were for 2 s
+    # yesterday's days were for 2 s: the new objective's record is made afresh, from the history (today's day and
+    # the one before it, replayed at once)
+    assert (tuning["slo_wait_seconds"], tuning["days_pooled"]) == (5.0, 2)
+    assert [d["ran"] is None for d in tuning["days"]] == [True, False]
 
 
 
