@@ -326,27 +326,36 @@ def markdown(recs: Sequence[Recorded], seconds: float, draws: Sequence[int]) -> 
 READING = """\
 Reading (2026-11-26). Before the self-check the tuner was dominated by an HPA target on 11 of these 32 runs, by up \
 to a fifth more GPU-hours than a target that attained as much: on bursty traffic a daily re-choice runs a cheap \
-point before a burst it cannot see and, once the burst is in its pool, the safest one for a week, and that mix costs \
-more than one point of the HPA's bending curve. No choice rule knows the burst coming (measured while designing \
-this: longer pools, hysteresis, a ladder of one step a day, trimming the worst day, choosing once and holding, none \
-below 5 of 24 on draws 0-4, and the best of them no better than the old rule on draws 5-8); what the tuner can know \
-is its own record. The self-check (``tuning.beaten_by``, ``decide``: run the HPA point that did strictly better than \
-what ran over four weeks, unless the week is spending its error budget) is the default since 2026-11-26: 6 of 32 \
-dominated, by at most 8%. Designed on draws 0-4 of the shapes with the start-ups of 30-300 s and checked on draws \
-5-8 before it was built: 16 of 60 dominated before, 9 of 60 with it. Its price is the objective: it settles on the \
-HPA point that beat a poor record, which can be a cheap one. The first days' gate (``decide``, ``MIN_BAND_DAYS``: \
-the first two replays choose the cheapest point meeting the objective among the HPA's own points only) is the \
-default since the same day: here 6 of 32 either way and the objective met on 21 of 24 instead of 20; designed on \
-draws 0-8 recorded at pod start-ups of 30, 120 and 300 s (108 fortnights): dominated on 21 instead of 24 (8 instead \
-of 10 at 30 s), the objective met on 66 of 81 instead of 62. Gating the safest point too, when nothing meets the \
-objective, gained nothing there and cost the Alibaba LoRA trace 1.4 points. Measured, not adopted: running the \
-cheapest point within twice the fewest misses when nothing meets the objective (5 of 32, two more runs below the \
-objective; on the 108, 24 dominated and 57 met); escaping a dominated record by the point whose next day, at its \
-pooled mean, would leave the record undominated (9 of 32; on the 108, 32 and 65: a mean day is not the next day, \
-and the switching it adds is what the self-check removes); and the HPA's own point sized with the HPA's 10% \
-tolerance (``domain.planner``), which makes it tie the HPA and lose the ties (14 of 36 on draws 0-8 at 120 s, from \
-6). What is left are ties with the HPA's curve within a day's noise, on shapes where the forecast adds about nothing \
-to the HPA's own point."""
+point before a burst it cannot see and, once the burst is in its pool, the safest one for a week, and that mix \
+costs more than one point of the HPA's bending curve. No choice rule knows the burst coming (measured while \
+designing this: longer pools, hysteresis, a ladder of one step a day, trimming the worst day, choosing once and \
+holding, none below 5 of 24 on draws 0-4, and the best of them no better than the old rule on draws 5-8); what the \
+tuner can know is its own record. The self-check (``tuning.beaten_by``, ``decide``: run the HPA point that did \
+strictly better than what ran over four weeks, unless the week is spending its error budget) is the default since \
+2026-11-26: 6 of 32 dominated, by at most 8%. Designed on draws 0-4 of the shapes with the start-ups of 30-300 s \
+and checked on draws 5-8 before it was built: 16 of 60 dominated before, 9 of 60 with it. Its price is the \
+objective: it settles on the HPA point that beat a poor record, which can be a cheap one. The first days' gate \
+(``decide``, ``MIN_BAND_DAYS``: the first two replays choose the cheapest point meeting the objective among the \
+HPA's own points only) is the default since the same day: here 6 of 32 either way and the objective met on 21 of 24 \
+instead of 20; designed on draws 0-8 recorded at pod start-ups of 30, 120 and 300 s (108 fortnights): dominated on \
+21 instead of 24 (8 instead of 10 at 30 s), the objective met on 66 of 81 instead of 62. Gating the safest point \
+too, when nothing meets the objective, gained nothing there and cost the Alibaba LoRA trace 1.4 points. Measured, \
+not adopted: running the cheapest point within twice the fewest misses when nothing meets the objective (5 of 32, \
+two more runs below the objective; on the 108, 24 dominated and 57 met); escaping a dominated record by the point \
+whose next day, at its pooled mean, would leave the record undominated (9 of 32; on the 108, 32 and 65: a mean day \
+is not the next day, and the switching it adds is what the self-check removes); and the HPA's own point sized with \
+the HPA's 10% tolerance (``domain.planner``), which makes it tie the HPA and lose the ties (14 of 36 on draws 0-8 \
+at 120 s, from 6). What is left are ties with the HPA's curve within a day's noise, on shapes where the forecast \
+adds about nothing to the HPA's own point. The backfill (``tuning.tune``'s ``backfill_days``, the default since \
+2026-11-26; the takeover table): a Deployment an HPA scaled until the controller first tunes it used to choose on \
+that one day, gated to the HPA's own points for two more, and build its record a day at a time; it now replays the \
+whole days its history holds before that one, up to a week, and chooses on them at once. Over the six takeover days \
+of the table (192 takeovers) the days after were dominated by an HPA point on 54 instead of 64 and met the \
+objective on 130 instead of 121; designed on the synthetic shapes' draws 0-4 and the four trace files (144 \
+takeovers: 41 instead of 45, 98 instead of 92) before this run. Not uniformly: taken over at the end of day 8 it is \
+dominated on 11 instead of 9 (a week with a burst in it chooses dear points, as the tuner does in its steady \
+state). The simulator's own runs start with no history and tune daily, so nothing is backfilled there and every \
+other figure of this page is unchanged."""
 
 
 def main(argv: list[str] | None = None) -> int:
