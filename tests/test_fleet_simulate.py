@@ -431,3 +431,24 @@ def test_not_yaml_and_missing_files_are_one_line(tmp_path: Path, capsys: pytest.
     bad.write_text("nodepools: [\n")
     assert "not valid YAML" in _one_line_error(capsys, ["simulate", "--fleet", str(bad)])
     assert "cannot read" in _one_line_error(capsys, ["simulate", "--fleet", str(tmp_path / "none.yaml")])
+
+
+def test_our_controller_writes_its_scale_downs_first_with_spares_off_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The controller orders its writes so that a GPU one Deployment gives back is free for a replica another adds in
+    # the same tick (``runtime.loop``), whether or not it lends spares; the fleet simulator must write in that order.
+    config, build = _two_on_a_pool_of_4_gpu_nodes()
+    writes: list[tuple[int, int]] = []  # (tick, change) of every scale written, in the order written
+    real = Cluster.scale_to
+
+    def spy(self: Cluster, k: int, desired: int) -> None:
+        writes.append((k, desired - self.requested))
+        real(self, k, desired)
+
+    monkeypatch.setattr(Cluster, "scale_to", spy)
+    run_fleet(replace(config, spare_replicas=False), build, "off")
+    ticks: dict[int, list[int]] = {}
+    for k, change in writes:
+        ticks.setdefault(k, []).append(change)
+    both = [changes for changes in ticks.values() if min(changes) < 0 < max(changes)]
+    assert both  # ticks where one Deployment scaled down while the other scaled up
+    assert all(changes == sorted(changes) for changes in both)

@@ -422,7 +422,9 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
     deciders = [decides_of(pol) for pol in policies]
     lenders = [_Lender(str(i), getattr(pol, "spare_room", None) if d.team not in config.team_ceilings else None,
                        getattr(pol, "lent", None)) for i, (d, pol) in enumerate(zip(deps, policies, strict=True))]
-    lending = config.spare_replicas and any(callable(getattr(pol, "spare_room", None)) for pol in policies)
+    # our controller's Deployments (an HPA's have no spare room); it lends them spares when ``spare_replicas`` is on
+    ours = any(callable(getattr(pol, "spare_room", None)) for pol in policies)
+    lending = config.spare_replicas and ours
 
     for k in range(n_ticks):
         if progress is not None and k % 1000 == 0:
@@ -467,9 +469,10 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         if lending:
             allowed = _with_spares(k, allowed, by_pool, pools, specs, lenders, clusters, deciders, reads, sized,
                                    idle_left)
-        # our controller writes its scale-downs first, so that a GPU a spare gives back is there for a replica added
-        # in the same tick; HPAs act each on its own (in the fleet's order)
-        order = (sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested) if lending
+        # our controller writes its scale-downs first (``runtime.loop``, spares lent or not), so that a GPU one of its
+        # Deployments gives back is there for a replica another adds in the same tick; HPAs act each on its own (in
+        # the fleet's order)
+        order = (sorted(range(len(clusters)), key=lambda j: allowed[j] - clusters[j].requested) if ours
                  else range(len(clusters)))
         for i in order:
             if allowed[i] != clusters[i].requested:
