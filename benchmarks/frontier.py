@@ -59,7 +59,7 @@ from autoscaler.simulation.engine import (
     hpa_a_user_picks,
     simulate,
 )
-from autoscaler.simulation.predictive import factory
+from autoscaler.simulation.predictive import factory, legend_once
 from autoscaler.simulation.tuning import operating_points, retuner
 from autoscaler.traces import Trace, load_trace, parse_duration
 from benchmarks.backtest import DRAW_SEED_STEP, draw_numbers, synthetic_traces
@@ -357,8 +357,7 @@ def markdown(curves: list[Curve], seconds: float) -> str:
                             f"self-tuned <= 1.3x oracle {'PASS' if ratio <= TUNED_ORACLE_TARGET else 'FAIL'}"
                             if daily else " (no daily cycle: only the first two targets apply)"))
     lines += ["", *[f"- {v}" for v in verdicts], ""]
-    for c in curves:
-        lines += [f"- {n} ({c.trace})" for n in c.notes]
+    lines += [f"- {n}" for n in legend_once(f"{n} ({c.trace})" for c in curves for n in c.notes)]
     lines += ["", f"Whole run: {seconds:.0f} s. Machine: {machine()}.", "", READING]
     return "\n".join(lines)
 

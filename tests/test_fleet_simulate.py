@@ -16,7 +16,7 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool, ScaleIn
 from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PolicyBuilder, PoolSpec, run_fleet
-from autoscaler.simulation.predictive import PredictivePolicy, factory
+from autoscaler.simulation.predictive import POINT_LEGEND, PredictivePolicy, factory, legend_once
 from autoscaler.simulation.reactive import ReactiveHPA
 from autoscaler.synth import synth_trace
 from models import registry
@@ -452,3 +452,15 @@ def test_our_controller_writes_its_scale_downs_first_with_spares_off_too(monkeyp
     both = [changes for changes in ticks.values() if min(changes) < 0 < max(changes)]
     assert both  # ticks where one Deployment scaled down while the other scaled up
     assert all(changes == sorted(changes) for changes in both)
+
+
+def test_a_report_of_many_runs_says_the_points_legend_once() -> None:
+    # each self-tuned run's note names its points with the legend (simulate prints one such note); a fleet's notes,
+    # one per Deployment, say it once, at the end
+    notes = [f"d{i}: predictive self-tuned daily (13 replays): ran hpa@0.5+lead x9, q95 x4 ({POINT_LEGEND}); met on 13"
+             for i in range(3)] + ["d0: predictive forecasts: default 40 bins (3 fits)"]
+    out = legend_once(notes)
+    assert out[:3] == [f"d{i}: predictive self-tuned daily (13 replays): ran hpa@0.5+lead x9, q95 x4; met on 13"
+                       for i in range(3)]
+    assert out[3:] == [notes[3], f"points: {POINT_LEGEND}"]
+    assert legend_once(notes[3:]) == notes[3:]  # no point named: no legend

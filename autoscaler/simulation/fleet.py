@@ -82,6 +82,7 @@ from autoscaler.simulation.engine import (
     score,
     tick_seconds_for,
 )
+from autoscaler.simulation.predictive import legend_once
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.traffic import resolve, spread
 from models.types import FloatArray, TrafficSeries
@@ -524,6 +525,7 @@ def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bo
         if callable(describe):
             notes.extend(f"{d.name}: {n}" for n in describe())
     node_hours = {p: float(n.sum()) * tick / 3600.0 for p, n in nodes.items()}
+    notes = legend_once(notes)
     for decision in capped_notes.values():
         notes.append(f"headroom capped at least once: {decision.detail}")
     return FleetRun(

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -96,6 +96,19 @@ class Retune(Protocol):
                  gpus_per_replica: int, previous: Any) -> PendingTuning: ...
 
     def start(self, base: ScalingPolicy) -> ScalingPolicy: ...
+
+
+# What the labels of the points a self-tuned run names mean (``domain.types.point_label``, as ``explain`` names them).
+POINT_LEGEND = "hpa@U+lead: the HPA at target U, started early; qN: the forecast's pN band"
+
+
+def legend_once(notes: Iterable[str]) -> list[str]:
+    """``notes`` with the points' legend said once, at the end, instead of on every line that names points (a fleet's
+    or a frontier's notes name the points of many runs)."""
+    inline = f" ({POINT_LEGEND})"
+    lines = list(notes)
+    out = [n.replace(inline, "") for n in lines]
+    return [*out, f"points: {POINT_LEGEND}"] if any(inline in n for n in lines) else out
 
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
@@ -265,8 +278,7 @@ class PredictivePolicy:
                          "to replay yet), then ")
             out.append(f"{self.name} self-tuned daily ({len(self.tunings)} replays, objective "
                        f"{self.tunings[-1].slo_attainment * 100:g}% within {self.tunings[-1].slo_wait_seconds:g}s): "
-                       f"ran {start}{picks} (hpa@U+lead: the HPA at target U, started early; qN: the forecast's "
-                       f"pN band); met on {met}; {cpu:.2f} s CPU per replay")
+                       f"ran {start}{picks} ({POINT_LEGEND}); met on {met}; {cpu:.2f} s CPU per replay")
         if self.errors:
             out.append(
                 f"{self.name}: {len(self.errors)} forecaster failure(s), planner fell back; first: {self.errors[0]}"
