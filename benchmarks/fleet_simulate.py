@@ -49,7 +49,7 @@ from autoscaler.commands.simulate_fleet import gpu_hours_at, hpa_builder, predic
 from autoscaler.config.schema import Config, ForecastProfile
 from autoscaler.simulation.engine import IntArray, PolicyResult, reactive_metric_at
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, FleetRun, PoolSpec, run_fleet
-from autoscaler.simulation.predictive import legend_once
+from autoscaler.simulation.predictive import LEGEND_NOTE
 from autoscaler.simulation.queue import Segments, replay
 from autoscaler.simulation.traffic import resolve, spread
 from autoscaler.traces import load_trace
@@ -392,7 +392,9 @@ def markdown(runs: list[FleetRun], config: FleetConfig, seconds: float, days: fl
         for n in r.notes if not r.name.startswith("reactive@") else ():
             if "self-tuned" in n:
                 notes.setdefault(n.rsplit("; ", 1)[0], n)
-    lines += [f"- {n}" for n in legend_once(notes.values())]
+    # run_fleet said the points' legend once per run; once here too, after the notes
+    legend = [LEGEND_NOTE] if any(LEGEND_NOTE in r.notes for r in runs) else []
+    lines += [f"- {n}" for n in (*notes.values(), *legend)]
     for r in runs:
         for pool, idle in r.headroom_nodes.items():
             lines.append(f"- {r.name}: NodePool {pool} held {float(idle.mean()):.2f} idle headroom node(s) empty on "

@@ -16,7 +16,7 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.simulation.cluster import EMPTIEST_NODE_FIRST, NEWEST_FIRST, Cluster, ClusterConfig, NodePool, ScaleIn
 from autoscaler.simulation.engine import SimulationConfig, TickPolicy, simulate
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PolicyBuilder, PoolSpec, run_fleet
-from autoscaler.simulation.predictive import POINT_LEGEND, PredictivePolicy, factory, legend_once
+from autoscaler.simulation.predictive import LEGEND_NOTE, POINT_LEGEND, PredictivePolicy, factory, legend_once
 from autoscaler.simulation.reactive import ReactiveHPA
 from autoscaler.synth import synth_trace
 from models import registry
@@ -462,5 +462,6 @@ def test_a_report_of_many_runs_says_the_points_legend_once() -> None:
     out = legend_once(notes)
     assert out[:3] == [f"d{i}: predictive self-tuned daily (13 replays): ran hpa@0.5+lead x9, q95 x4; met on 13"
                        for i in range(3)]
-    assert out[3:] == [notes[3], f"points: {POINT_LEGEND}"]
+    assert out[3:] == [notes[3], LEGEND_NOTE]
+    assert POINT_LEGEND in LEGEND_NOTE
     assert legend_once(notes[3:]) == notes[3:]  # no point named: no legend

@@ -100,6 +100,7 @@ class Retune(Protocol):
 
 # What the labels of the points a self-tuned run names mean (``domain.types.point_label``, as ``explain`` names them).
 POINT_LEGEND = "hpa@U+lead: the HPA at target U, started early; qN: the forecast's pN band"
+LEGEND_NOTE = f"points: {POINT_LEGEND}"  # the legend as a note of its own (``legend_once``)
 
 
 def legend_once(notes: Iterable[str]) -> list[str]:
@@ -108,7 +109,7 @@ def legend_once(notes: Iterable[str]) -> list[str]:
     inline = f" ({POINT_LEGEND})"
     lines = list(notes)
     out = [n.replace(inline, "") for n in lines]
-    return [*out, f"points: {POINT_LEGEND}"] if any(inline in n for n in lines) else out
+    return [*out, LEGEND_NOTE] if any(inline in n for n in lines) else out
 
 
 # Failures a forecaster may legitimately raise on odd history (too short, all missing, singular fit).
