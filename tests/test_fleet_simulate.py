@@ -465,3 +465,22 @@ def test_a_report_of_many_runs_says_the_points_legend_once() -> None:
     assert out[3:] == [notes[3], LEGEND_NOTE]
     assert POINT_LEGEND in LEGEND_NOTE
     assert legend_once(notes[3:]) == notes[3:]  # no point named: no legend
+
+
+def test_the_command_says_what_each_deployments_tuner_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # three days: each Deployment's tuner replays its second and third days; the table's notes say what it ran (one
+    # line each, the points' legend once) and the JSON keeps every run's notes
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    raw["days"] = 3
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["simulate", "--fleet", str(path), "--policies", "predictive"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    tuned = [n for n in notes if "self-tuned daily" in n]
+    assert sorted(n.split(":")[1].strip() for n in tuned) == ["chat", "code", "embed"]
+    assert all("ran the start point hpa@0.7+lead" in n and POINT_LEGEND not in n for n in tuned)
+    assert notes.count(f"note: {LEGEND_NOTE}") == 1
+    assert main(["simulate", "--fleet", str(path), "--policies", "predictive", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)["runs"]["predictive"]
+    assert sum("self-tuned daily" in n for n in run["notes"]) == 3
+    assert run["notes"].count(LEGEND_NOTE) == 1

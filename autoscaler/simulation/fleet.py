@@ -340,6 +340,7 @@ class FleetRun:
                 for d in self.deployments
             },
             "seconds": round(self.seconds, 2),
+            "notes": list(self.notes),
         }
 
 
