@@ -48,8 +48,7 @@ import numpy as np
 from autoscaler.commands.simulate_fleet import gpu_hours_at, hpa_builder, predictive_builder
 from autoscaler.config.schema import Config, ForecastProfile
 from autoscaler.simulation.engine import IntArray, PolicyResult, reactive_metric_at
-from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, FleetRun, PoolSpec, run_fleet
-from autoscaler.simulation.predictive import LEGEND_NOTE
+from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, FleetRun, PoolSpec, run_fleet, tuning_notes
 from autoscaler.simulation.queue import Segments, replay
 from autoscaler.simulation.traffic import resolve, spread
 from autoscaler.traces import load_trace
@@ -386,15 +385,7 @@ def markdown(runs: list[FleetRun], config: FleetConfig, seconds: float, days: fl
         lines.append(f"| {r.name} | " + " | ".join(
             f"{_pct(d.result.slo_attainment)}, {d.result.gpu_hours:,.0f}" for d in r.deployments) + " |")
     lines += ["", *[f"- {v}" for v in verdicts], ""]
-    # the runs with and without headroom tune alike: one note per Deployment and choices (their CPU seconds differ)
-    notes: dict[str, str] = {}
-    for r in runs:
-        for n in r.notes if not r.name.startswith("reactive@") else ():
-            if "self-tuned" in n:
-                notes.setdefault(n.rsplit("; ", 1)[0], n)
-    # run_fleet said the points' legend once per run; once here too, after the notes
-    legend = [LEGEND_NOTE] if any(LEGEND_NOTE in r.notes for r in runs) else []
-    lines += [f"- {n}" for n in (*notes.values(), *legend)]
+    lines += [f"- {n}" for n in tuning_notes(runs)]
     for r in runs:
         for pool, idle in r.headroom_nodes.items():
             lines.append(f"- {r.name}: NodePool {pool} held {float(idle.mean()):.2f} idle headroom node(s) empty on "

@@ -463,7 +463,6 @@ def test_a_report_of_many_runs_says_the_points_legend_once() -> None:
     assert out[:3] == [f"d{i}: predictive self-tuned daily (13 replays): ran hpa@0.5+lead x9, q95 x4; met on 13"
                        for i in range(3)]
     assert out[3:] == [notes[3], LEGEND_NOTE]
-    assert POINT_LEGEND in LEGEND_NOTE
     assert legend_once(notes[3:]) == notes[3:]  # no point named: no legend
 
 

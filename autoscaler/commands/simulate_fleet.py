@@ -62,9 +62,9 @@ from autoscaler.simulation.fleet import (
     PolicyBuilder,
     PoolSpec,
     run_fleet,
+    tuning_notes,
 )
 from autoscaler.simulation.money import parse_priority
-from autoscaler.simulation.predictive import LEGEND_NOTE
 from autoscaler.simulation.traffic import BIN_SHAPES
 from models.types import SECONDS_PER_DAY
 
@@ -532,11 +532,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(payload), flush=True)
     else:
         print(format_table(runs, config), flush=True)
-        notes = [n for r in runs for n in r.notes if "failure" in n or "capped" in n][:10]
-        # what each Deployment's tuner ran, from the first self-tuned run (the runs tune alike), the legend once
-        tuned = next((r for r in runs if any("self-tuned" in n for n in r.notes)), None)
-        if tuned is not None:
-            notes += [n for n in tuned.notes if "self-tuned" in n or n == LEGEND_NOTE]
+        notes = [n for r in runs for n in r.notes if "failure" in n or "capped" in n][:10] + tuning_notes(runs)
         for n in notes:
             print(f"note: {n}")
     if args.plot is not None:

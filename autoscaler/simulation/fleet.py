@@ -82,7 +82,7 @@ from autoscaler.simulation.engine import (
     score,
     tick_seconds_for,
 )
-from autoscaler.simulation.predictive import legend_once
+from autoscaler.simulation.predictive import LEGEND_NOTE, legend_once
 from autoscaler.simulation.queue import QueueConfig, Segments
 from autoscaler.simulation.traffic import resolve, spread
 from models.types import FloatArray, TrafficSeries
@@ -353,6 +353,13 @@ class _Bill:
 
     def usd_per_hour(self) -> float:
         return sum(p.node_count * self.specs[n].node_usd_per_hour for n, p in self.pools.items())
+
+
+def tuning_notes(runs: Sequence[FleetRun]) -> list[str]:
+    """What each Deployment's self-tuning ran, one note each, then the points' legend: from the first self-tuned run
+    of ``runs`` (runs with and without node headroom tune alike: each replay is of its Deployment alone)."""
+    tuned = next((r for r in runs if any("self-tuned" in n for n in r.notes)), None)
+    return [] if tuned is None else [n for n in tuned.notes if "self-tuned" in n or n == LEGEND_NOTE]
 
 
 def run_fleet(config: FleetConfig, build: PolicyBuilder, name: str, headroom: bool = False,
