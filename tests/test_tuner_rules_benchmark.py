@@ -11,10 +11,12 @@ from autoscaler.simulation.tuning import LEAD_ONLY_QUANTILE, MIN_BAND_DAYS, Cand
 from benchmarks.backtest import synthetic_traces
 from benchmarks.tuner_rules import (
     Recorded,
+    bands_on_the_curve,
     current_rule,
     escape,
     estimate,
     fewest_misses_within,
+    hold_hpa_point,
     record,
     replay,
     start_point,
@@ -100,3 +102,36 @@ def test_a_takeover_chooses_first_on_that_day_alone_or_on_the_week_before_it_too
     assert alone.gpu_hours == sum(14.0 if p == HPA else 12.0 for p in alone.choices[:3])
     # the table counts a run an HPA point does better than as dominated: the HPA point costs more here
     assert takeover_row([rec], 6) == "| end of day 8 | 0 | 1 | 0 | 1 |"
+
+
+def _points(end: int, ran: tuple[int, float] | None, *points: tuple[int, float, float, float]) -> Day:
+    """A day of (quantile, utilisation, GPU-hours, attainment) points, 1000 requests each."""
+    return Day(end, tuple(Candidate(q, g, a, 0.0, 0.0, 1000.0, u) for q, u, g, a in points), ran)
+
+
+def test_holding_the_hpa_point_that_ran_switches_only_for_more_than_the_saving() -> None:
+    dear, cheap = (LEAD_ONLY_QUANTILE, 0.6), (LEAD_ONLY_QUANTILE, 0.7)
+    # the HPA at 0.7 is 2% cheaper and misses more (so it does not beat the record): both meet 99% every day
+    days = [_points(86400 * (i + 1), dear, (*dear, 10.0, 0.999), (*cheap, 9.8, 0.998)) for i in range(3)]
+    assert current_rule(days, 0.99) == cheap
+    assert hold_hpa_point(days, 0.99) == dear
+    # 10% cheaper: more than the saving, so it runs
+    saves = [_points(86400 * (i + 1), dear, (*dear, 10.0, 0.999), (*cheap, 9.0, 0.998)) for i in range(3)]
+    assert hold_hpa_point(saves, 0.99) == current_rule(saves, 0.99) == cheap
+    # the point that ran no longer meets the objective: the choice runs, dearer or not
+    short = [_points(86400 * (i + 1), cheap, (*dear, 10.0, 0.999), (*cheap, 9.8, 0.97)) for i in range(3)]
+    assert hold_hpa_point(short, 0.99) == current_rule(short, 0.99) == dear
+
+
+def test_a_band_point_below_the_hpas_curve_over_the_record_is_left_out() -> None:
+    low, high, band = (LEAD_ONLY_QUANTILE, 0.7), (LEAD_ONLY_QUANTILE, 0.5), (90, 1.0)
+    # the HPA at 0.7 misses 2%, at 0.5 nothing for half as much again; the band point meets 99% more cheaply, but at
+    # 14 GPU-h the line between the two HPA points misses 4 of 1000 and the band 7.5: a mix of them does better
+    days = [_points(86400 * (i + 1), None, (*low, 10.0, 0.98), (*high, 15.0, 1.0), (*band, 14.0, 0.9925))
+            for i in range(MIN_BAND_DAYS)]
+    assert current_rule(days, 0.99) == band
+    assert bands_on_the_curve(days, 0.99) == high
+    # above the line (2 misses of 1000) it stays, and runs
+    above = [_points(86400 * (i + 1), None, (*low, 10.0, 0.98), (*high, 15.0, 1.0), (*band, 14.0, 0.998))
+             for i in range(MIN_BAND_DAYS)]
+    assert bands_on_the_curve(above, 0.99) == current_rule(above, 0.99) == band
