@@ -122,11 +122,29 @@ class PodStartups:
         return sum(1 for p in self.not_ready if not p.scheduled)
 
 
+@dataclass(frozen=True)
+class ScalerView:
+    """One HorizontalPodAutoscaler and what it scales (``spec.scaleTargetRef``): another autoscaler writing the
+    replicas of a Deployment the controller would scale (``autoscaler.domain.contention``). KEDA's ScaledObjects
+    scale through an HPA of their own (``keda-hpa-<name>``), so they show here too."""
+
+    namespace: str
+    name: str
+    target_api_version: str  # e.g. "apps/v1"
+    target_kind: str  # e.g. "Deployment"
+    target_name: str
+
+
 class Cluster(Protocol):
     """What the controller needs from Kubernetes. Writes raise on failure; they are never dropped."""
 
     def list_workloads(self) -> list[WorkloadView]:
         """Every Deployment labelled ``predictive-autoscaler.io/enabled=true``, in all namespaces."""
+        ...
+
+    def list_scalers(self) -> list[ScalerView]:
+        """Every HorizontalPodAutoscaler (``autoscaling/v2``) in all namespaces, with its scale target. Raises on
+        failure."""
         ...
 
     def pod_startups(self, namespace: str, selector: str, now: datetime) -> PodStartups:

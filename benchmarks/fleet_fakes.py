@@ -34,7 +34,7 @@ import numpy as np
 
 from autoscaler.domain.annotations import ENABLED_LABEL, PREFIX
 from autoscaler.domain.status import encode_status, status_object_name
-from autoscaler.ports import EventType, PodStartups, PodView, StatusObject, StatusWrite, WorkloadView
+from autoscaler.ports import EventType, PodStartups, PodView, ScalerView, StatusObject, StatusWrite, WorkloadView
 from autoscaler.traces import load_trace
 from models.types import FloatArray, TrafficSeries
 
@@ -194,6 +194,10 @@ class RecordingCluster:
         self.counts = WriteCounts()
         self.seconds = 0.0
         self.startups = PodStartups(durations=(150.0, 162.0, 171.0, 158.0, 190.0, 175.0))
+
+    def list_scalers(self) -> list[ScalerView]:
+        self.counts.lists += 1
+        return []  # no HorizontalPodAutoscaler in the fleet
 
     def list_workloads(self) -> list[WorkloadView]:
         started = time.perf_counter()

@@ -393,3 +393,10 @@ def test_explain_shows_what_ran_over_the_record_against_each_hpa_point() -> None
     # a record it cannot read (an older controller's status, a hand edit) shows nothing of it
     spoiled = {**tuning.to_dict(), "days": "?"}
     assert not any("over the record" in line for line in render("ns", "llm", {"tuning": spoiled}, []))
+
+
+def test_render_says_which_hpa_also_scales_it() -> None:
+    lines = render("serving", "llama-chat", {"mode": "advisory", "scaledBy": ["llama-cpu", "keda-hpa-llama"]}, [])
+    assert lines[1] == ("scaled by HorizontalPodAutoscaler llama-cpu, keda-hpa-llama: the controller writes no "
+                        "replicas while one does (two autoscalers undo each other's changes)")
+    assert not any("HorizontalPodAutoscaler" in line for line in render("serving", "llama-chat", {"mode": "scale"}, []))

@@ -206,6 +206,7 @@ ALLOWED_CLUSTER_GRANTS = {
     ("", "pods", "patch"),  # pod-deletion-cost marks of a scale-down (set, then cleared)
     ("", "events", "create"),
     ("", "nodes", "list"),  # free GPUs of a NodePool: its nodes, and the pods bound to them (the pods list above)
+    ("autoscaling", "horizontalpodautoscalers", "list"),  # another autoscaler on a Deployment: it runs as advisory
     # the status of each Deployment, in a ConfigMap it owns (no get: a conflict re-reads by a field-selected list;
     # no delete: garbage collection removes it with its Deployment)
     ("", "configmaps", "list"),

@@ -1,4 +1,5 @@
-"""``Cluster`` over the official ``kubernetes`` client: list opted-in Deployments, read pod start-ups, scale,
+"""``Cluster`` over the official ``kubernetes`` client: list opted-in Deployments (and the HorizontalPodAutoscalers,
+which may scale them too), read pod start-ups, scale,
 publish status (a ConfigMap per Deployment, ``autoscaler.domain.status``), post Events, annotate pods (the
 ``pod-deletion-cost`` marks of a scale-down).
 
@@ -78,6 +79,7 @@ from autoscaler.ports import (
     PodStartups,
     PodView,
     PoolGpus,
+    ScalerView,
     StatusObject,
     StatusWrite,
     WorkloadView,
@@ -324,6 +326,7 @@ class KubeCluster:
         self._api = api_client
         self._apps = client.AppsV1Api(api_client)
         self._core = client.CoreV1Api(api_client)
+        self._autoscaling = client.AutoscalingV2Api(api_client)
         self._instance = instance or os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or COMPONENT
         self._retries = max_conflict_retries
         self._backoff = conflict_backoff_seconds
@@ -352,6 +355,28 @@ class KubeCluster:
             for dep in page.items or []:
                 views.append(self._view(self._api.sanitize_for_serialization(dep)))  # type: ignore[no-untyped-call]
             # The generated model names the field ``var_continue`` (``continue`` is a Python keyword).
+            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
+            if not token:
+                return views
+
+    def list_scalers(self) -> list[ScalerView]:
+        views: list[ScalerView] = []
+        token: str | None = None
+        while True:
+            page = self._read(
+                "list horizontalpodautoscalers",
+                lambda token=token: self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces(  # type: ignore[misc]
+                    limit=self._page_size,
+                    _continue=token,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            for hpa in page.items or []:
+                meta, ref = hpa.metadata, hpa.spec.scale_target_ref if hpa.spec is not None else None
+                if meta is None or ref is None:
+                    continue
+                views.append(ScalerView(meta.namespace or "", meta.name or "", ref.api_version or "", ref.kind or "",
+                                        ref.name or ""))
             token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
             if not token:
                 return views

@@ -66,6 +66,9 @@ def _num(x: Any) -> str:
 def render(namespace: str, name: str, status: DeploymentStatus, problems: list[str]) -> list[str]:
     """The explanation as lines of text (pure: tested without a cluster)."""
     lines = [f"{namespace}/{name}  mode={status.mode}  as of {status.time or '?'}"]
+    if status.scaled_by:
+        lines.append(f"scaled by HorizontalPodAutoscaler {', '.join(status.scaled_by)}: the controller writes no "
+                     "replicas while one does (two autoscalers undo each other's changes)")
     tokens = status.demand_unit == "tokens"
     unit = "tokens/s" if tokens else "req/s"
     if tokens:

@@ -209,6 +209,9 @@ class DeploymentStatus:
     tuning: Mapping[str, Any] | None = None
     scale_down: Mapping[str, Any] | None = None
     time: str | None = None  # when it was written (ISO 8601, UTC)
+    # The HorizontalPodAutoscalers that also scale it (``autoscaler.domain.contention``): while there are any, a
+    # Deployment annotated ``mode: scale`` runs as advisory.
+    scaled_by: tuple[str, ...] = ()
 
     def decided(self) -> dict[str, Any]:
         """The part that changes only when the decision does (counts, mode, warm pool, which rules set which count,
@@ -240,6 +243,8 @@ class DeploymentStatus:
             "tuning": None if self.tuning is None else dict(self.tuning),
             "scaleDown": None if self.scale_down is None else dict(self.scale_down),
         }
+        if self.scaled_by:
+            out["scaledBy"] = list(self.scaled_by)
         if self.time is not None:
             out["time"] = self.time
         return out
@@ -273,4 +278,5 @@ class DeploymentStatus:
             tuning=_opt(data, "tuning", Mapping, "an object"),
             scale_down=_opt(data, "scaleDown", Mapping, "an object"),
             time=_opt(data, "time", str, "a string"),
+            scaled_by=tuple(n for n in _opt(data, "scaledBy", list, "a list") or () if isinstance(n, str)),
         )

@@ -264,6 +264,7 @@ class PlanApplier(MetricsExport):
                      "tried": memory.tuning_tried} if memory.tuning is not None else None),
             # The last scale-down applied: the pods marked for removal, or why the marks did not choose them.
             scale_down=memory.last_scale_down,
+            scaled_by=memory.scalers,  # the HPAs that scale it too (autoscaler.domain.contention)
         )
         # Written when the decision changes (``DeploymentStatus.decided``) and otherwise every STATUS_REFRESH_SECONDS:
         # the forecast's numbers move every bin, and a write per Deployment per tick would be a thousand writes every

@@ -69,6 +69,7 @@ from autoscaler.adapters.kube import KubeError
 from autoscaler.config.schema import Config, ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
 from autoscaler.domain.coldstart import ColdStartProfile
+from autoscaler.domain.contention import CONTENDED_NOTE
 from autoscaler.domain.gangs import sum_points
 from autoscaler.domain.money import PlannedWorkload
 from autoscaler.domain.types import ScalingPolicy
@@ -259,13 +260,16 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
                 )
                 continue
             valid.append((view, spec, profile))
+        valid, contended = self._contend(valid, now, write, errors)
         self.metrics.workloads.labels("managed").set(len(valid))
         self.metrics.workloads.labels("invalid").set(len(views) - len(valid))
+        self.metrics.workloads.labels("contended").set(len(contended))
         if write:
             advisory = {(v.namespace, v.name) for v, s, _ in valid if s.advisory}
             in_care = {(v.namespace, v.name) for v, _, _ in valid} - advisory
             listed = {(v.namespace, v.name): "its annotations are invalid" for v in views}
             listed.update(dict.fromkeys(advisory, "it is advisory (mode: advisory)"))
+            listed.update(dict.fromkeys(contended, CONTENDED_NOTE))
             self._sweep_marks(cfg, in_care, listed, now, errors)
         self._forget({(v.namespace, v.name) for v in views})
         self._read_statuses(views, write, errors)

@@ -79,7 +79,8 @@ class ControllerMetrics:
         self.leader = Gauge("predictive_autoscaler_is_leader", "1 on the replica that acts.", registry=r)
         self.workloads = Gauge(
             "predictive_autoscaler_workloads",
-            "Opted-in Deployments by state (managed, invalid).",
+            "Opted-in Deployments by state (managed, invalid; contended: managed, and another HorizontalPodAutoscaler "
+            "scales it too, so it runs as advisory).",
             ["state"],
             registry=r,
         )

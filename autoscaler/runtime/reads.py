@@ -25,9 +25,17 @@ from autoscaler.domain.annotations import (
     PREFIX,
     STATUS_ANNOTATION,
     AnnotationError,
+    Mode,
     WorkloadSpec,
     event_payloads,
     parse_workload,
+)
+from autoscaler.domain.contention import (
+    EVENT_REASON_CONTENDED,
+    EVENT_REASON_RESOLVED,
+    contended_message,
+    resolved_message,
+    scalers_of,
 )
 from autoscaler.domain.demand import DemandUnit, token_demand
 from autoscaler.domain.learned_capacity import CapacityInputs, EvidenceRules, estimate_capacity
@@ -38,7 +46,7 @@ from autoscaler.engine.deciding import (
     CURRENT_DEMAND_WINDOW_SECONDS,
 )
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
-from autoscaler.ports import EventType, PodStartups, PoolGpus, PoolNodes, WorkloadView
+from autoscaler.ports import EventType, PodStartups, PoolGpus, PoolNodes, ScalerView, WorkloadView
 from autoscaler.runtime.state import (
     CAPACITY_BATCH,
     CAPACITY_EVERY_SECONDS,
@@ -86,6 +94,43 @@ class SnapshotReads(ControllerBase):
         if PREFIX + "cold-start" not in view.annotations:
             spec = replace(spec, cold_start_seconds=float(cfg.cold_start.pod_startup_seconds))
         return spec, cfg.profiles[spec.forecast_profile], problems
+
+    def _contend(
+        self, valid: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], now: float, write: bool,
+        errors: list[str],
+    ) -> tuple[list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]], set[Key]]:
+        """``valid`` with every Deployment another HorizontalPodAutoscaler also scales run as advisory, and their keys
+        (``autoscaler.domain.contention``); a Warning Event when one starts to, a Normal one when it no longer does
+        (once per transition). One list of the HPAs per tick (an advisory Deployment's are published too: ``explain``
+        names them); on a failed read the last good one holds (a Deployment an HPA scaled is not scaled by both
+        because a list failed)."""
+        if not valid:
+            return valid, set()
+        try:
+            scalers: list[ScalerView] | None = self.cluster.list_scalers()
+        except KubeError as exc:
+            scalers = None
+            self.metrics.errors.labels("kube_read").inc()
+            errors.append(f"listing HorizontalPodAutoscalers failed (the last read holds; retried next tick): {exc}")
+        out: list[tuple[WorkloadView, WorkloadSpec, ForecastProfile]] = []
+        contended: set[Key] = set()
+        for view, spec, profile in valid:
+            key = (view.namespace, view.name)
+            memory = self._memory[key]
+            if scalers is not None:
+                memory.scalers = scalers_of(view.namespace, view.name, scalers)
+            names = () if spec.advisory else memory.scalers
+            if write:
+                kind: EventType = "Warning" if names else "Normal"
+                reason, message = ((EVENT_REASON_CONTENDED, contended_message(names)) if names else
+                                   (EVENT_REASON_RESOLVED, resolved_message()))
+                memory.notices.tell("contention", names, partial(self._event, view, kind, reason, message[:1000], now,
+                                                                 errors), quiet=())
+            if names:
+                contended.add(key)
+                spec = replace(spec, mode=Mode.ADVISORY)
+            out.append((view, spec, profile))
+        return out, contended
 
     def _report_problems(
         self, view: WorkloadView, problems: list[AnnotationError], now: float, write: bool, errors: list[str]

@@ -124,6 +124,16 @@ def test_the_status_reads_back_what_it_wrote() -> None:
     assert DeploymentStatus.from_dict(json.loads(encode_status(status.to_dict()))) == status
 
 
+def test_the_hpas_that_also_scale_it_are_published_only_when_there_are_any() -> None:
+    assert "scaledBy" not in DeploymentStatus.from_dict(_published()).to_dict()
+    contended = DeploymentStatus.from_dict({**_published(), "mode": "advisory", "scaledBy": ["llama-cpu"]})
+    assert contended.scaled_by == ("llama-cpu",)
+    assert contended.to_dict()["scaledBy"] == ["llama-cpu"]
+    assert contended.decided() != DeploymentStatus.from_dict({**_published(), "mode": "advisory"}).decided()
+    with pytest.raises(ValueError, match="scaledBy"):
+        DeploymentStatus.from_dict({**_published(), "scaledBy": "llama-cpu"})
+
+
 def test_an_older_status_without_newer_keys_reads_with_their_defaults() -> None:
     old = {k: v for k, v in _published().items() if k not in ("demandUnit", "tokenWeights", "scaleDown", "capacity")}
     status = DeploymentStatus.from_dict(old)

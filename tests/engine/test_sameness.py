@@ -46,6 +46,7 @@ from autoscaler.ports import (
     PoolGpus,
     PoolHeadroom,
     PriorityClasses,
+    ScalerView,
     StatusObject,
     StatusWrite,
     WorkloadView,
@@ -142,6 +143,9 @@ class TraceCluster:
         """``ports.PoolNodes``: the simulated cluster's pool (the only one) as the API server shows its nodes."""
         self.free_reads += 1
         return {p: self.sim.pool.pool_gpus(self.k) for p in pools}
+
+    def list_scalers(self) -> list[ScalerView]:
+        return []  # no other autoscaler scales the simulated Deployments
 
     def list_workloads(self) -> list[WorkloadView]:
         return [WorkloadView(
@@ -527,6 +531,9 @@ class FleetKube(TraceCluster):
         pool = next(iter(self.sims.values())).pool
         return {p: pool.pool_gpus(self.k) for p in pools}
 
+
+    def list_scalers(self) -> list[ScalerView]:
+        return []  # no other autoscaler scales the simulated Deployments
 
     def list_workloads(self) -> list[WorkloadView]:
         return [WorkloadView(

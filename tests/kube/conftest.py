@@ -130,6 +130,23 @@ def deployment(
     }
 
 
+def hpa(namespace: str, name: str, target: str, kind: str = "Deployment",
+        api_version: str = "apps/v1") -> dict[str, Any]:
+    """An ``autoscaling/v2`` HorizontalPodAutoscaler of ``target`` on CPU, as a team deploys one."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": api_version, "kind": kind, "name": target},
+            "minReplicas": 1,
+            "maxReplicas": 10,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                "type": "Utilization", "averageUtilization": 70}}}],
+        },
+    }
+
+
 def stored_status(fake: FakeKubeAPI, namespace: str, name: str) -> dict[str, Any]:
     """The status the controller published for Deployment ``namespace/name``: the JSON of its status object (the
     ConfigMap ``autoscaler.domain.status`` names). Fails the test when there is none."""

@@ -28,7 +28,8 @@ What it does like the real API server:
   (``deployments/scale``), API group, namespace scope (Role vs ClusterRole), resourceNames. A request not granted
   is ``403 Forbidden`` with the server's message (``deployments.apps "x" is forbidden: User "system:serviceaccount:
   NS:SA" cannot patch resource "deployments/scale" in API group "apps" in the namespace "NS"``);
-* built-in kinds (Deployment, its ``scale`` subresource, Pod, core/v1 Event, Lease, PriorityClass) are checked
+* built-in kinds (Deployment, its ``scale`` subresource, Pod, core/v1 Event, Lease, PriorityClass,
+  HorizontalPodAutoscaler) are checked
   after a patch is applied to the stored object, or as sent on create/replace, against the Kubernetes OpenAPI of
   ``kubernetes-validate`` (strict, ``fake_validation.KUBERNETES_VERSION``) and the rules the OpenAPI does not
   carry (``fake_validation.py``: names, label and annotation syntax and sizes, owner references, selectors,
@@ -169,6 +170,7 @@ BUILTINS = {
         Builtin("priorityclasses", "scheduling.k8s.io", "v1", "PriorityClass", namespaced=False),
         Builtin("configmaps", "", "v1", "ConfigMap"),
         Builtin("nodes", "", "v1", "Node", namespaced=False),
+        Builtin("horizontalpodautoscalers", "autoscaling", "v2", "HorizontalPodAutoscaler"),
     )
 }
 SCALE = Builtin("deployments/scale", "autoscaling", "v1", "Scale")
@@ -638,6 +640,19 @@ class FakeKubeAPI:
                 return 201, self._create_builtin("leases", ns, self._check_lease(body), strict)
             if method == "PUT" and name is not None:
                 return 200, self._replace("leases", ns, name, self._check_lease(body), strict)
+        hpa = re.fullmatch(r"/apis/autoscaling/v2(?:/namespaces/([^/]+))?/horizontalpodautoscalers(?:/([^/]+))?", path)
+        if hpa:
+            ns, name = hpa.groups()
+            if method == "GET" and name is None:
+                listed = self._list("horizontalpodautoscalers", ns, query, "HorizontalPodAutoscalerList",
+                                    "autoscaling/v2")
+                listed["items"] = [{**o, "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"}
+                                   for o in listed["items"]]
+                return 200, listed
+            if method == "POST" and ns is not None and name is None:
+                return 201, self._create_builtin("horizontalpodautoscalers", ns, body, strict)
+            if method == "DELETE" and ns is not None and name is not None:
+                return 200, self._delete("horizontalpodautoscalers", ns, name)
         if method == "GET" and (m := re.fullmatch(r"/apis/([^/]+)/([^/]+)", path)):
             return 200, self._discovery(m.group(1), m.group(2))
         custom = re.fullmatch(r"/apis/([^/]+)/([^/]+)(?:/namespaces/([^/]+))?/([^/]+)(?:/([^/]+))?", path)

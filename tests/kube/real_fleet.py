@@ -307,9 +307,10 @@ def sa_controller(kubeconfig: Path, config: Path, *, dry_run: bool = False) -> t
 
 def reset_fleet(api: client.ApiClient) -> None:
     """Delete (as admin) everything :func:`seed_fleet` made and everything a tick may have made: the fleet's
-    Deployments, Events, CapacityBuffers, gangs and NodePool, the placeholder Deployments, the placeholder
-    PriorityClass, the leader Lease and the status objects. Nothing holds finalizers here (no controllers), so all
-    of it is gone at once and the next test starts from a cluster where every create path is taken again."""
+    Deployments, Events, HorizontalPodAutoscalers, CapacityBuffers, gangs and NodePool, the placeholder Deployments,
+    the placeholder PriorityClass, the leader Lease and the status objects. Nothing holds finalizers here (no
+    controllers), so all of it is gone at once and the next test starts from a cluster where every create path is
+    taken again."""
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     for namespace in (SERVING, RESEARCH, TRAINING):
@@ -321,6 +322,7 @@ def reset_fleet(api: client.ApiClient) -> None:
         core.delete_collection_namespaced_pod(namespace)
         apps.delete_collection_namespaced_replica_set(namespace)
         core.delete_collection_namespaced_event(namespace)
+        client.AutoscalingV2Api(api).delete_collection_namespaced_horizontal_pod_autoscaler(namespace)
         # the status objects (no garbage collector runs here to delete them with their Deployments)
         core.delete_collection_namespaced_config_map(namespace, label_selector=STATUS_SELECTOR)
         custom.delete_collection_namespaced_custom_object(*BUFFERS[:2], namespace, BUFFERS[2])

@@ -23,7 +23,7 @@ from kubernetes_validate import utils as kv_utils
 
 from autoscaler.adapters.kube import MERGE_PATCH
 from tests.kube import fake_cel, fake_validation
-from tests.kube.conftest import T0, deployment, fake_client, nodepool, pod
+from tests.kube.conftest import T0, deployment, fake_client, hpa, nodepool, pod
 from tests.kube.fake_rbac import CONTROLLER, Rbac, User, request_info
 from tests.kube.fakeapi import ADMIN_TOKEN, FakeKubeAPI, load_crd
 from tests.kubeserver import metadata
@@ -642,3 +642,25 @@ def test_rbac_can_be_turned_off(quiet_fake: FakeKubeAPI) -> None:
         with pytest.raises(ApiException) as err:
             client.CoreV1Api(api).list_namespaced_secret(NS)  # authorized now: the fake just does not serve it
     assert err.value.status == 404
+
+
+def test_a_horizontalpodautoscaler_is_checked_and_only_listed_by_the_controller(
+    fake_api: FakeKubeAPI, admin_client: client.ApiClient, api_client: client.ApiClient
+) -> None:
+    fake_api.expect_refusals()
+    path = "/apis/autoscaling/v2/namespaces/ml/horizontalpodautoscalers"
+    broken = hpa("ml", "broken", "llama")
+    del broken["spec"]["scaleTargetRef"]
+    code, body = raw(admin_client, "POST", path, broken)
+    assert code == 422
+    assert body["message"] == ('HorizontalPodAutoscaler.autoscaling "broken" is invalid: spec.scaleTargetRef: '
+                               "Required value")
+    code, body = raw(api_client, "POST", path, hpa("ml", "mine", "llama"))
+    assert code == 403
+    assert body["message"] == ('horizontalpodautoscalers.autoscaling is forbidden: User "system:serviceaccount:'
+                               'predictive-autoscaler:predictive-autoscaler" cannot create resource '
+                               '"horizontalpodautoscalers" in API group "autoscaling" in the namespace "ml"')
+    assert raw(admin_client, "POST", path, hpa("ml", "cpu", "llama"))[0] == 201
+    code, listed = raw(api_client, "GET", "/apis/autoscaling/v2/horizontalpodautoscalers")
+    assert code == 200
+    assert [(o["kind"], o["metadata"]["name"]) for o in listed["items"]] == [("HorizontalPodAutoscaler", "cpu")]

@@ -24,8 +24,8 @@ from autoscaler.adapters.kube import (
 )
 from autoscaler.domain.annotations import ENABLED_LABEL, STATUS_ANNOTATION, event_payloads, parse_workload
 from autoscaler.domain.status import STATUS_DATA_KEY
-from autoscaler.ports import Cluster
-from tests.kube.conftest import T0, deployment, pod
+from autoscaler.ports import Cluster, ScalerView
+from tests.kube.conftest import T0, deployment, hpa, pod
 from tests.kube.fake_rbac import CONTROLLER
 from tests.kube.fakeapi import CONTROLLER_TOKEN, FakeKubeAPI
 
@@ -68,6 +68,28 @@ def test_list_workloads_follows_continue_tokens(fake_api: FakeKubeAPI, api_clien
     pages = fake_api.calls("GET", r"/deployments$")
     assert [p.query.get("continue") for p in pages] == [None, ["3"], ["6"]]
     assert all(p.query["limit"] == ["3"] for p in pages)
+
+
+def test_list_scalers_reads_every_hpa_and_its_target_as_the_controller_may(
+    fake_api: FakeKubeAPI, admin_client: client.ApiClient, api_client: client.ApiClient
+) -> None:
+    # created as a team would, listed as the controller (held to deploy/rbac.yaml), across namespaces and pages
+    made = client.AutoscalingV2Api(admin_client)
+    for ns, obj in (("ml", hpa("ml", "llama-cpu", "llama")), ("web", hpa("web", "keda-hpa-front", "front")),
+                    ("ml", hpa("ml", "set", "db", kind="StatefulSet"))):
+        typed = client.V2HorizontalPodAutoscaler.from_dict(obj)
+        assert typed is not None
+        made.create_namespaced_horizontal_pod_autoscaler(ns, typed)
+
+    views = KubeCluster(api_client, page_size=2).list_scalers()
+
+    assert sorted(views, key=lambda v: (v.namespace, v.name)) == [
+        ScalerView("ml", "llama-cpu", "apps/v1", "Deployment", "llama"),
+        ScalerView("ml", "set", "apps/v1", "StatefulSet", "db"),
+        ScalerView("web", "keda-hpa-front", "apps/v1", "Deployment", "front"),
+    ]
+    pages = fake_api.calls("GET", r"^/apis/autoscaling/v2/horizontalpodautoscalers$")
+    assert [p.query.get("continue") for p in pages] == [None, ["2"]]
 
 
 def test_render_selector_keeps_match_expressions() -> None:

@@ -28,9 +28,11 @@ from kubernetes import client
 
 from autoscaler.adapters.karpenter import DEFAULT_PAUSE_IMAGE, SPEC_HASH_ANNOTATION
 from autoscaler.domain.annotations import EVENT_REASON_INVALID, PREFIX, STATUS_ANNOTATION
+from autoscaler.domain.contention import EVENT_REASON_CONTENDED
 from autoscaler.domain.gangs import ACTIVATED_ANNOTATION, PLANNED_START_ANNOTATION
 from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
+from tests.kube.conftest import hpa
 from tests.kube.real_fleet import (
     BUFFER,
     BUFFERS,
@@ -548,6 +550,32 @@ def test_a_scale_down_marks_the_idlest_pods_first_and_clears_the_marks_once_it_l
 
 
 # ---------------------------------------------------------------------------------------------- RBAC
+
+
+def test_a_deployment_an_hpa_also_scales_is_left_to_it_until_the_hpa_is_gone(scene: Scene) -> None:
+    """The HPA a team already runs on llama-chat (``autoscaling/v2``, accepted by the real schema; nothing acts on
+    it here, no controller-manager runs): a tick as the ServiceAccount writes no replicas there, publishes it as
+    advisory and posts one Warning Event naming the HPA; once the HPA is deleted the next tick scales it."""
+    made = client.V2HorizontalPodAutoscaler.from_dict(hpa(SERVING, "llama-chat-cpu", "llama-chat"))
+    assert made is not None
+    hpas = client.AutoscalingV2Api(scene.api)
+    hpas.create_namespaced_horizontal_pod_autoscaler(SERVING, made)
+    before = scene.scale_replicas(SERVING, "llama-chat")
+
+    scene.once(scene.t1)
+
+    assert scene.scale_replicas(SERVING, "llama-chat") == before
+    status = scene.status(SERVING, "llama-chat")
+    assert (status["mode"], status["scaledBy"]) == ("advisory", ["llama-chat-cpu"])
+    told = [e for e in scene.events(SERVING) if e.reason == EVENT_REASON_CONTENDED]
+    assert [(e.type, e.involved_object.name) for e in told] == [("Warning", "llama-chat")]
+    assert (told[0].message or "").startswith("HorizontalPodAutoscaler llama-chat-cpu also scales this Deployment")
+    assert scene.refused() == []
+
+    hpas.delete_namespaced_horizontal_pod_autoscaler("llama-chat-cpu", SERVING)
+    scene.once(scene.t1 + 60)
+    assert scene.scale_replicas(SERVING, "llama-chat") > before
+    assert scene.status(SERVING, "llama-chat")["mode"] == "scale"
 
 
 def test_rbac_grants_exactly_what_the_controller_uses(scene: Scene) -> None:

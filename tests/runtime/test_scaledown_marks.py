@@ -46,7 +46,7 @@ from autoscaler.runtime.loop import Controller, TickReport
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.state import WorkloadOutcome
 from models.types import TrafficSeries
-from tests.kube.conftest import pod, stored_status
+from tests.kube.conftest import hpa, pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.kube.replicaset_model import DeploymentModel
 from tests.runtime.conftest import loop_config_text, make_source
@@ -589,6 +589,8 @@ def leave(fake: FakeKubeAPI, how: str, holder: list[Config]) -> None:
         dep["metadata"]["annotations"][PREFIX + "min-replicas"] = "a few"
     elif how == "namespace excluded":
         holder[0] = dataclasses.replace(holder[0], namespaces=("research",))
+    elif how == "an HPA scales it":
+        fake.add("horizontalpodautoscalers", hpa(NS, f"{DEP}-cpu", DEP))
     fake.add("deployments", dep)
 
 
@@ -599,7 +601,8 @@ def assert_unmarked(fake: FakeKubeAPI, *names: str) -> None:
         assert MARK_LABEL not in labels(fake, name), name
 
 
-@pytest.mark.parametrize("how", ["label removed", "advisory", "annotations invalid", "namespace excluded"])
+@pytest.mark.parametrize("how", ["label removed", "advisory", "annotations invalid", "namespace excluded",
+                                 "an HPA scales it"])
 def test_marks_are_cleared_as_soon_as_the_deployment_leaves_the_controllers_care(
     shrinking: FakeKubeAPI, api_client: client.ApiClient, config: Config, prometheus_server: PrometheusServer,
     now0: int, how: str,

@@ -1,0 +1,48 @@
+"""Another autoscaler on the same Deployment: found, and what the controller does about it.
+
+Why it exists: a team adopting the controller usually has an HPA on the Deployment already (or a KEDA ScaledObject,
+which scales through an HPA of its own). Both would write ``spec.replicas``: the HPA every 15 s to its own
+recommendation, the controller every loop to its plan, so each undoes the other's change, pods are created and
+deleted in turn, and every replica created is a cold start paid for nothing. KEDA refuses a second ScaledObject
+on a workload an HPA already scales for this reason. The controller cannot remove a team's HPA, so while one
+scales the Deployment it runs the Deployment as advisory (forecasts, status, metrics and the record of what each
+operating point would have cost: what a team reads before it switches its HPA off), writes no replicas, holds no
+nodes for it, says why once with a Warning Event, and scales it again once the HPA is gone. A Deployment annotated
+``mode: advisory`` is left as it is: running beside the HPA it may replace is what that mode is for.
+
+Pure: the scalers are read by the adapter (``autoscaler.ports.Cluster.list_scalers``), the loop asks here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from autoscaler.ports import ScalerView
+
+EVENT_REASON_CONTENDED = "ScaledByAnotherAutoscaler"
+EVENT_REASON_RESOLVED = "NoOtherAutoscaler"
+# What the decision trail and the sweep of scale-down marks say of a contended Deployment.
+CONTENDED_NOTE = "another autoscaler scales it (a HorizontalPodAutoscaler)"
+
+
+def scalers_of(namespace: str, name: str, scalers: Iterable[ScalerView]) -> tuple[str, ...]:
+    """The names of the HorizontalPodAutoscalers in ``namespace`` whose scale target is the Deployment ``name``
+    (``apps`` or the old ``extensions`` group, any version), sorted."""
+    return tuple(sorted(
+        s.name for s in scalers
+        if s.namespace == namespace and s.target_kind == "Deployment" and s.target_name == name
+        and s.target_api_version.partition("/")[0] in ("apps", "extensions")))
+
+
+def contended_message(names: Iterable[str]) -> str:
+    """The Warning Event's message for a Deployment the HPAs ``names`` also scale."""
+    listed = ", ".join(names)
+    return (f"HorizontalPodAutoscaler {listed} also scales this Deployment: two autoscalers writing spec.replicas undo "
+            "each other's changes, so predictive-autoscaler runs it as advisory (forecasts, status and metrics; no "
+            "replica writes, no nodes held ahead) until it is removed. Delete the HPA (or the KEDA ScaledObject that "
+            "made it) to let predictive-autoscaler scale, or annotate mode: advisory to compare them side by side")
+
+
+def resolved_message() -> str:
+    """The Normal Event's message once no other HorizontalPodAutoscaler scales the Deployment."""
+    return "no HorizontalPodAutoscaler scales this Deployment any more: predictive-autoscaler scales it again"

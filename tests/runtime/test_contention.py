@@ -1,0 +1,114 @@
+"""Another autoscaler on a Deployment the loop would scale: it runs as advisory until the HPA is gone.
+
+Through the fake API server (held to deploy/rbac.yaml) and the real Prometheus of ``tests/runtime/conftest.py``:
+``llama-chat`` is the Deployment the first tick scales up, so a tick that leaves it alone shows the HPA was seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscaler.domain.annotations import PREFIX
+from autoscaler.domain.contention import EVENT_REASON_CONTENDED, EVENT_REASON_RESOLVED
+from tests.kube.conftest import hpa, stored_status
+from tests.runtime.conftest import Rig
+from tests.servers import PrometheusServer
+
+STEP = 60
+
+
+@pytest.fixture
+def now0(prometheus_server: PrometheusServer) -> int:
+    return prometheus_server.now - 1800
+
+
+def llama_replicas(rig: Rig) -> int:
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    return int(dep["spec"]["replicas"])
+
+
+def published(rig: Rig) -> dict[str, Any]:
+    """llama-chat's status as its status object holds it."""
+    return stored_status(rig.fake, "serving", "llama-chat")
+
+
+def contention_events(rig: Rig) -> list[tuple[str, str, str]]:
+    return [(e["type"], e["reason"], e["message"]) for e in rig.events("serving", "llama-chat")
+            if e["reason"] in (EVENT_REASON_CONTENDED, EVENT_REASON_RESOLVED)]
+
+
+def test_a_deployment_an_hpa_scales_runs_as_advisory_until_the_hpa_is_gone(rig: Rig, now0: int) -> None:
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "mistral-cpu", "mistral-code-old"))  # another target
+
+    for k in range(2):
+        report = rig.controller.tick(now0 + k * STEP)
+        assert report.ok, report.errors
+        (llama,) = [w for w in report.workloads if w.name == "llama-chat"]
+        assert llama.decision is not None
+        assert llama.decision.desired_replicas > 2
+    assert rig.fake.calls("PATCH", r"/deployments/llama-chat/scale$") == []
+    assert llama_replicas(rig) == 2
+    status = published(rig)
+    assert (status["mode"], status["scaledBy"]) == ("advisory", ["llama-cpu"])
+    ((kind, reason, message),) = contention_events(rig)  # once, not every tick
+    assert (kind, reason) == ("Warning", EVENT_REASON_CONTENDED)
+    assert message.startswith("HorizontalPodAutoscaler llama-cpu also scales this Deployment")
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert rig.metric("predictive_autoscaler_decisions_total", {**labels, "outcome": "advisory"}) == 2
+    assert rig.metric("predictive_autoscaler_workloads", {"state": "contended"}) == 1
+    # the other Deployments are scaled as before; no HPA names them
+    assert not [e for e in rig.events() if e["involvedObject"]["name"] != "llama-chat"
+                and e["reason"] == EVENT_REASON_CONTENDED]
+
+    rig.fake.remove("horizontalpodautoscalers", "serving", "llama-cpu")
+    report = rig.controller.tick(now0 + 2 * STEP)
+    assert report.ok, report.errors
+    assert llama_replicas(rig) > 2
+    assert published(rig)["mode"] == "scale"
+    assert "scaledBy" not in published(rig)
+    assert [e[:2] for e in contention_events(rig)] == [("Warning", EVENT_REASON_CONTENDED),
+                                                       ("Normal", EVENT_REASON_RESOLVED)]
+    assert rig.metric("predictive_autoscaler_workloads", {"state": "contended"}) == 0
+    rig.controller.tick(now0 + 3 * STEP)
+    assert len(contention_events(rig)) == 2
+
+
+def test_an_advisory_deployment_beside_its_hpa_is_what_advisory_is_for(rig: Rig, now0: int) -> None:
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["metadata"]["annotations"][PREFIX + "mode"] = "advisory"
+    rig.fake.add("deployments", dep)
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
+
+    assert rig.controller.tick(now0).ok
+    assert contention_events(rig) == []
+    assert rig.metric("predictive_autoscaler_workloads", {"state": "contended"}) == 0
+    assert published(rig)["scaledBy"] == ["llama-cpu"]  # explain names it
+
+
+def test_a_failed_hpa_list_keeps_the_last_read_and_is_reported(rig: Rig, now0: int) -> None:
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
+    assert rig.controller.tick(now0).ok
+    rig.fake.remove("horizontalpodautoscalers", "serving", "llama-cpu")
+    rig.fake.fail("GET", r"^/apis/autoscaling/v2/horizontalpodautoscalers$", 500)
+
+    report = rig.controller.tick(now0 + STEP)
+
+    assert not report.ok
+    (error,) = report.errors
+    assert error.startswith("listing HorizontalPodAutoscalers failed (the last read holds; retried next tick):")
+    assert llama_replicas(rig) == 2  # not scaled by both because a list failed
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "kube_read"}) == 1
+    assert rig.controller.tick(now0 + 2 * STEP).ok  # read again: the HPA is gone
+    assert llama_replicas(rig) > 2
+
+
+def test_a_standby_says_nothing_and_scales_nothing(rig: Rig, now0: int) -> None:
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
+    assert rig.controller.tick(now0, acting=False).ok
+    assert contention_events(rig) == []
+    assert rig.fake.writes() == []
