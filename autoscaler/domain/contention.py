@@ -10,6 +10,11 @@ operating point would have cost: what a team reads before it switches its HPA of
 nodes for it, says why once with a Warning Event, and scales it again once the HPA is gone. A Deployment annotated
 ``mode: advisory`` is left as it is: running beside the HPA it may replace is what that mode is for.
 
+A writer that is not an HPA (a GitOps tool syncing a manifest that sets ``replicas``, a script, a person) is not
+listed anywhere; it shows as the replicas the controller wrote found changed at the next list, and when that happens
+``OVERWRITES_TO_WARN`` times within an hour a ``ReplicasOverwritten`` Warning Event says so (the controller still
+writes its plan, as an HPA does: the team decides which writer stays).
+
 Pure: the scalers are read by the adapter (``autoscaler.ports.Cluster.list_scalers``), the loop asks here.
 """
 
@@ -46,3 +51,27 @@ def contended_message(names: Iterable[str]) -> str:
 def resolved_message() -> str:
     """The Normal Event's message once no other HorizontalPodAutoscaler scales the Deployment."""
     return "no HorizontalPodAutoscaler scales this Deployment any more: predictive-autoscaler scales it again"
+
+
+# Another writer that is not an HPA (a GitOps sync of a manifest that sets replicas, a CronJob, a person): seen as the
+# replicas the controller wrote found changed at the next list. Said once it happened this often within the window.
+OVERWRITE_WINDOW_SECONDS = 3600
+OVERWRITES_TO_WARN = 2
+EVENT_REASON_OVERWRITTEN = "ReplicasOverwritten"
+
+
+def recent_overwrites(times: Iterable[float], now: float,
+                      window: float = OVERWRITE_WINDOW_SECONDS) -> tuple[float, ...]:
+    """The overwrites of ``times`` within ``window`` seconds before ``now`` (oldest first)."""
+    return tuple(t for t in times if now - t < window)
+
+
+def overwritten_message(seen: int, written: int, count: int) -> str:
+    """The Warning Event's message when the replicas written were set to ``seen`` by someone else, ``count`` times
+    within the window. Why a Warning and not a fight: the controller cannot tell who writes; it writes its plan again
+    next tick, as an HPA would, and the team decides which writer stays."""
+    return (f"spec.replicas was set to {seen} after predictive-autoscaler set it to {written} ({count} times in the "
+            f"last {OVERWRITE_WINDOW_SECONDS // 60} minutes): another writer undoes its changes, such as a GitOps sync "
+            "of a manifest that sets replicas (Argo CD self-heal, Flux), a script or a person. Leave replicas out of "
+            "the manifest (or have the GitOps tool ignore it), or annotate mode: advisory while the other writer "
+            "scales")

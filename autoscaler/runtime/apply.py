@@ -18,6 +18,12 @@ from typing import Any
 from autoscaler.adapters.kube import KubeError
 from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import WorkloadSpec
+from autoscaler.domain.contention import (
+    EVENT_REASON_OVERWRITTEN,
+    OVERWRITES_TO_WARN,
+    overwritten_message,
+    recent_overwrites,
+)
 from autoscaler.domain.demand import DemandUnit
 from autoscaler.domain.scaledown import (
     MARKS_UNCONFIRMED,
@@ -44,6 +50,7 @@ from autoscaler.runtime.state import (
     MARK_SWEEP_SECONDS,
     STATUS_REFRESH_SECONDS,
     Key,
+    Memory,
     Plan,
     PodLoadSource,
     WorkloadOutcome,
@@ -192,6 +199,28 @@ class PlanApplier(MetricsExport):
             return decision, replace(marks, note=check.step.detail)
         return decision, replace(marks, note=check.step.detail, unmarked=MARKS_UNCONFIRMED)
 
+    def _check_overwrite(self, view: WorkloadView, spec: WorkloadSpec, memory: Memory, now: float,
+                         errors: list[str]) -> None:
+        """Count replicas its last scale wrote that a list now shows changed by someone else (the metric, each time),
+        and say it with a Warning Event once it happened ``OVERWRITES_TO_WARN`` times within the hour; the latch
+        resets, silently, once an hour passes without one (``autoscaler.domain.contention``). An advisory Deployment's
+        replicas are someone else's to write: nothing is counted for it."""
+        if spec.advisory:
+            memory.written = None
+        elif memory.written is not None and view.replicas != memory.written:
+            self.metrics.replicas_overwritten.labels(view.namespace, view.name).inc()
+            memory.overwrites = (*recent_overwrites(memory.overwrites, now), now)
+            log.info("%s/%s: spec.replicas set to %d by someone else after this controller set %d", view.namespace,
+                     view.name, view.replicas, memory.written)
+            if len(memory.overwrites) >= OVERWRITES_TO_WARN:
+                message = overwritten_message(view.replicas, memory.written, len(memory.overwrites))
+                memory.notices.tell("overwritten", True, partial(
+                    self._event, view, "Warning", EVENT_REASON_OVERWRITTEN, message[:1000], now, errors))
+            memory.written = None
+        memory.overwrites = recent_overwrites(memory.overwrites, now)
+        if not memory.overwrites:
+            memory.notices.tell("overwritten", False, lambda: True, quiet=False)
+
     def _apply(
         self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision, summary: dict[str, Any] | None,
         blocked: int, now: float, write: bool, errors: list[str], marks: ScaleDownMarks | None = None,
@@ -212,6 +241,7 @@ class PlanApplier(MetricsExport):
             if outcome in ("up", "down"):
                 actions.append(f"would scale {view.replicas} -> {desired}")
             return actions
+        self._check_overwrite(view, spec, memory, now, errors)
         if blocked:
             memory.notices.tell("gpus", True, partial(
                 self._event, view, "Warning", "GPUsUnavailable",
@@ -227,6 +257,7 @@ class PlanApplier(MetricsExport):
                 self.metrics.errors.labels("kube_write").inc()
                 errors.append(f"{view.namespace}/{view.name}: scaling to {desired} failed: {exc}")
             else:
+                memory.written = desired
                 if changed:
                     actions.append(f"scaled {view.replicas} -> {desired}")
                     why = deciding_step(decision)

@@ -57,6 +57,13 @@ class ControllerMetrics:
             [*WORKLOAD, "outcome"],
             registry=r,
         )
+        self.replicas_overwritten = Counter(
+            "predictive_autoscaler_replicas_overwritten_total",
+            "Replicas this controller wrote that the next list showed changed by someone else (a GitOps sync of a "
+            "manifest that sets replicas, a script, a person).",
+            WORKLOAD,
+            registry=r,
+        )
         self.fallbacks = Counter(
             "predictive_autoscaler_forecast_fallbacks_total",
             "Forecasts served by a fallback model.",
@@ -264,6 +271,7 @@ class ControllerMetrics:
             self.tuned_quantile, self.slo_met, self.replay_attainment, self.tuned_utilisation, self.capacity,
             self.capacity_unknown, self.capacity_saturated_bins, self.capacity_confidence, self.demand_unit,
             self.scale_down_unmarked, self.record_gpu_hours, self.record_attainment, self.beaten_by_hpa,
+            self.replicas_overwritten,
         )
         self._per_workload: dict[int, tuple[str, ...]] = {
             id(self.forecast): (*WORKLOAD, "band"),
@@ -277,7 +285,7 @@ class ControllerMetrics:
                                          self.lead, self.warm_pool, self.fallbacks, self.gpus_unavailable,
                                          self.spare_replicas, self.tuned_quantile, self.slo_met, self.replay_attainment,
                                          self.tuned_utilisation, self.capacity_unknown, self.capacity_saturated_bins,
-                                         self.capacity_confidence, self.beaten_by_hpa)},
+                                         self.capacity_confidence, self.beaten_by_hpa, self.replicas_overwritten)},
         }
 
     def forget_series(self, metric: Gauge | Counter, namespace: str, deployment: str) -> None:

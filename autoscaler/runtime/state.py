@@ -134,10 +134,14 @@ class Memory:
     reported: frozenset[str] = frozenset()  # annotation problems already posted as Events
     counted: frozenset[str] = frozenset()  # annotation errors already counted in the errors metric
     # What was told of this Deployment, once per transition (autoscaler.runtime.notices): "outage", "gpus",
-    # "degraded" (Event) and "degraded-log", "rollout", "capacity", "slo", "lead-only", "contention".
+    # "degraded" (Event) and "degraded-log", "rollout", "capacity", "slo", "lead-only", "contention", "overwritten".
     notices: Notices = field(default_factory=Notices)
     # The HorizontalPodAutoscalers last read scaling it too (autoscaler.domain.contention): kept through a failed read.
     scalers: tuple[str, ...] = ()
+    # The replicas its last scale wrote, until a list shows them changed by someone else (None: nothing written since),
+    # and when that was seen within the last hour (autoscaler.domain.contention).
+    written: int | None = None
+    overwrites: tuple[float, ...] = ()
     status_written: dict[str, Any] | None = None
     status_written_at: float = -math.inf
     # The status it left (autoscaler.domain.status): looked for (its namespace's status objects listed; until then

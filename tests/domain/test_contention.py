@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoscaler.domain.contention import contended_message, scalers_of
+from autoscaler.domain.contention import OVERWRITE_WINDOW_SECONDS, contended_message, recent_overwrites, scalers_of
 from autoscaler.ports import ScalerView
 
 
@@ -27,3 +27,9 @@ def test_the_warning_names_the_hpas_and_what_to_do() -> None:
     assert "advisory" in text
     assert "Delete the HPA" in text
     assert len(text) < 1000  # an Event's message fits without being cut
+
+
+def test_an_overwrite_counts_for_an_hour() -> None:
+    now = 10_000.0
+    times = (now - OVERWRITE_WINDOW_SECONDS - 1, now - OVERWRITE_WINDOW_SECONDS, now - 60, now)
+    assert recent_overwrites(times, now) == (now - 60, now)

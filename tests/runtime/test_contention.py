@@ -1,4 +1,5 @@
-"""Another autoscaler on a Deployment the loop would scale: it runs as advisory until the HPA is gone.
+"""Another autoscaler on a Deployment the loop would scale: it runs as advisory until the HPA is gone; another writer
+that is not an HPA is counted and, when it keeps setting the replicas back, said.
 
 Through the fake API server (held to deploy/rbac.yaml) and the real Prometheus of ``tests/runtime/conftest.py``:
 ``llama-chat`` is the Deployment the first tick scales up, so a tick that leaves it alone shows the HPA was seen.
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from autoscaler.domain.annotations import PREFIX
-from autoscaler.domain.contention import EVENT_REASON_CONTENDED, EVENT_REASON_RESOLVED
+from autoscaler.domain.contention import EVENT_REASON_CONTENDED, EVENT_REASON_OVERWRITTEN, EVENT_REASON_RESOLVED
 from tests.kube.conftest import hpa, stored_status
 from tests.runtime.conftest import Rig
 from tests.servers import PrometheusServer
@@ -112,3 +113,60 @@ def test_a_standby_says_nothing_and_scales_nothing(rig: Rig, now0: int) -> None:
     assert rig.controller.tick(now0, acting=False).ok
     assert contention_events(rig) == []
     assert rig.fake.writes() == []
+
+
+def set_llama_replicas(rig: Rig, replicas: int) -> None:
+    """Another writer (a GitOps sync, a script) sets llama-chat's replicas between two ticks."""
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["spec"]["replicas"] = replicas
+    rig.fake.add("deployments", dep)
+
+
+def overwrite_events(rig: Rig) -> list[tuple[str, str]]:
+    return [(e["type"], e["message"]) for e in rig.events("serving", "llama-chat")
+            if e["reason"] == EVENT_REASON_OVERWRITTEN]
+
+
+def test_replicas_another_writer_keeps_setting_back_are_counted_and_said_once(
+    rig: Rig, prometheus_server: PrometheusServer
+) -> None:
+    now0 = prometheus_server.now - 2 * 3600  # an hour and more of ticks inside the backfilled history
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert rig.controller.tick(now0).ok
+    ours = llama_replicas(rig)
+    assert ours > 2
+    set_llama_replicas(rig, 2)  # a GitOps sync puts the manifest's 2 back
+    assert rig.controller.tick(now0 + STEP).ok
+    assert rig.metric("predictive_autoscaler_replicas_overwritten_total", labels) == 1
+    assert overwrite_events(rig) == []  # once may be a person trying something
+    ours = llama_replicas(rig)
+    assert ours > 2  # the plan is written again, as an HPA would
+
+    set_llama_replicas(rig, 2)
+    assert rig.controller.tick(now0 + 2 * STEP).ok
+    assert rig.metric("predictive_autoscaler_replicas_overwritten_total", labels) == 2
+    ((kind, message),) = overwrite_events(rig)
+    assert kind == "Warning"
+    assert message.startswith(f"spec.replicas was set to 2 after predictive-autoscaler set it to {ours} (2 times in "
+                              "the last 60 minutes)")
+
+    set_llama_replicas(rig, 2)
+    assert rig.controller.tick(now0 + 3 * STEP).ok
+    assert rig.metric("predictive_autoscaler_replicas_overwritten_total", labels) == 3
+    assert len(overwrite_events(rig)) == 1  # once per transition, not per overwrite
+    # a quiet hour resets the latch: the next fight is said again
+    for k in range(4, 4 + 62):
+        assert rig.controller.tick(now0 + k * STEP).ok
+    for k in (66, 67):
+        set_llama_replicas(rig, 2)
+        assert rig.controller.tick(now0 + k * STEP).ok
+    assert len(overwrite_events(rig)) == 2
+
+
+def test_a_deployment_nobody_else_writes_counts_no_overwrite(rig: Rig, now0: int) -> None:
+    for k in range(4):
+        assert rig.controller.tick(now0 + k * STEP).ok
+    assert rig.metric("predictive_autoscaler_replicas_overwritten_total",
+                      {"namespace": "serving", "deployment": "llama-chat"}) in (None, 0)
+    assert overwrite_events(rig) == []
