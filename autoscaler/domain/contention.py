@@ -26,7 +26,7 @@ from autoscaler.ports import ScalerView
 
 EVENT_REASON_CONTENDED = "ScaledByAnotherAutoscaler"
 EVENT_REASON_RESOLVED = "NoOtherAutoscaler"
-# What the decision trail and the sweep of scale-down marks say of a contended Deployment.
+# Why the sweep of scale-down marks clears those of a contended Deployment (its log line).
 CONTENDED_NOTE = "another autoscaler scales it (a HorizontalPodAutoscaler)"
 
 

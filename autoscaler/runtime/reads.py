@@ -119,7 +119,11 @@ class SnapshotReads(ControllerBase):
             memory = self._memory[key]
             if scalers is not None:
                 memory.scalers = scalers_of(view.namespace, view.name, scalers)
-            names = () if spec.advisory else memory.scalers
+            if spec.advisory:  # annotated so: the HPA beside it is what the mode is for, and nothing is to be said
+                memory.notices.forget("contention")
+                out.append((view, spec, profile))
+                continue
+            names = memory.scalers
             if write:
                 kind: EventType = "Warning" if names else "Normal"
                 reason, message = ((EVENT_REASON_CONTENDED, contended_message(names)) if names else

@@ -90,6 +90,17 @@ def test_an_advisory_deployment_beside_its_hpa_is_what_advisory_is_for(rig: Rig,
     assert rig.metric("predictive_autoscaler_workloads", {"state": "contended"}) == 0
     assert published(rig)["scaledBy"] == ["llama-cpu"]  # explain names it
 
+    # annotated advisory after a contended tick: neither told again nor told that the HPA is gone (it is not)
+    dep["metadata"]["annotations"][PREFIX + "mode"] = "scale"
+    rig.fake.add("deployments", dep)
+    assert rig.controller.tick(now0 + STEP).ok
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["metadata"]["annotations"][PREFIX + "mode"] = "advisory"
+    rig.fake.add("deployments", dep)
+    assert rig.controller.tick(now0 + 2 * STEP).ok
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED]
+
 
 def test_a_failed_hpa_list_keeps_the_last_read_and_is_reported(rig: Rig, now0: int) -> None:
     rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
