@@ -315,8 +315,9 @@ def load_fleet(path: Path) -> tuple[FleetConfig, tuple[str, ...], tuple[float, .
         raise w.error(f"ceilings.teams.{stray[0]}", f"no Deployment has team {stray[0]!r} "
                                                     f"(teams: {', '.join(sorted(known_teams))})")
     head = _mapping(w, "headroom", top.get("headroom") or {}, ("quantile",))
-    quantile = _number(w, "headroom.quantile", head.get("quantile", 0.95), lambda x: 0.5 <= x < 1,
-                       "a share in [0.5, 1), e.g. 0.95")
+    # absent: each pool covers its Deployments' strictest objective, as the controller's headroom does
+    quantile = None if head.get("quantile") is None else _number(
+        w, "headroom.quantile", head["quantile"], lambda x: 0.5 <= x < 1, "a share in [0.5, 1), e.g. 0.95")
     spares = top.get("spare_replicas", True)
     if not isinstance(spares, bool):
         raise w.error("spare_replicas", f"expected true or false, got {spares!r}")

@@ -12,7 +12,8 @@ placeholder pods of ``autoscaler.domain.nodes``) hold a fixed count; nobody size
 The rule (``pool_headroom``), in GPUs at the node lead time ``L`` (node start-up + pod start-up):
 
 * ``need = sum of the Deployments' median forecasts at now + L`` (GPUs: demand / capacity x GPUs per replica);
-* ``error`` = the ``quantile`` of the pool's realised errors (``actual - need`` measured ``L`` later, the
+* ``error`` = the ``quantile`` (the strictest latency objective of the pool's Deployments, ``objective_quantile``)
+  of the pool's realised errors (``actual - need`` measured ``L`` later, the
   fleet-level residual, ``PooledResiduals``) once ``min_residuals`` of them exist; before that the prior
   ``z(quantile) x sqrt(sum of per-Deployment band variances)`` (independent errors: the smallest pooled error
   the bands allow; the residuals replace it as soon as there is evidence);
@@ -36,7 +37,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Literal
@@ -45,15 +46,18 @@ __all__ = [
     "DEFAULT_MIN_RESIDUALS",
     "DEFAULT_QUANTILE",
     "MAX_MARGIN",
+    "MAX_QUANTILE",
     "HeadroomDecision",
     "PoolForecast",
     "PooledResiduals",
+    "objective_quantile",
     "pool_headroom",
     "pooled_error_gpus",
     "upper_quantile",
 ]
 
-DEFAULT_QUANTILE = 0.95
+DEFAULT_QUANTILE = 0.95  # a pool none of whose Deployments states an objective (``objective_quantile``)
+MAX_QUANTILE = 0.99  # the most a pool's headroom covers, whatever its objectives (``objective_quantile``)
 DEFAULT_MIN_RESIDUALS = 60  # 30 minutes of 30 s decisions before the residuals replace the prior
 MAX_MARGIN = 4.0  # GPUs held per GPU of need, at most (an HPA at 0.25 utilisation holds 4x)
 _EPS = 1e-9
@@ -70,6 +74,23 @@ def upper_quantile(values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def objective_quantile(objectives: Iterable[float]) -> float:
+    """The quantile of the pool's error its headroom covers: the strictest latency objective (attainment share) of
+    its Deployments, at most ``MAX_QUANTILE``; ``DEFAULT_QUANTILE`` when none states one.
+
+    Why the objective: the headroom is what lets a scale-up inside the node lead find a node, and a pool whose
+    Deployments promise 99% of requests on time cannot run short of nodes in one lead window of twenty (a p95
+    buffer). Measured (``benchmarks/fleet_simulate.py``, 14 days, every objective 99%): on the traces' fleet the
+    self-tuned default with headroom cut 94% / 89% / 81% of the HPA + Karpenter curve's misses at equal GPU-hours on
+    8-, 4- and 2-GPU nodes with a p95 buffer, and 96% / 94% / 92% with p99 (at least 38% / 37% / 34% fewer
+    GPU-hours at equal attainment, from 43% / 43% / 40%). Why a cap: beyond p99 the quantile of a day's residuals is
+    a handful of the largest, and the buffer would follow single bursts."""
+    strictest = max(objectives, default=None)
+    if strictest is None:
+        return DEFAULT_QUANTILE
+    return min(MAX_QUANTILE, max(0.5, float(strictest)))
 
 
 def pooled_error_gpus(residuals: Sequence[float], band_sigmas: Sequence[float], quantile: float,

@@ -82,6 +82,7 @@ from autoscaler.engine.headroom import (
     HeadroomDecision,
     PooledResiduals,
     PoolForecast,
+    objective_quantile,
     pool_headroom,
 )
 from autoscaler.engine.spare import Lent, PoolCount, exposure, lend, member_terms
@@ -145,7 +146,8 @@ class HeadroomMember:
     ``demand``: its demand now as the controller observes it (NaN when unknown); ``requested``: the replicas its pods
     request now (after this tick's decision: ``money_step`` puts in the count its ceilings leave to a planned
     Deployment ``key``); ``waiting_for_node``: its pods waiting for a node now (while any do, the pool lends no
-    spare replicas, ``engine.spare``)."""
+    spare replicas, ``engine.spare``); ``objective``: its latency objective's attainment share (the pool's headroom
+    covers the strictest, ``engine.headroom.objective_quantile``; None: it states none)."""
 
     forecast: Forecast | None
     now: int
@@ -156,6 +158,7 @@ class HeadroomMember:
     requested: int
     key: str = ""
     waiting_for_node: int = 0
+    objective: float | None = None
 
 
 @dataclass(frozen=True)
@@ -194,11 +197,13 @@ class PoolTerms:
 
 def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[HeadroomMember]],
                   terms: Mapping[str, PoolTerms], ceiling_usd_per_hour: float | None, *,
-                  quantile: float = DEFAULT_QUANTILE,
+                  quantile: float | None = None,
                   min_residuals: int = DEFAULT_MIN_RESIDUALS,
                   lent: Mapping[str, int] | None = None) -> list[PoolObservation]:
     """The observation of each NodePool with members, a read and known terms (a pool missing any of them is not
-    observed: no headroom is sized from missing data). The pool's lead is its members' longest node lead; the
+    observed: no headroom is sized from missing data). The quantile its headroom covers is ``quantile``, else its
+    members' strictest objective (``engine.headroom.objective_quantile``). The pool's lead is its members' longest
+    node lead; the
     ceiling's slack is the ceiling less what every read pool's nodes bill, this pool's idle nodes (those where no
     pod holds a GPU) excepted. ``lent``: per pool, the GPUs its spare replicas held at the read (``engine.spare``)."""
     billed = sum(r.nodes * terms[p].node_usd_per_hour for p, r in reads.items() if p in terms)
@@ -214,7 +219,9 @@ def observe_pools(reads: Mapping[str, PoolGpus], members: Mapping[str, Sequence[
         out.append(PoolObservation(
             pool, t.gpus_per_node, ms, math.ceil(max(m.lead_seconds for m in ms) - 1e-9),
             partial_free_gpus=read.partial_free, busy_nodes=read.busy_nodes, free_gpus=read.free, max_nodes=t.max_nodes,
-            node_usd_per_hour=t.node_usd_per_hour, ceiling_slack_usd_per_hour=slack, quantile=quantile,
+            node_usd_per_hour=t.node_usd_per_hour, ceiling_slack_usd_per_hour=slack,
+            quantile=quantile if quantile is not None else objective_quantile(
+                m.objective for m in ms if m.objective is not None),
             min_residuals=min_residuals, lent_gpus=(lent or {}).get(pool, 0)))
     return out
 

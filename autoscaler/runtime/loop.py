@@ -93,6 +93,7 @@ from autoscaler.runtime.state import (
     Plan,
     Replay,
     WorkloadOutcome,
+    objective,
     policy_for,
 )
 from autoscaler.runtime.tuning_schedule import TuningSchedule
@@ -342,10 +343,10 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         so it counts as the replicas it holds (never a need derived from a guessed capacity)."""
         if plan.capacity is None:
             return HeadroomMember(None, now, plan.node_lead_seconds, 1.0, plan.spec.gpus_per_replica, math.nan,
-                                  plan.view.replicas, waiting_for_node=plan.waiting_for_node)
+                                  plan.view.replicas, waiting_for_node=plan.waiting_for_node, objective=plan.objective)
         return HeadroomMember(plan.forecast, now, plan.node_lead_seconds, plan.capacity, plan.spec.gpus_per_replica,
                               plan.current if plan.current is not None else math.nan, plan.view.replicas,
-                              waiting_for_node=plan.waiting_for_node)
+                              waiting_for_node=plan.waiting_for_node, objective=plan.objective)
 
     def _finish(
         self, now: float, acting: bool, metrics_ok: bool, outcomes: tuple[WorkloadOutcome, ...],
@@ -449,7 +450,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         summary = self._forecast_summary(forecast, profile, now)
         self._track(memory, summary, demand, now)
         return Plan(view, spec, decision, summary, demand, decided.stuck, capacity, forecast, current,
-                    decided.node_lead_seconds, len(observed.waiting_for_node))
+                    decided.node_lead_seconds, len(observed.waiting_for_node), objective(spec, profile)[1])
 
     # ------------------------------------------------------------------ apply
 

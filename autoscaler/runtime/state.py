@@ -262,6 +262,7 @@ class Plan:
     current: float | None = None  # the demand observed now (the instant rate, else the newest bin)
     node_lead_seconds: float = 0.0  # node start-up + pod start-up (``engine.deciding.Decided``)
     waiting_for_node: int = 0  # its pods Pending unschedulable now (while any wait, its pool lends no spares)
+    objective: float | None = None  # its objective's attainment share (its pool's headroom covers the strictest)
 
 @dataclass(frozen=True)
 class WorkloadOutcome:

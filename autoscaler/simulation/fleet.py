@@ -54,7 +54,6 @@ from autoscaler.domain.annotations import MAX_PRIORITY
 from autoscaler.domain.cost import Ceilings, GpuPrices, WorkloadAsk, fits_ceilings
 from autoscaler.engine.headroom import (
     DEFAULT_MIN_RESIDUALS,
-    DEFAULT_QUANTILE,
     HeadroomDecision,
     PooledResiduals,
 )
@@ -173,7 +172,7 @@ class FleetConfig:
     team_ceilings: Mapping[str, float] = field(default_factory=dict)
     timeout_seconds: float = 60.0
     bin_shape: str = "auto"
-    headroom_quantile: float = DEFAULT_QUANTILE
+    headroom_quantile: float | None = None  # None: each pool's Deployments' strictest objective (the controller's)
     headroom_min_residuals: int = DEFAULT_MIN_RESIDUALS
     spare_replicas: bool = True  # the controller's ``karpenter.spare_replicas`` (``engine.spare``)
 
@@ -200,7 +199,7 @@ class FleetConfig:
         for what, value in (("cluster", self.cluster_ceiling), *self.team_ceilings.items()):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"ceiling {what}: must be a number of dollars per hour > 0, got {value}")
-        if not 0 < self.headroom_quantile < 1:
+        if self.headroom_quantile is not None and not 0 < self.headroom_quantile < 1:
             raise ValueError(f"headroom quantile must be in (0, 1), got {self.headroom_quantile}")
 
     def pool(self, name: str) -> PoolSpec:
@@ -631,4 +630,4 @@ def _member(k: int, d: DeploymentSpec, pool: PoolSpec, policy: TickPolicy, plann
     lead = (decided.node_lead_seconds if decided is not None
             else float(pool.node_startup_seconds + d.pod_startup_seconds))
     return HeadroomMember(getattr(policy, "forecast", None), start + k * tick, lead, capacity, gpus_per_replica,
-                          float(getattr(policy, "demand_seen", demand)), planned)
+                          float(getattr(policy, "demand_seen", demand)), planned, objective=d.slo_attainment)

@@ -10,9 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.engine.headroom import (
+    DEFAULT_QUANTILE,
     MAX_MARGIN,
+    MAX_QUANTILE,
     PooledResiduals,
     PoolForecast,
+    objective_quantile,
     pool_headroom,
     pooled_error_gpus,
     upper_quantile,
@@ -105,3 +108,10 @@ def test_a_need_near_zero_does_not_inflate_the_buffer() -> None:
                                    min_residuals=50, quantile=0.5))
     assert d.buffer_gpus == 2.0 * MAX_MARGIN
     assert d.idle_nodes == 1
+
+
+def test_a_pools_headroom_covers_the_strictest_objective_of_its_deployments() -> None:
+    assert objective_quantile([0.95, 0.99, 0.9]) == 0.99
+    assert objective_quantile([0.9]) == 0.9
+    assert objective_quantile([0.999]) == MAX_QUANTILE  # beyond it the quantile of a day's residuals is a burst
+    assert objective_quantile([]) == DEFAULT_QUANTILE  # none stated
