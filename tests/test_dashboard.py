@@ -443,13 +443,14 @@ def test_units_legends_and_ceiling_thresholds_are_set_for_a_person() -> None:
 
 def test_the_dashboard_shows_what_an_operator_watches() -> None:
     """The panels an operator watches (forecast vs demand, replicas, lead, warm pool, cost, gangs, errors, tick time,
-    leadership), by the series they read (the name check below proves each is exported)."""
+    leadership, another writer of replicas), by the series they read (the name check below proves each is exported)."""
     text = " ".join(t["expr"] for _, t in targets(load_dashboard()))
     wanted = {
         "forecast_requests_per_second", "demand_requests_per_second", "desired_replicas", "current_replicas",
         "ready_replicas", "lead_seconds", "warm_pool_replicas", "projected_cost_dollars_per_hour",
         "cost_ceiling_dollars_per_hour", "gang_planned_start_timestamp_seconds", "gpus_unavailable",
         "errors_total", "tick_duration_seconds_bucket", "deferred_fits", "metrics_source_up", "is_leader",
+        "replicas_overwritten_total",
     }
     assert not {w for w in wanted if f"predictive_autoscaler_{w}" not in text}
     assert "by (kind)" in " ".join(text.split())
