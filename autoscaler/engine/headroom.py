@@ -143,11 +143,13 @@ class HeadroomDecision:
     error_gpus: float
     source: Literal["residuals", "prior"]
     capped_by: Literal["limit", "ceiling"] | None
+    quantile: float = DEFAULT_QUANTILE  # of the pooled error covered (``objective_quantile``)
 
     @property
     def detail(self) -> str:
         cap = f", capped by the {self.capped_by}" if self.capped_by else ""
-        return (f"NodePool {self.pool}: pooled error {self.error_gpus:.1f} GPU(s) ({self.source}), buffer "
+        return (f"NodePool {self.pool}: pooled p{100 * self.quantile:g} error {self.error_gpus:.1f} GPU(s) "
+                f"({self.source}), buffer "
                 f"{self.buffer_gpus:.1f} GPU(s) -> {self.idle_nodes} idle node(s){cap}")
 
 
@@ -166,7 +168,7 @@ def pool_headroom(f: PoolForecast) -> HeadroomDecision:
         affordable = max(0, math.floor(f.ceiling_slack_usd_per_hour / f.node_usd_per_hour + _EPS))
         if idle > affordable:
             idle, capped = affordable, "ceiling"
-    return HeadroomDecision(f.pool, idle, wanted, buffer, error, source, capped)
+    return HeadroomDecision(f.pool, idle, wanted, buffer, error, source, capped, f.quantile)
 
 
 class PooledResiduals:

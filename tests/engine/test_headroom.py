@@ -115,3 +115,6 @@ def test_a_pools_headroom_covers_the_strictest_objective_of_its_deployments() ->
     assert objective_quantile([0.9]) == 0.9
     assert objective_quantile([0.999]) == MAX_QUANTILE  # beyond it the quantile of a day's residuals is a burst
     assert objective_quantile([]) == DEFAULT_QUANTILE  # none stated
+    # the decision says which quantile it covered
+    f = PoolForecast("l4", 1, 2.0, (0.5,), (), 2, quantile=objective_quantile([0.99]))
+    assert pool_headroom(f).detail.startswith("NodePool l4: pooled p99 error ")
