@@ -561,6 +561,11 @@ def test_alerts_and_karpenter_sections_parse_and_default() -> None:
     assert cfg.alerts == AlertsConfig("http://alertmanager.monitoring.svc:9093", "prod-eu-1", 300)
     assert cfg.karpenter == KarpenterConfig(enabled=True, headroom="off", namespace="ops")  # bare YAML `off`
     assert parse_config_text(yaml.safe_dump(cfg.to_dict())) == cfg
+    # the headroom's quantile: the pools' strictest objective unless the operator sets one (a cost knob)
+    assert Config().karpenter.headroom_quantile is None
+    knob = parse_config_text("karpenter:\n  headroom_quantile: 0.9\n")
+    assert knob.karpenter.headroom_quantile == 0.9
+    assert parse_config_text(yaml.safe_dump(knob.to_dict())) == knob
 
 
 def test_alerts_tls_and_credentials_parse_and_round_trip() -> None:
@@ -621,6 +626,9 @@ def test_alerts_credentials_or_a_ca_over_plain_http_are_warned_about() -> None:
          "karpenter.headroom: expected one of auto, capacitybuffer, placeholder, off"),
         ("karpenter: {enabled: maybe}", "karpenter.enabled: expected true or false"),
         ("karpenter: {namespace: Ops_NS}", "karpenter.namespace: 'Ops_NS' is not a valid Kubernetes name"),
+        ("karpenter: {headroom_quantile: 1}", "karpenter.headroom_quantile: expected a share in [0.5, 1)"),
+        ("karpenter: {headroom_quantile: 95%}", "karpenter.headroom_quantile: expected a share in [0.5, 1)"),
+        ("karpenter: {headroom_quantile: true}", "karpenter.headroom_quantile: expected a share in [0.5, 1)"),
     ],
 )
 def test_alerts_and_karpenter_errors_name_their_key_path(text: str, expected: str) -> None:

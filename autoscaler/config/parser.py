@@ -175,7 +175,7 @@ _NODEPOOL_PRICING_KEYS = ("instance_type", "gpus_per_node", "capacity_type", "gp
 _CEILING_KEYS = ("cluster", "teams", "keep_order")
 _ALERTS_KEYS = ("alertmanager_url", "cluster", "expire_after", "bearer_token_file", "ca_file", "basic_auth", "timeout")
 _BASIC_AUTH_KEYS = ("username", "password_file")
-_KARPENTER_KEYS = ("enabled", "headroom", "namespace", "spare_replicas")
+_KARPENTER_KEYS = ("enabled", "headroom", "namespace", "spare_replicas", "headroom_quantile")
 _TOP_KEYS = ("loop", "profiles", "cold_start", "prometheus", "namespaces", "leader_election", "pricing", "ceilings",
              "alerts", "karpenter")
 _CAPACITY_TYPES = ("on-demand", "spot")
@@ -624,11 +624,18 @@ def _parse_karpenter(p: _Parser, data: Mapping[str, Any]) -> KarpenterConfig:
         p.error("karpenter.headroom", f"expected one of {', '.join(HEADROOM_SETTINGS)}, got {_describe(headroom)}"
                                       f"{did_you_mean(str(headroom), HEADROOM_SETTINGS)}")
         headroom = d.headroom
+    quantile = raw.get("headroom_quantile")
+    if quantile is not None and (isinstance(quantile, bool) or not isinstance(quantile, int | float)
+                                 or not 0.5 <= quantile < 1):
+        p.error("karpenter.headroom_quantile", f"expected a share in [0.5, 1) such as 0.95, or null (the pool's "
+                                               f"strictest objective), got {_describe(quantile)}")
+        quantile = None
     return KarpenterConfig(
         enabled=enabled,
         headroom=headroom,
         namespace=p.name(raw, "namespace", "karpenter", d.namespace, DNS_LABEL),
         spare_replicas=spare,
+        headroom_quantile=None if quantile is None else float(quantile),
     )
 
 

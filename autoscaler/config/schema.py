@@ -237,6 +237,9 @@ class KarpenterConfig:
     # lend a NodePool's paid, idle GPUs (its last node's free ones, its headroom's room) to spare replicas
     # (``engine.spare``)
     spare_replicas: bool = True
+    # the quantile of a pool's pooled forecast error its headroom covers; None: the strictest latency objective of the
+    # pool's Deployments, at most p99 (``engine.headroom.objective_quantile``). A cost knob: lower holds fewer nodes.
+    headroom_quantile: float | None = None
 
 
 DEFAULT_INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType({
@@ -382,5 +385,6 @@ class Config:
                 "headroom": self.karpenter.headroom,
                 "namespace": self.karpenter.namespace,
                 "spare_replicas": self.karpenter.spare_replicas,
+                "headroom_quantile": self.karpenter.headroom_quantile,
             },
         }

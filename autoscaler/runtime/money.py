@@ -398,7 +398,8 @@ class MoneyStage:
             limit = None if view.gpu_limit is None else view.gpu_limit // shape.gpus_per_node
             terms[pool] = PoolTerms(shape.gpus_per_node, shape.node_hour, limit)
             self._residuals.setdefault(pool, PooledResiduals())
-        return observe_pools(pools.reads, members, terms, cfg.ceilings.cluster, lent=pools.lent)
+        return observe_pools(pools.reads, members, terms, cfg.ceilings.cluster,
+                             quantile=cfg.karpenter.headroom_quantile, lent=pools.lent)
 
     # ------------------------------------------------------------------ the tick
 

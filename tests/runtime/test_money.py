@@ -897,3 +897,9 @@ def test_the_pools_headroom_covers_its_deployments_strictest_objective(
     assert report.ok, report.errors
     assert report.money is not None
     assert report.money.pool_headroom["l4"] > at_95  # a 99% objective: the pool's p99 error, more idle nodes
+    # the operator's cost knob overrides the objective's quantile
+    rig.configure(karpenter={"namespace": CONTROLLER_NS, "spare_replicas": False, "headroom_quantile": 0.95})
+    report = rig.tick(TROUGH + 60)
+    assert report.ok, report.errors
+    assert report.money is not None
+    assert report.money.pool_headroom["l4"] == at_95
