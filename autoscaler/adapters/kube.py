@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -233,6 +233,19 @@ def api_read(host: str, what: str, call: Callable[[], T]) -> T:
         raise KubeReadError(f"{what}: cannot reach the API server at {host}") from exc
 
 
+def list_all(host: str, what: str, page_of: Callable[[str | None], Any]) -> Iterator[Any]:
+    """Every item of a paged list, read a page at a time: ``page_of(token)`` asks for one page (``limit`` and
+    ``_continue=token``), each read through ``api_read``; the next token is the page's ``metadata.continue``, which the
+    generated model names ``var_continue`` (``continue`` is a Python keyword). Shared by every adapter."""
+    token: str | None = None
+    while True:
+        page = api_read(host, what, lambda token=token: page_of(token))  # type: ignore[misc]
+        yield from page.items or []
+        token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
+        if not token:
+            return
+
+
 def api_write(
     host: str,
     what: str,
@@ -340,46 +353,28 @@ class KubeCluster:
         return api_read(self._api.configuration.host, what, call)
 
     def list_workloads(self) -> list[WorkloadView]:
-        views: list[WorkloadView] = []
-        token: str | None = None
-        while True:
-            page = self._read(
-                f"list deployments with label {ENABLED_SELECTOR}",
-                lambda token=token: self._apps.list_deployment_for_all_namespaces(  # type: ignore[misc]
-                    label_selector=ENABLED_SELECTOR,
-                    limit=self._page_size,
-                    _continue=token,
-                    _request_timeout=self._timeout,
-                ),
-            )
-            for dep in page.items or []:
-                views.append(self._view(self._api.sanitize_for_serialization(dep)))  # type: ignore[no-untyped-call]
-            # The generated model names the field ``var_continue`` (``continue`` is a Python keyword).
-            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
-            if not token:
-                return views
+        deployments = list_all(
+            self._api.configuration.host, f"list deployments with label {ENABLED_SELECTOR}",
+            lambda token: self._apps.list_deployment_for_all_namespaces(
+                label_selector=ENABLED_SELECTOR, limit=self._page_size, _continue=token, _request_timeout=self._timeout,
+            ),
+        )
+        return [self._view(self._api.sanitize_for_serialization(dep))  # type: ignore[no-untyped-call]
+                for dep in deployments]
 
     def list_scalers(self) -> list[ScalerView]:
         views: list[ScalerView] = []
-        token: str | None = None
-        while True:
-            page = self._read(
-                "list horizontalpodautoscalers",
-                lambda token=token: self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces(  # type: ignore[misc]
-                    limit=self._page_size,
-                    _continue=token,
-                    _request_timeout=self._timeout,
-                ),
-            )
-            for hpa in page.items or []:
-                meta, ref = hpa.metadata, hpa.spec.scale_target_ref if hpa.spec is not None else None
-                if meta is None or ref is None:
-                    continue
+        for hpa in list_all(
+            self._api.configuration.host, "list horizontalpodautoscalers",
+            lambda token: self._autoscaling.list_horizontal_pod_autoscaler_for_all_namespaces(
+                limit=self._page_size, _continue=token, _request_timeout=self._timeout,
+            ),
+        ):
+            meta, ref = hpa.metadata, hpa.spec.scale_target_ref if hpa.spec is not None else None
+            if meta is not None and ref is not None:
                 views.append(ScalerView(meta.namespace or "", meta.name or "", ref.api_version or "", ref.kind or "",
                                         ref.name or ""))
-            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
-            if not token:
-                return views
+        return views
 
     @staticmethod
     def _view(d: Mapping[str, Any]) -> WorkloadView:
@@ -591,22 +586,15 @@ class KubeCluster:
         self._write(f"annotate pod {namespace}/{name}", once)
 
     def list_statuses(self, namespace: str) -> dict[str, StatusObject]:
-        found: dict[str, StatusObject] = {}
-        token: str | None = None
-        while True:
-            page = self._read(
-                f"list configmaps in {namespace} with labels {STATUS_SELECTOR}",
-                lambda token=token: self._core.list_namespaced_config_map(  # type: ignore[misc]
-                    namespace, label_selector=STATUS_SELECTOR, limit=self._page_size, _continue=token,
-                    _request_timeout=self._timeout,
-                ),
-            )
-            for cm in page.items or []:
-                if cm.metadata is not None and cm.metadata.name:
-                    found[cm.metadata.name] = self._status_object(cm)
-            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
-            if not token:
-                return found
+        maps = list_all(
+            self._api.configuration.host, f"list configmaps in {namespace} with labels {STATUS_SELECTOR}",
+            lambda token: self._core.list_namespaced_config_map(
+                namespace, label_selector=STATUS_SELECTOR, limit=self._page_size, _continue=token,
+                _request_timeout=self._timeout,
+            ),
+        )
+        return {cm.metadata.name: self._status_object(cm) for cm in maps
+                if cm.metadata is not None and cm.metadata.name}
 
     @staticmethod
     def _status_object(cm: client.V1ConfigMap) -> StatusObject:

@@ -50,9 +50,9 @@ from autoscaler.adapters.kube import (
     MERGE_PATCH,
     KubeReadError,
     api_message,
-    api_read,
     api_write,
     core_event,
+    list_all,
 )
 from autoscaler.ports import CustomObjects, EventType, PriorityClasses
 
@@ -127,26 +127,20 @@ class TrainingReader:
     def priority_classes(self) -> PriorityClasses:
         values: dict[str, int] = {}
         defaults: list[tuple[int, str]] = []
-        token: str | None = None
-        while True:
-            page = api_read(
-                self._api.configuration.host, f"list {PRIORITY_CLASSES}",
-                lambda token=token: self._scheduling.list_priority_class(  # type: ignore[misc]
-                    limit=self._page, _continue=token, _request_timeout=self._timeout,
-                ),
-            )
-            for pc in page.items or []:
-                name = pc.metadata.name if pc.metadata is not None else None
-                if not name or pc.value is None:  # the API server requires both: the answer is not trustworthy
-                    raise KubeReadError(f"list {PRIORITY_CLASSES}: an item without a name or value ({name!r})")
-                value = int(pc.value)
-                values[name] = value
-                if pc.global_default:
-                    defaults.append((value, name))
-            # The generated model names the field ``var_continue`` (``continue`` is a Python keyword).
-            token = getattr(page.metadata, "var_continue", None) if page.metadata is not None else None
-            if not token:
-                return PriorityClasses(values, min(defaults)[1] if defaults else None)
+        for pc in list_all(
+            self._api.configuration.host, f"list {PRIORITY_CLASSES}",
+            lambda token: self._scheduling.list_priority_class(
+                limit=self._page, _continue=token, _request_timeout=self._timeout,
+            ),
+        ):
+            name = pc.metadata.name if pc.metadata is not None else None
+            if not name or pc.value is None:  # the API server requires both: the answer is not trustworthy
+                raise KubeReadError(f"list {PRIORITY_CLASSES}: an item without a name or value ({name!r})")
+            value = int(pc.value)
+            values[name] = value
+            if pc.global_default:
+                defaults.append((value, name))
+        return PriorityClasses(values, min(defaults)[1] if defaults else None)
 
     def patch_gang(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         if kind == self._kueue[3]:

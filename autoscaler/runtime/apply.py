@@ -205,11 +205,12 @@ class PlanApplier(MetricsExport):
         and say it with a Warning Event once it happened ``OVERWRITES_TO_WARN`` times within the hour; the latch
         resets, silently, once an hour passes without one (``autoscaler.domain.contention``). An advisory Deployment's
         replicas are someone else's to write: nothing is counted for it."""
+        memory.overwrites = recent_overwrites(memory.overwrites, now)
         if spec.advisory:
             memory.written = None
         elif memory.written is not None and view.replicas != memory.written:
             self.metrics.replicas_overwritten.labels(view.namespace, view.name).inc()
-            memory.overwrites = (*recent_overwrites(memory.overwrites, now), now)
+            memory.overwrites = (*memory.overwrites, now)
             log.info("%s/%s: spec.replicas set to %d by someone else after this controller set %d", view.namespace,
                      view.name, view.replicas, memory.written)
             if len(memory.overwrites) >= OVERWRITES_TO_WARN:
@@ -217,7 +218,6 @@ class PlanApplier(MetricsExport):
                 memory.notices.tell("overwritten", True, partial(
                     self._event, view, "Warning", EVENT_REASON_OVERWRITTEN, message[:1000], now, errors))
             memory.written = None
-        memory.overwrites = recent_overwrites(memory.overwrites, now)
         if not memory.overwrites:
             memory.notices.tell("overwritten", False, lambda: True, quiet=False)
 
