@@ -134,6 +134,7 @@ B = {"job": "predictive-autoscaler-metrics", "instance": "10.0.0.2:8080"}  # the
 PROJECTED = "predictive_autoscaler_projected_cost_dollars_per_hour"
 CEILING = "predictive_autoscaler_cost_ceiling_dollars_per_hour"
 CUTS = "predictive_autoscaler_ceiling_cuts_total"
+OVERWRITTEN = "predictive_autoscaler_replicas_overwritten_total"
 
 
 def breach_annotations(team: str, dollars: str, ceiling: str) -> dict[str, str]:
@@ -217,6 +218,18 @@ def unit_tests(rules: Path) -> dict[str, Any]:
         },
     }
 
+    overwritten = {
+        "exp_labels": {"severity": "warning", "namespace": "serving", "deployment": "llama"},
+        "exp_annotations": {
+            "summary": "serving/llama: another writer keeps setting its replicas back",
+            "description": "The replicas the predictive autoscaler wrote to serving/llama were changed by someone "
+            "else about 2 times in the last hour: a GitOps sync of a manifest that sets replicas (Argo CD self-heal, "
+            "Flux), a script or a person. Each undone scale-up is a cold start lost. Leave replicas out of the "
+            "manifest (or have the GitOps tool ignore it), or annotate the Deployment mode: advisory; see its "
+            "ReplicasOverwritten Events.",
+        },
+    }
+
     def at(minute: str, alert: str, *expected: dict[str, Any]) -> dict[str, Any]:
         return {"eval_time": minute, "alertname": alert, "exp_alerts": list(expected)}
 
@@ -279,6 +292,22 @@ def unit_tests(rules: Path) -> dict[str, Any]:
                             "not scraped); its other alerts cannot fire while it is gone.",
                         },
                     }),
+                ],
+            },
+            {
+                # serving/llama's replicas are set back at minutes 10 and 30 (a GitOps sync fighting the controller,
+                # then a leader change: the new leader counts from 0); serving/mistral's once.
+                "interval": "1m",
+                "input_series": [
+                    series({**A, "namespace": "serving", "deployment": "llama"}, "0x9 1x20 2x20 _x80", OVERWRITTEN),
+                    series({**B, "namespace": "serving", "deployment": "llama"}, "_x50 0x80", OVERWRITTEN),
+                    series({**A, "namespace": "serving", "deployment": "mistral"}, "0x9 1x120", OVERWRITTEN),
+                ],
+                "alert_rule_test": [
+                    at("20m", "PredictiveAutoscalerReplicasOverwritten"),  # once is not a fight
+                    at("31m", "PredictiveAutoscalerReplicasOverwritten", overwritten),
+                    at("55m", "PredictiveAutoscalerReplicasOverwritten", overwritten),  # the leader changed at 50
+                    at("120m", "PredictiveAutoscalerReplicasOverwritten"),  # a quiet hour
                 ],
             },
         ],
