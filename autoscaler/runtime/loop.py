@@ -261,6 +261,8 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
                 )
                 continue
             valid.append((view, spec, profile))
+        # before contention: a restarted controller knows from the status which HPA it already told about
+        self._read_statuses(views, write, errors)
         valid, contended = self._contend(valid, now, write, errors)
         self.metrics.workloads.labels("managed").set(len(valid))
         self.metrics.workloads.labels("invalid").set(len(views) - len(valid))
@@ -273,7 +275,6 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             listed.update(dict.fromkeys(contended, CONTENDED_NOTE))
             self._sweep_marks(cfg, in_care, listed, now, errors)
         self._forget({(v.namespace, v.name) for v in views})
-        self._read_statuses(views, write, errors)
         self._pool_reads, self._pools_unread = self._read_pool_gpus(cfg, valid, errors)
         # the GPUs the pools' spare replicas hold are shown free: a plan that needs one takes it back (engine.spare)
         lent: dict[str, int] = {}

@@ -381,6 +381,9 @@ class SnapshotReads(ControllerBase):
                 memory.status_read, memory.status_object, memory.status_copy = True, found, sight.copy
                 if saved is not None:
                     memory.saved_tuning = saved.tuning
+                    if saved.scaled_by:  # the controller that wrote it saw these HPAs and told of them (``_contend``)
+                        memory.notices.set("contention", saved.scaled_by)
+                        memory.scalers = memory.scalers or saved.scaled_by  # the last read, should this tick's fail
                     memory.last_scale_down = saved.scale_down  # the last scale-down outlives a restart too
         if not write:
             return

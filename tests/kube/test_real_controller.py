@@ -28,7 +28,7 @@ from kubernetes import client
 
 from autoscaler.adapters.karpenter import DEFAULT_PAUSE_IMAGE, SPEC_HASH_ANNOTATION
 from autoscaler.domain.annotations import EVENT_REASON_INVALID, PREFIX, STATUS_ANNOTATION
-from autoscaler.domain.contention import EVENT_REASON_CONTENDED
+from autoscaler.domain.contention import EVENT_REASON_CONTENDED, EVENT_REASON_RESOLVED
 from autoscaler.domain.gangs import ACTIVATED_ANNOTATION, PLANNED_START_ANNOTATION
 from autoscaler.domain.scaledown import DELETION_COST_ANNOTATION, MARK_ANNOTATION
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
@@ -555,7 +555,8 @@ def test_a_scale_down_marks_the_idlest_pods_first_and_clears_the_marks_once_it_l
 def test_a_deployment_an_hpa_also_scales_is_left_to_it_until_the_hpa_is_gone(scene: Scene) -> None:
     """The HPA a team already runs on llama-chat (``autoscaling/v2``, accepted by the real schema; nothing acts on
     it here, no controller-manager runs): a tick as the ServiceAccount writes no replicas there, publishes it as
-    advisory and posts one Warning Event naming the HPA; once the HPA is deleted the next tick scales it."""
+    advisory and posts one Warning Event naming the HPA, which the next process does not post again (the status says it
+    was told); once the HPA is deleted the next tick scales it and says so."""
     made = client.V2HorizontalPodAutoscaler.from_dict(hpa(SERVING, "llama-chat-cpu", "llama-chat"))
     assert made is not None
     hpas = client.AutoscalingV2Api(scene.api)
@@ -571,11 +572,17 @@ def test_a_deployment_an_hpa_also_scales_is_left_to_it_until_the_hpa_is_gone(sce
     assert [(e.type, e.involved_object.name) for e in told] == [("Warning", "llama-chat")]
     assert (told[0].message or "").startswith("HorizontalPodAutoscaler llama-chat-cpu also scales this Deployment")
     assert scene.refused() == []
+    # the next process (each --once is one) reads from the status that the HPA was told of: not told again
+    scene.once(scene.t1 + 30)
+    assert scene.scale_replicas(SERVING, "llama-chat") == before
+    assert len([e for e in scene.events(SERVING) if e.reason == EVENT_REASON_CONTENDED]) == 1
 
     hpas.delete_namespaced_horizontal_pod_autoscaler("llama-chat-cpu", SERVING)
     scene.once(scene.t1 + 60)
     assert scene.scale_replicas(SERVING, "llama-chat") > before
     assert scene.status(SERVING, "llama-chat")["mode"] == "scale"
+    gone = [e for e in scene.events(SERVING) if e.reason == EVENT_REASON_RESOLVED]
+    assert [(e.type, e.involved_object.name) for e in gone] == [("Normal", "llama-chat")]
 
 
 def test_rbac_grants_exactly_what_the_controller_uses(scene: Scene) -> None:

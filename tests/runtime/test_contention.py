@@ -10,9 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 
+from autoscaler.adapters.kube import KubeCluster
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.contention import EVENT_REASON_CONTENDED, EVENT_REASON_OVERWRITTEN, EVENT_REASON_RESOLVED
+from autoscaler.runtime.loop import Controller
+from autoscaler.runtime.metrics import ControllerMetrics
 from tests.kube.conftest import hpa, stored_status
 from tests.runtime.conftest import Rig
 from tests.servers import PrometheusServer
@@ -76,6 +81,33 @@ def test_a_deployment_an_hpa_scales_runs_as_advisory_until_the_hpa_is_gone(rig: 
     assert rig.metric("predictive_autoscaler_workloads", {"state": "contended"}) == 0
     rig.controller.tick(now0 + 3 * STEP)
     assert len(contention_events(rig)) == 2
+
+
+def test_a_restarted_controller_remembers_the_hpa_it_told_of_from_the_status(
+    rig: Rig, now0: int, api_client: client.ApiClient, loop_config: Config
+) -> None:
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
+    assert rig.controller.tick(now0).ok
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED]
+
+    def restart() -> Controller:  # a new process (an upgrade, a new leader): in memory only what the status holds
+        return Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: loop_config,
+                          metrics=ControllerMetrics())
+
+    # its first HPA list fails: the status's read holds, so the Deployment is not scaled by both
+    again = restart()
+    rig.fake.fail("GET", r"^/apis/autoscaling/v2/horizontalpodautoscalers$", 500)
+    assert not again.tick(now0 + STEP).ok
+    assert rig.fake.calls("PATCH", r"/deployments/llama-chat/scale$") == []
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED]  # not told twice
+
+    third = restart()
+    assert third.tick(now0 + 2 * STEP).ok
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED]
+    rig.fake.remove("horizontalpodautoscalers", "serving", "llama-cpu")
+    assert third.tick(now0 + 3 * STEP).ok
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED, EVENT_REASON_RESOLVED]
+    assert llama_replicas(rig) > 2
 
 
 def test_an_advisory_deployment_beside_its_hpa_is_what_advisory_is_for(rig: Rig, now0: int) -> None:
