@@ -85,7 +85,7 @@ from autoscaler.engine.headroom import (
     objective_quantile,
     pool_headroom,
 )
-from autoscaler.engine.spare import Lent, PoolCount, exposure, lend, member_terms
+from autoscaler.engine.spare import SPARE_STEP, Lent, PoolCount, exposure, lend, member_terms
 from autoscaler.ports import Alert, NodePoolView, PoolGpus
 from models.types import Forecast
 
@@ -342,7 +342,7 @@ def lend_spares(planned: Sequence[PlannedWorkload], decisions: Mapping[str, Scal
             d = out[key]
             lent[key] = n
             out[key] = replace(d, desired_replicas=d.desired_replicas + n, steps=(*d.steps, Step(
-                "spare", d.desired_replicas + n,
+                SPARE_STEP, d.desired_replicas + n,
                 f"+{n} spare replica(s) on GPUs NodePool {obs.pool} already pays for ({where}; given back as soon as "
                 "a plan needs them)")))
     return out, lent, by_pool

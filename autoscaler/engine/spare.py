@@ -87,6 +87,23 @@ def member_terms(expo: float | None, max_replicas: int, planned: int, requested:
     return room, expo
 
 
+SPARE_STEP = "spare"  # the decision step that adds a pool's spares (``engine.money.lend_spares``)
+
+
+def lent_in(trail: Sequence[tuple[str | None, int | None]]) -> tuple[int, int]:
+    """``(planned, spares)`` of a decision whose steps (name, count after it) are ``trail``: the count before the
+    spares step and the spares it added, when its last step lent some; ``(0, 0)`` otherwise. Why: a restarted
+    controller reads them from the status it left, so its first decision plans on the Deployment's own replicas (seen
+    as its own, the spares would be held as planned through the stabilisation window, their GPUs shown busy to every
+    other Deployment of the pool)."""
+    if len(trail) < 2 or trail[-1][0] != SPARE_STEP:
+        return 0, 0
+    before, after = trail[-2][1], trail[-1][1]
+    if before is None or after is None or after <= before:
+        return 0, 0
+    return before, after - before
+
+
 def held_spares(requested: int, planned: int, spares: int) -> int:
     """The spares lent at the last lending (``spares``, on top of its plan ``planned``) a Deployment still holds now
     that it requests ``requested``: the GPUs a pool shows its next decisions free on top of its read (a spare is

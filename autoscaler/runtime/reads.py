@@ -45,6 +45,7 @@ from autoscaler.engine.deciding import (
     CURRENT_DEMAND_WIDE_WINDOW_SECONDS,
     CURRENT_DEMAND_WINDOW_SECONDS,
 )
+from autoscaler.engine.spare import lent_in
 from autoscaler.history import TOKEN_QUERIES, fetch_fleet, history_window, read_capacity_inputs, series_of
 from autoscaler.ports import EventType, PodStartups, PoolGpus, PoolNodes, ScalerView, WorkloadView
 from autoscaler.runtime.state import (
@@ -385,6 +386,9 @@ class SnapshotReads(ControllerBase):
                         memory.notices.set("contention", saved.scaled_by)
                         memory.scalers = memory.scalers or saved.scaled_by  # the last read, should this tick's fail
                     memory.last_scale_down = saved.scale_down  # the last scale-down outlives a restart too
+                    if saved.desired_replicas == view.replicas:  # the spares it names are the ones standing now
+                        memory.spares_planned, memory.spares_lent = lent_in(
+                            [(step.name, step.replicas) for step in saved.steps])
         if not write:
             return
         for view in views:

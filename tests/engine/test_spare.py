@@ -10,12 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.engine.spare import (
+    SPARE_STEP,
     Lent,
     PoolCount,
     SpareMember,
     exposure,
     held_spares,
     lend,
+    lent_in,
     member_terms,
     pool_slack,
     slack_gpus,
@@ -178,3 +180,12 @@ def test_the_spares_held_now_are_those_lent_still_above_the_plan() -> None:
     assert held_spares(requested=11, planned=10, spares=2) == 1  # one went (a write not yet applied, a pod removed)
     assert held_spares(requested=10, planned=10, spares=2) == 0
     assert held_spares(requested=15, planned=10, spares=2) == 2  # the rest is a scale-down in progress, not spares
+
+
+def test_the_spares_a_decision_lent_are_read_back_from_its_steps() -> None:
+    trail = [("lead_time", 3), ("forecast", 4), ("min_max_clamp", 4), (SPARE_STEP, 8)]
+    assert lent_in(trail) == (4, 4)
+    assert lent_in(trail[:-1]) == (0, 0)  # none lent
+    assert lent_in([(SPARE_STEP, 8)]) == (0, 0)  # no count before it: nothing to read
+    assert lent_in([("min_max_clamp", None), (SPARE_STEP, 8)]) == (0, 0)  # an older status without counts
+    assert lent_in([("min_max_clamp", 8), (SPARE_STEP, 8)]) == (0, 0)

@@ -498,6 +498,53 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     assert report.money.spares.get("serving/llama-chat", 0) == 8 - decision.steps[-2].replicas > 0
 
 
+def test_a_restarted_controller_knows_the_spares_it_lent_from_the_status(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer
+) -> None:
+    rig = money_rig
+    rig.fake.install_crd(crd(NODEPOOL_CRD))
+    # one 8-GPU node holding the Deployment's three pods: the plan's replicas and spares fill it at the first tick
+    rig.fake.add("nodepools.karpenter.sh", nodepool("a100", "p4d.24xlarge", 8, gpus_in_use=3))
+    rig.fake.add("nodes", node("a100-0", "a100", 8))
+    for i in range(3):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
+    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=3, capacity="50",
+                                               nodepool="a100", max_replicas=20))
+    now = prometheus_server.now - 1800
+    report = rig.tick(now)
+    assert report.ok, report.errors
+    assert report.money is not None
+    planned = 8 - report.money.spares["serving/llama-chat"]
+    assert rig.replicas("serving", "llama-chat") == 8
+    for i in range(3, 8):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["status"]["readyReplicas"] = dep["status"]["replicas"] = 8
+    rig.fake.add("deployments", dep)
+
+    # a new process (an upgrade, a new leader): nothing in memory but what the status holds
+    stage = MoneyStage()
+    stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
+    source = make_source(prometheus_server.url)
+    controller = Controller(KubeCluster(rig.api, instance="money-test"), source, lambda: rig.cfg,
+                            metrics=ControllerMetrics(), money=stage)
+    report = controller.tick(now + 30)
+    source.close()
+    assert report.ok, report.errors
+    assert report.money is not None
+    decision = outcome(report, "llama-chat").decision
+    assert decision is not None
+    # it plans on its own replicas from its first tick, the spares' GPUs shown free (as seen as its own, the
+    # stabilisation window would hold them as planned for five minutes, and their node busy for the pool)
+    assert decision.steps[0].name == "lead_time"
+    assert decision.steps[0].replicas == planned
+    assert not decision.needs_node
+    assert report.money.spares == {"serving/llama-chat": 8 - decision.steps[-2].replicas}
+    assert rig.replicas("serving", "llama-chat") == 8
+
+
 def test_spares_fill_the_headrooms_idle_node_and_its_objects_hold_only_the_room_left_free(
     money_rig: MoneyRig, prometheus_server: PrometheusServer, buffers_served: bool
 ) -> None:
