@@ -347,7 +347,9 @@ class SnapshotReads(ControllerBase):
 
     def _read_statuses(self, views: Sequence[WorkloadView], write: bool, errors: list[str]) -> None:
         """Read the status each Deployment seen for the first time left, and move an older version's annotation off
-        the Deployment (``autoscaler.domain.status``).
+        the Deployment (``autoscaler.domain.status``). What a restarted controller resumes from it: the self-tuning
+        record, the last scale-down, the HPAs it told of (``scaledBy``) and the spares its pool lent (the ``spare``
+        step, while the Deployment still requests what that status decided).
 
         One label-selected list of status objects per namespace with such Deployments (not a read per Deployment):
         in steady state no tick reads them, each write's answer is what the next one compares with. A failed list
