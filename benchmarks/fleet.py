@@ -29,11 +29,12 @@ all fitted in the cold tick). Phase times come from timing the controller's own 
 
 What a steady tick holds besides the tick's own work (*tune*): the self-tuning replays. Every Deployment's first
 replay is due once its model is fitted, and the controller runs them after the plans, least recently tuned first,
-within the tuning budget (a tenth of the loop interval: 3 s; ``runtime.tuning_schedule``), until every Deployment
-has one: at N=1,000 that is every tick of the first hours the fleet is watched (a replay costs about 0.9 s), and
-again after each daily refit. So a steady tick of these first minutes is the tick's own work plus about a tuning
-budget of replays (and the first few at N=1,000 fit what the cold tick's fitting budget deferred); the phase table
-and the findings keep them apart.
+within the tuning budget (a tenth of the loop interval: 3 s; ``runtime.tuning_schedule``): one replay a tick
+whatever it costs, more only while they fit in the budget. A Deployment's first replay also replays up to a week
+of the history it had before (``tuning.tune``'s backfill), which takes longer than the budget, so until every
+Deployment has had one a steady tick is the tick's own work plus one such replay (and the first few at N=1,000 fit
+what the cold tick's fitting budget deferred); the daily refits' replays are of one day each. The phase table and
+the findings keep them apart, and say how long the fleet's first tunings take at that pace.
 
 Every figure is also given as a ratio against anchors measured in the same process: one default-chain
 fit + predict on 14 days (what a cold tick must do per Deployment), one chain ``update`` of one bin +
@@ -64,6 +65,7 @@ from autoscaler.config.parser import load_config
 from autoscaler.config.schema import Config
 from autoscaler.history import FLEET_POINTS_PER_REQUEST
 from autoscaler.runtime.loop import Controller, TickReport
+from autoscaler.runtime.state import TUNE_BUDGET_SHARE
 from benchmarks.fleet_fakes import STEP, TRACES_DIR, RecordingCluster, SyntheticFleet, SyntheticSource
 from benchmarks.report import machine, require_traces, update_section
 from models.registry import make_chain
@@ -715,13 +717,21 @@ def _tune_findings(result: SizeResult) -> list[str]:
         per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
         own = statistics.median(t["wall"] - t["phases"]["tune"] for t in rest)
         tune = statistics.median(t["phases"]["tune"] for t in rest)
+        untuned = steady[-1].get("untuned", 0)
+        interval_seconds = load_config().loop.interval_seconds  # what the ticks ran with (the default config)
+        budget = interval_seconds * TUNE_BUDGET_SHARE
+        pace = sum(t.get("replays", 0) for t in rest) / len(rest)  # replays a tick, once the first fits are made
         lines.append(
             f"- The other {len(rest)} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
             f"self-tuning replays ({replays:,} replays in these ticks, {_fmt_s(per)} each; "
-            f"{steady[-1].get('untuned', 0):,} Deployments still without one after the last). Every Deployment's "
-            "first replay falls due once its model is fitted; they run after the plans within the tuning budget (a "
-            "tenth of the loop interval), so until every Deployment has had one (and again after each daily refit) "
-            "a steady tick is its own work plus about a budget of replays.")
+            f"{untuned:,} Deployments still without one after the last). Every Deployment's first replay falls due "
+            "once its model is fitted; they run after the plans, one a tick whatever it costs and more only within "
+            f"the tuning budget ({_fmt_s(budget)}, a tenth of the loop interval)"
+            + (f", so a first replay, which also replays up to a week of the history before it, overruns the budget "
+               f"by {per / budget:.1f}x" if per > budget else "")
+            + (f". At {pace:.1f} a tick the fleet's first tunings take about {untuned / pace:,.0f} more ticks "
+               f"(~{untuned / pace * interval_seconds / 3600:.1f} h), while those Deployments run the start point "
+               "(the HPA's own point started early)." if pace > 0 and untuned else "."))
     return lines
 
 
