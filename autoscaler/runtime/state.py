@@ -245,6 +245,7 @@ class Replay:
     gpus_per_replica: int
     inputs: tuple[float, ...]  # (slo wait, attainment, capacity, min, max): a change re-tunes and restarts the pool
     nodepool: str | None  # the NodePool it names: the replay's nodes are that pool's size where it is known
+    gpus: int = 0  # the GPUs its replicas hold now: among replays as long due, the dearest Deployment's runs first
 
 
 @dataclass(frozen=True)

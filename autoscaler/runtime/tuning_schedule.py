@@ -79,8 +79,9 @@ class TuningSchedule(ControllerBase):
         refit_at = memory.keeper.fitted_at if memory.keeper is not None else -math.inf
         due = tuning_due(now, memory.tuning_tried, last is not None and last.chosen is not None, refit_at)
         if due or inputs != memory.tuning_inputs:
-            self._replays.append(Replay(key, policy, cold, profile, max(1, spec.gpus_per_replica), inputs,
-                                        spec.nodepool))
+            gpus_per_replica = max(1, spec.gpus_per_replica)
+            self._replays.append(Replay(key, policy, cold, profile, gpus_per_replica, inputs, spec.nodepool,
+                                        max(0, view.replicas) * gpus_per_replica))
 
     def _resume_tuning(self, view: WorkloadView, memory: Memory) -> None:
         """Continue from the self-tuning state the saved status holds (written by this controller before a restart, or
@@ -108,16 +109,17 @@ class TuningSchedule(ControllerBase):
         self._note_tuning((view.namespace, view.name), memory, tuning)
 
     def _replay_due(self, now: float, errors: list[str], gpus_per_node: Mapping[str, int]) -> None:
-        """Run the self-tuning replays queued by this tick's plans, least recently tuned first, after the plans and
-        only in what the fits left of the fitting budget (fits come first). ``gpus_per_node``: per NodePool whose
-        shape the money stage knows (a Deployment naming none, or one not known, is replayed on
-        ``DEFAULT_GPUS_PER_NODE``-GPU nodes, as ``simulate`` replays by default). A tick's first replay needs nothing
-        more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another starts only if
-        it should end within the tuning budget, counted from the end of the plans, by the replays' running mean
-        duration. The rest wait for a later tick."""
+        """Run the self-tuning replays queued by this tick's plans, least recently tuned first (of those, the one whose
+        replicas hold the most GPUs: a large fleet's first tunings take hours, and the dearest Deployments save the
+        most), after the plans and only in what the fits left of the fitting budget (fits come first).
+        ``gpus_per_node``: per NodePool whose shape the money stage knows (a Deployment naming none, or one not known,
+        is replayed on ``DEFAULT_GPUS_PER_NODE``-GPU nodes, as ``simulate`` replays by default). A tick's first replay
+        needs nothing more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another
+        starts only if it should end within the tuning budget, counted from the end of the plans, by the replays'
+        running mean duration. The rest wait for a later tick."""
         deadline = min(self._fit_deadline, self._tune_deadline)
         ran = 0
-        for job in sorted(self._replays, key=lambda j: self._memory[j.key].tuning_tried):
+        for job in sorted(self._replays, key=lambda j: (self._memory[j.key].tuning_tried, -j.gpus, j.key)):
             memory = self._memory.get(job.key)
             history = memory.history if memory is not None else None
             keeper = None if memory is None else memory.keeper

@@ -208,14 +208,20 @@ def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
     rig = tuning_rig
     now = prometheus_server.now - 1800
     rig.controller.tune_budget_seconds = 1e-6  # shorter than any replay: one starts per tick, no second one
-    names = [("serving", "llama-chat"), ("serving", "mistral-code"), ("research", "qwen-eval")]
+    # mistral-code holds four GPUs, llama-chat two (more once the first tick scales it), qwen-eval one
+    dep = rig.fake.get("deployments", "serving", "mistral-code")
+    assert dep is not None
+    dep["spec"]["replicas"] = dep["status"]["replicas"] = dep["status"]["readyReplicas"] = 4
+    rig.fake.add("deployments", dep)
+    names = [("serving", "mistral-code"), ("serving", "llama-chat"), ("research", "qwen-eval")]
 
-    def tuned() -> int:
-        return sum(_status(rig.fake, ns, name)["tuning"] is not None for ns, name in names)
+    def tuned() -> list[str]:
+        return [name for ns, name in names if _status(rig.fake, ns, name)["tuning"] is not None]
 
     for i in range(3):
         rig.controller.tick(now + 30 * i)
-        assert tuned() == i + 1
+        # the dearest first: a large fleet's first tunings take hours
+        assert tuned() == [name for _, name in names[:i + 1]]
 
 
 def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_the_status(
