@@ -566,6 +566,11 @@ def test_alerts_and_karpenter_sections_parse_and_default() -> None:
     knob = parse_config_text("karpenter:\n  headroom_quantile: 0.9\n")
     assert knob.karpenter.headroom_quantile == 0.9
     assert parse_config_text(yaml.safe_dump(knob.to_dict())) == knob
+    # the replays' worker processes: none unless the operator gives the pod the cores
+    assert Config().loop.replay_workers == 0
+    workers = parse_config_text("loop:\n  replay_workers: 4\n")
+    assert workers.loop.replay_workers == 4
+    assert parse_config_text(yaml.safe_dump(workers.to_dict())) == workers
 
 
 def test_alerts_tls_and_credentials_parse_and_round_trip() -> None:
@@ -629,6 +634,9 @@ def test_alerts_credentials_or_a_ca_over_plain_http_are_warned_about() -> None:
         ("karpenter: {headroom_quantile: 1}", "karpenter.headroom_quantile: expected a share in [0.5, 1)"),
         ("karpenter: {headroom_quantile: 95%}", "karpenter.headroom_quantile: expected a share in [0.5, 1)"),
         ("karpenter: {headroom_quantile: true}", "karpenter.headroom_quantile: expected a share in [0.5, 1)"),
+        ("loop: {replay_workers: -1}", "loop.replay_workers: must be between 0 and 64, got -1"),
+        ("loop: {replay_workers: 100}", "loop.replay_workers: must be between 0 and 64, got 100"),
+        ("loop: {replay_workers: two}", "loop.replay_workers: expected an integer between 0 and 64"),
     ],
 )
 def test_alerts_and_karpenter_errors_name_their_key_path(text: str, expected: str) -> None:

@@ -203,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"predictive-autoscaler run: warning: {leader.last_error or 'the Lease changed hands'}; "
                       f"it expires by itself after {leader.lease_duration_seconds}s", file=sys.stderr)
         finally:
+            controller.close()
             source.close()
             if isinstance(money.alerts, AlertmanagerSink):
                 money.alerts.close()
@@ -258,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
             leader.release()
         server.shutdown()
         server.server_close()
+        controller.close()
         source.close()
         if isinstance(money.alerts, AlertmanagerSink):
             money.alerts.close()

@@ -159,7 +159,8 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-_LOOP_KEYS = ("interval", "history", "step")
+_LOOP_KEYS = ("interval", "history", "step", "replay_workers")
+MAX_REPLAY_WORKERS = 64  # more is a typo: each worker is a process with the forecaster's libraries loaded
 _PROFILE_KEYS = (
     "model", "horizon", "history", "refit", "quantile", "warm_pool", "warm_pool_quantile", "scale_down_stabilization",
     "look_ahead", "slo_wait", "slo_attainment", "self_tune", "tune_quantiles", "reactive_utilisation",
@@ -189,6 +190,7 @@ def _parse_loop(p: _Parser, data: Mapping[str, Any]) -> LoopConfig:
         interval_seconds=p.duration(raw, "interval", "loop", d.interval_seconds),
         history_seconds=p.duration(raw, "history", "loop", d.history_seconds),
         step_seconds=p.duration(raw, "step", "loop", d.step_seconds),
+        replay_workers=p.integer(raw, "replay_workers", "loop", d.replay_workers, 0, MAX_REPLAY_WORKERS),
     )
 
 

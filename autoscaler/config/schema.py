@@ -106,6 +106,9 @@ class LoopConfig:
     interval_seconds: int = 30
     history_seconds: int = 14 * 86_400
     step_seconds: int = 60
+    # Worker processes the self-tuning replays run in, that many at once (0: in the loop's own process, one after the
+    # other). Why: a fleet annotated at once is tuned one Deployment a tick (``autoscaler.runtime.replay_pool``).
+    replay_workers: int = 0
 
 
 @dataclass(frozen=True)
@@ -302,6 +305,7 @@ class Config:
                 "interval": format_duration(self.loop.interval_seconds),
                 "history": format_duration(self.loop.history_seconds),
                 "step": format_duration(self.loop.step_seconds),
+                "replay_workers": self.loop.replay_workers,
             },
             "profiles": {
                 name: {

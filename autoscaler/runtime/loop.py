@@ -82,6 +82,7 @@ from autoscaler.runtime.apply import PlanApplier
 from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.money import MoneyOutcome, MoneyStage, PoolsRead
 from autoscaler.runtime.reads import SnapshotReads
+from autoscaler.runtime.replay_pool import ReplayPool
 from autoscaler.runtime.state import (
     FIT_BUDGET_SHARE,
     FORECAST_ONLY_CAPACITY,
@@ -222,7 +223,8 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self.tune_budget_seconds: float | None = None
         self._tune_deadline = math.inf
         self._replays: list[Replay] = []  # self-tuning replays this tick's plans found due
-        self._replay_seconds = 0.0  # running mean wall time of one replay (0: none run yet)
+        self._replay_seconds = 0.0  # running mean wall time of one round of replays (0: none run yet)
+        self.replay_pool = ReplayPool()  # the worker processes of loop.replay_workers (none by default)
         self._deferred_fits = 0
         self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
         self._free_gpus: dict[str, int] = {}  # this tick's free GPUs per NodePool, less what plans claimed
@@ -231,6 +233,10 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._pool_reads: dict[str, PoolGpus] | None = {}  # this tick's read of the NodePools' nodes (None: not read)
         self._pools_unread = ""  # why they were not read
         self._node_gpus: dict[str, int] | None = None  # this tick's GPUs in use per node read (None: none read)
+
+    def close(self) -> None:
+        """Stop what the controller started besides its ticks: the replay workers (``loop.replay_workers``)."""
+        self.replay_pool.close()
 
     # ------------------------------------------------------------------ tick
 

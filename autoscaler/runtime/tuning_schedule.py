@@ -12,7 +12,6 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from functools import partial
 
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
@@ -20,6 +19,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.retuning import tuning_due
 from autoscaler.ports import WorkloadView
+from autoscaler.runtime.replay_pool import ReplayCall, ReplayPool
 from autoscaler.runtime.state import (
     LOGGER,
     ControllerBase,
@@ -29,14 +29,16 @@ from autoscaler.runtime.state import (
     objective,
 )
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE
-from autoscaler.simulation.tuning import Tuning, candidate_policy, running_point, start_policy, tune, versus_hpa
-from models.registry import make_chain
+from autoscaler.simulation.tuning import Tuning, candidate_policy, running_point, start_policy, versus_hpa
+from models.types import TrafficSeries
 
 log = logging.getLogger(LOGGER)
 
 
 class TuningSchedule(ControllerBase):
     """When and how each Deployment is re-tuned."""
+
+    replay_pool: ReplayPool  # where the replays run (``loop.replay_workers``)
 
     def _tuned(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
@@ -118,47 +120,58 @@ class TuningSchedule(ControllerBase):
         starts only if it should end within the tuning budget, counted from the end of the plans, by the replays'
         running mean duration. The rest wait for a later tick."""
         deadline = min(self._fit_deadline, self._tune_deadline)
-        ran = 0
+        workers = self._config().loop.replay_workers
+        ready: list[tuple[Replay, Memory, TrafficSeries]] = []
         for job in sorted(self._replays, key=lambda j: (self._memory[j.key].tuning_tried, -j.gpus, j.key)):
             memory = self._memory.get(job.key)
             history = memory.history if memory is not None else None
             keeper = None if memory is None else memory.keeper
             if memory is None or history is None or len(history) < 2 or keeper is None or keeper.model is None:
                 continue  # no model yet: it is fitted (this or a later tick) before it is tuned
-            # the first replay of a tick needs only what the fits left; the next ones must also end in time
+            ready.append((job, memory, history))
+        ran = 0
+        while ready:
+            # the first round of a tick needs only what the fits left; the next ones must also end in time
             if (time.perf_counter() > self._fit_deadline
                     or (ran and time.perf_counter() + self._replay_seconds > deadline)):
                 break
-            ran += 1
+            batch, ready = ready[:max(1, workers)], ready[max(1, workers):]  # one round: as many as there are workers
+            ran += len(batch)
             started = time.perf_counter()
-            last = memory.tuning
-            # the days replayed before are pooled with this one while the objective and sizing stay the same
-            previous = last if last is not None and job.inputs == memory.tuning_inputs else None
-            wait, target = job.inputs[0], job.inputs[1]
-            # what ran during the day about to be replayed: the error budget counts its replay as lived
-            running = running_point(previous, job.policy)
-            try:
-                result = tune(
-                    history.slice(0, len(history) - 1), job.policy, job.cold, partial(make_chain, job.profile.model),
-                    quantiles=job.profile.tune_quantiles, utilisations=job.profile.tune_utilisations,
-                    slo_wait_seconds=wait, slo_attainment=target, gpus_per_replica=job.gpus_per_replica,
-                    gpus_per_node=gpus_per_node.get(job.nodepool or "", DEFAULT_GPUS_PER_NODE),
-                    warmup_seconds=job.profile.history_seconds, previous=previous, running=running,
-                    horizon_seconds=job.profile.horizon_seconds,
-                )
-                took = time.perf_counter() - started
+            calls = [self._replay_call(job, memory, history, gpus_per_node) for job, memory, history in batch]
+            outcomes = self.replay_pool.run([call for call, _ in calls], workers)
+            took = time.perf_counter() - started
+            if any(isinstance(o, Tuning) for o in outcomes):
                 self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
-            except Exception as exc:  # a replay bug must not stop the fleet: keep the last operating point
-                self.metrics.errors.labels("tuning").inc()
-                errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(exc).__name__}: {exc}); "
-                              "keeping the last operating point")
-                memory.tuning_tried = now
-                continue
-            memory.tuning_tried, memory.tuning_inputs = now, job.inputs
-            if result.chosen is not None or previous is None or previous.chosen is None:
-                memory.tuning = result
-            self._note_tuning(job.key, memory, result)
+            for (job, memory, _), (_, previous), result in zip(batch, calls, outcomes, strict=True):
+                if not isinstance(result, Tuning):  # a replay bug must not stop the fleet: keep the last point
+                    self.metrics.errors.labels("tuning").inc()
+                    errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(result).__name__}: "
+                                  f"{result}); keeping the last operating point")
+                    memory.tuning_tried = now
+                    continue
+                memory.tuning_tried, memory.tuning_inputs = now, job.inputs
+                if result.chosen is not None or previous is None or previous.chosen is None:
+                    memory.tuning = result
+                self._note_tuning(job.key, memory, result)
         self._replays = []
+
+    @staticmethod
+    def _replay_call(job: Replay, memory: Memory, history: TrafficSeries,
+                     gpus_per_node: Mapping[str, int]) -> tuple[ReplayCall, Tuning | None]:
+        """The replay ``job`` asks for, and the tuning it continues (None: it starts afresh)."""
+        last = memory.tuning
+        # the days replayed before are pooled with this one while the objective and sizing stay the same
+        previous = last if last is not None and job.inputs == memory.tuning_inputs else None
+        wait, target = job.inputs[0], job.inputs[1]
+        return ReplayCall(
+            history.slice(0, len(history) - 1), job.policy, job.cold, job.profile.model,
+            tuple(job.profile.tune_quantiles), tuple(job.profile.tune_utilisations), wait, target,
+            job.gpus_per_replica, gpus_per_node.get(job.nodepool or "", DEFAULT_GPUS_PER_NODE),
+            job.profile.history_seconds, previous,
+            # what ran during the day about to be replayed: the error budget counts its replay as lived
+            running_point(previous, job.policy), job.profile.horizon_seconds,
+        ), previous
 
     def _note_tuning(self, key: Key, memory: Memory, result: Tuning) -> None:
         """Export a replay's outcome and queue an Event when the objective becomes unreachable, or is run below by

@@ -224,6 +224,37 @@ def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
         assert tuned() == [name for _, name in names[:i + 1]]
 
 
+def test_replay_workers_run_a_round_of_replays_at_once(
+    fleet: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer,
+) -> None:
+    cfg = parse_config_text(CONFIG.format(url=prometheus_server.url).replace("  step: 1m\n",
+                                                                             "  step: 1m\n  replay_workers: 2\n"),
+                            "tuning-config.yaml")
+    source = make_source(prometheus_server.url)
+    controller = Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: cfg)
+    controller.fit_budget_seconds = 120.0
+    controller.tune_budget_seconds = 1e-6  # one round a tick: as many replays as there are workers
+    now = prometheus_server.now - 1800
+    names = [("serving", "llama-chat"), ("serving", "mistral-code"), ("research", "qwen-eval")]
+
+    def tuned() -> int:
+        return sum(_status(fleet, ns, name)["tuning"] is not None for ns, name in names)
+
+    try:
+        report = controller.tick(now)
+        assert report.ok, report.errors
+        assert tuned() == 2  # two workers: two of the three at once
+        assert controller.tick(now + 30).ok
+        assert tuned() == 3
+        status = _status(fleet, "serving", "llama-chat")["tuning"]
+        assert status["chosen"] is not None
+        assert status["candidates"]
+    finally:
+        controller.close()
+        source.close()
+    assert controller.replay_pool.started == 0  # the workers stop with the controller
+
+
 def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_the_status(
     tuning_rig: Rig, api_client: client.ApiClient, prometheus_server: PrometheusServer,
     caplog: pytest.LogCaptureFixture,
