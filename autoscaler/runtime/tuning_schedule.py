@@ -12,6 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from functools import partial
 
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.annotations import WorkloadSpec
@@ -19,7 +20,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.engine.retuning import tuning_due
 from autoscaler.ports import WorkloadView
-from autoscaler.runtime.replay_pool import ReplayCall, ReplayPool
+from autoscaler.runtime.replay_pool import ReplayPool
 from autoscaler.runtime.state import (
     LOGGER,
     ControllerBase,
@@ -29,7 +30,18 @@ from autoscaler.runtime.state import (
     objective,
 )
 from autoscaler.simulation.cluster import DEFAULT_GPUS_PER_NODE
-from autoscaler.simulation.tuning import Tuning, candidate_policy, running_point, start_policy, versus_hpa
+from autoscaler.simulation.tuning import (
+    DEFAULT_HPA_TARGETS,
+    DEFAULT_TIMEOUT_SECONDS,
+    TuneJob,
+    TuneSettings,
+    Tuning,
+    candidate_policy,
+    running_point,
+    start_policy,
+    versus_hpa,
+)
+from models.registry import make_chain
 from models.types import TrafficSeries
 
 log = logging.getLogger(LOGGER)
@@ -158,20 +170,21 @@ class TuningSchedule(ControllerBase):
 
     @staticmethod
     def _replay_call(job: Replay, memory: Memory, history: TrafficSeries,
-                     gpus_per_node: Mapping[str, int]) -> tuple[ReplayCall, Tuning | None]:
+                     gpus_per_node: Mapping[str, int]) -> tuple[TuneJob, Tuning | None]:
         """The replay ``job`` asks for, and the tuning it continues (None: it starts afresh)."""
         last = memory.tuning
         # the days replayed before are pooled with this one while the objective and sizing stay the same
         previous = last if last is not None and job.inputs == memory.tuning_inputs else None
         wait, target = job.inputs[0], job.inputs[1]
-        return ReplayCall(
-            history.slice(0, len(history) - 1), job.policy, job.cold, job.profile.model,
-            tuple(job.profile.tune_quantiles), tuple(job.profile.tune_utilisations), wait, target,
-            job.gpus_per_replica, gpus_per_node.get(job.nodepool or "", DEFAULT_GPUS_PER_NODE),
-            job.profile.history_seconds, previous,
-            # what ran during the day about to be replayed: the error budget counts its replay as lived
-            running_point(previous, job.policy), job.profile.horizon_seconds,
-        ), previous
+        settings = TuneSettings(
+            partial(make_chain, job.profile.model), tuple(job.profile.tune_quantiles), wait, target,
+            tuple(job.profile.tune_utilisations), DEFAULT_HPA_TARGETS,
+            gpus_per_node.get(job.nodepool or "", DEFAULT_GPUS_PER_NODE), job.profile.history_seconds,
+            DEFAULT_TIMEOUT_SECONDS, job.profile.horizon_seconds,
+        )
+        # what ran during the day about to be replayed: the error budget counts its replay as lived
+        return TuneJob(settings, history.slice(0, len(history) - 1), job.policy, job.cold, job.gpus_per_replica,
+                       previous, running_point(previous, job.policy)), previous
 
     def _note_tuning(self, key: Key, memory: Memory, result: Tuning) -> None:
         """Export a replay's outcome and queue an Event when the objective becomes unreachable, or is run below by

@@ -943,14 +943,15 @@ def retuner(
     ``functools.partial`` of one): each replay runs there, whole, while the caller goes on, which is how a fleet
     replays the Deployments whose tuning falls due at the same tick at once (the same choices, each run from the
     next decision). None: each replay runs in this process when it is started."""
-    return _Retuner(_Settings(make_model, tuple(quantiles), slo_wait_seconds, slo_attainment, tuple(utilisations),
+    return _Retuner(TuneSettings(make_model, tuple(quantiles), slo_wait_seconds, slo_attainment, tuple(utilisations),
                               tuple(hpa_targets), gpus_per_node, warmup_seconds, timeout_seconds, horizon_seconds),
                     executor)
 
 
 @dataclass(frozen=True)
-class _Settings:
-    """``tune``'s arguments that stay the same for every replay of one hook (picklable, for a worker process)."""
+class TuneSettings:
+    """``tune``'s arguments that stay the same for every replay of one hook (picklable, for a worker process); the
+    controller makes one per replay (``runtime.replay_pool``)."""
 
     make_model: Callable[[], Forecaster]
     quantiles: tuple[int, ...]
@@ -968,7 +969,7 @@ class _Settings:
 class _Retuner:
     """``retuner``'s hook: the start point, and the replays it starts (here or in ``executor``)."""
 
-    settings: _Settings
+    settings: TuneSettings
     executor: Executor | None
 
     def start(self, base: ScalingPolicy) -> ScalingPolicy:
@@ -977,21 +978,22 @@ class _Retuner:
     def __call__(self, history: TrafficSeries, base: ScalingPolicy, cold_start: ColdStartProfile,
                  gpus_per_replica: int, previous: Tuning | None) -> PendingTuning:
         running = running_point(previous, base, self.settings.hpa_targets)
-        job = _TuneJob(self.settings, history, base, cold_start, gpus_per_replica, previous, running)
+        job = TuneJob(self.settings, history, base, cold_start, gpus_per_replica, previous, running)
         if self.executor is None:
             done = job.run()
             return lambda: done
         # Pickled here, before the caller goes on: the executor pickles in a feeder thread, and nothing the job holds
         # may change under it (a forecast's band cache filling is a dict changing size under the pickler).
-        future = self.executor.submit(_run_pickled_job, pickle.dumps(job))
+        future = self.executor.submit(run_pickled_job, pickle.dumps(job))
         return future.result
 
 
 @dataclass(frozen=True)
-class _TuneJob:
-    """One self-tuning replay as the hook starts it: ``tune``'s arguments, picklable (for a worker process)."""
+class TuneJob:
+    """One self-tuning replay as the simulator's hook or the controller starts it: ``tune``'s arguments, picklable
+    (for a worker process)."""
 
-    settings: _Settings
+    settings: TuneSettings
     history: TrafficSeries
     base: ScalingPolicy
     cold_start: ColdStartProfile
@@ -1014,7 +1016,7 @@ class _TuneJob:
         return candidate_policy(self.base, result.chosen, result.chosen_utilisation), result
 
 
-def _run_pickled_job(payload: bytes) -> tuple[ScalingPolicy, Tuning]:
-    """``_TuneJob.run`` of a pickled job, in a worker process."""
-    job: _TuneJob = pickle.loads(payload)  # written by the hook in the parent a moment before
+def run_pickled_job(payload: bytes) -> tuple[ScalingPolicy, Tuning]:
+    """``TuneJob.run`` of a pickled job, in a worker process."""
+    job: TuneJob = pickle.loads(payload)  # written by the caller in the parent a moment before
     return job.run()

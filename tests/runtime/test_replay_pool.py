@@ -6,23 +6,27 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+from functools import partial
 from typing import Any
 
 import pytest
 
 from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
-from autoscaler.runtime.replay_pool import ReplayCall, ReplayPool
-from autoscaler.simulation.tuning import Tuning
+from autoscaler.runtime.replay_pool import ReplayPool
+from autoscaler.simulation.tuning import DEFAULT_HPA_TARGETS, DEFAULT_TIMEOUT_SECONDS, TuneJob, TuneSettings, Tuning
 from autoscaler.synth import synth_trace
+from models.registry import make_chain
 
 
-def call(seed: int = 1, quantiles: tuple[int, ...] = (80, 95, 99)) -> ReplayCall:
+def call(seed: int = 1, quantiles: tuple[int, ...] = (80, 95, 99)) -> TuneJob:
     """A replay of the last of three synthetic days, as the controller asks one."""
     history = synth_trace(days=3, seed=seed, tokens=False).requests
     policy = ForecastProfile().scaling_policy(capacity_per_replica=2.0, min_replicas=1, max_replicas=40)
-    return ReplayCall(history, policy, ColdStartProfile(prior_seconds=180.0, node_prior_seconds=240.0), "default",
-                      quantiles, (0.8,), 2.0, 0.99, 1, 8, 2 * 86_400, None, (50, 0.7), 900)
+    settings = TuneSettings(partial(make_chain, "default"), quantiles, 2.0, 0.99, (0.8,), DEFAULT_HPA_TARGETS, 8,
+                            2 * 86_400, DEFAULT_TIMEOUT_SECONDS, 900)
+    return TuneJob(settings, history, policy, ColdStartProfile(prior_seconds=180.0, node_prior_seconds=240.0), 1,
+                   None, (50, 0.7))
 
 
 def comparable(t: Tuning | Exception) -> dict[str, Any]:
