@@ -145,6 +145,12 @@ def breach_annotations(team: str, dollars: str, ceiling: str) -> dict[str, str]:
     }
 
 
+def llama_alert(summary: str, description: str) -> dict[str, Any]:
+    """An expected warning about the Deployment serving/llama."""
+    return {"exp_labels": {"severity": "warning", "namespace": "serving", "deployment": "llama"},
+            "exp_annotations": {"summary": summary, "description": description}}
+
+
 def unit_tests(rules: Path) -> dict[str, Any]:
     """Input series (one sample per minute) and the alerts expected at chosen times."""
     cost_inputs = [
@@ -176,15 +182,11 @@ def unit_tests(rules: Path) -> dict[str, Any]:
     ]
     ml_breach = {"exp_labels": {"severity": "warning", "scope": "team", "team": "ml"},
                  "exp_annotations": breach_annotations("ml", "412.50", "400.00")}
-    llama = {
-        "exp_labels": {"severity": "warning", "namespace": "serving", "deployment": "llama"},
-        "exp_annotations": {
-            "summary": "serving/llama is waiting for 3 GPUs",
-            "description": "Replicas of serving/llama have been unschedulable for 10 minutes (NodePool limit, "
-            "quota or no cloud capacity). The controller stops adding Pending replicas; see the Deployment's "
-            "GPUsUnavailable Events.",
-        },
-    }
+    llama = llama_alert(
+        "serving/llama is waiting for 3 GPUs",
+        "Replicas of serving/llama have been unschedulable for 10 minutes (NodePool limit, quota or no cloud "
+        "capacity). The controller stops adding Pending replicas; see the Deployment's GPUsUnavailable Events.",
+    )
     source_down = {
         "exp_labels": {"severity": "warning", **A},
         "exp_annotations": {
@@ -218,17 +220,13 @@ def unit_tests(rules: Path) -> dict[str, Any]:
         },
     }
 
-    overwritten = {
-        "exp_labels": {"severity": "warning", "namespace": "serving", "deployment": "llama"},
-        "exp_annotations": {
-            "summary": "serving/llama: another writer keeps setting its replicas back",
-            "description": "The replicas the predictive autoscaler wrote to serving/llama were changed by someone "
-            "else about 2 times in the last hour: a GitOps sync of a manifest that sets replicas (Argo CD self-heal, "
-            "Flux), a script or a person. Each undone scale-up is a cold start lost. Leave replicas out of the "
-            "manifest (or have the GitOps tool ignore it), or annotate the Deployment mode: advisory; see its "
-            "ReplicasOverwritten Events.",
-        },
-    }
+    overwritten = llama_alert(
+        "serving/llama: another writer keeps setting its replicas back",
+        "The replicas the predictive autoscaler wrote to serving/llama were changed by someone else about 2 times in "
+        "the last hour: a GitOps sync of a manifest that sets replicas (Argo CD self-heal, Flux), a script or a "
+        "person. Each undone scale-up is a cold start lost. Leave replicas out of the manifest (or have the GitOps "
+        "tool ignore it), or annotate the Deployment mode: advisory; see its ReplicasOverwritten Events.",
+    )
 
     def at(minute: str, alert: str, *expected: dict[str, Any]) -> dict[str, Any]:
         return {"eval_time": minute, "alertname": alert, "exp_alerts": list(expected)}

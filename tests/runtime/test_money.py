@@ -420,13 +420,9 @@ def test_the_pools_idle_nodes_are_sized_by_pools_headroom_and_held_as_buffer_or_
     assert held["spec"]["replicas"] == idle
 
 
-@pytest.mark.parametrize("setting", ["lends", "team ceiling", "off"])
-def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_sees_free(
-    money_rig: MoneyRig, prometheus_server: PrometheusServer, setting: str
-) -> None:
-    rig = money_rig
+def _half_used_node(rig: MoneyRig) -> None:
+    """One 8-GPU node of NodePool a100 holding llama-chat's three pods: five GPUs paid for and idle."""
     rig.fake.install_crd(crd(NODEPOOL_CRD))
-    # one 8-GPU node holding the Deployment's three pods: five GPUs paid for and idle
     rig.fake.add("nodepools.karpenter.sh", nodepool("a100", "p4d.24xlarge", 8, gpus_in_use=3))
     rig.fake.add("nodes", node("a100-0", "a100", 8))
     for i in range(3):
@@ -434,6 +430,24 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
     rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
     rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=3, capacity="50",
                                                nodepool="a100", max_replicas=20))
+
+
+def _fill_the_node(rig: MoneyRig) -> None:
+    """The ReplicaSet and the scheduler bring llama-chat's eight replicas up on the node: all Ready."""
+    for i in range(3, 8):
+        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
+    dep = rig.fake.get("deployments", "serving", "llama-chat")
+    assert dep is not None
+    dep["status"]["readyReplicas"] = dep["status"]["replicas"] = 8
+    rig.fake.add("deployments", dep)
+
+
+@pytest.mark.parametrize("setting", ["lends", "team ceiling", "off"])
+def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_sees_free(
+    money_rig: MoneyRig, prometheus_server: PrometheusServer, setting: str
+) -> None:
+    rig = money_rig
+    _half_used_node(rig)
     if setting == "team ceiling":
         rig.configure(ceilings={"teams": {"serving": 1000.0}})
     elif setting == "off":
@@ -465,12 +479,7 @@ def test_the_last_nodes_idle_gpus_hold_spare_replicas_whose_gpus_the_next_plan_s
 
     # the ReplicaSet and the scheduler bring the pods up on the node: the spares stay where they are, and the
     # decision is shown their GPUs as free (a replica it adds would take one back and start with the pod lead alone)
-    for i in range(3, 8):
-        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
-    dep = rig.fake.get("deployments", "serving", "llama-chat")
-    assert dep is not None
-    dep["status"]["readyReplicas"] = dep["status"]["replicas"] = 8
-    rig.fake.add("deployments", dep)
+    _fill_the_node(rig)
     report = rig.tick(now + 30)
     assert report.ok, report.errors
     assert report.money is not None
@@ -502,27 +511,14 @@ def test_a_restarted_controller_knows_the_spares_it_lent_from_the_status(
     money_rig: MoneyRig, prometheus_server: PrometheusServer
 ) -> None:
     rig = money_rig
-    rig.fake.install_crd(crd(NODEPOOL_CRD))
-    # one 8-GPU node holding the Deployment's three pods: the plan's replicas and spares fill it at the first tick
-    rig.fake.add("nodepools.karpenter.sh", nodepool("a100", "p4d.24xlarge", 8, gpus_in_use=3))
-    rig.fake.add("nodes", node("a100-0", "a100", 8))
-    for i in range(3):
-        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
-    rig.stage.capacity = KarpenterCapacity(rig.api, namespace=CONTROLLER_NS)
-    rig.fake.add("deployments", gpu_deployment("serving", "llama-chat", replicas=3, capacity="50",
-                                               nodepool="a100", max_replicas=20))
+    _half_used_node(rig)  # the plan's replicas and spares fill it at the first tick
     now = prometheus_server.now - 1800
     report = rig.tick(now)
     assert report.ok, report.errors
     assert report.money is not None
     planned = 8 - report.money.spares["serving/llama-chat"]
     assert rig.replicas("serving", "llama-chat") == 8
-    for i in range(3, 8):
-        rig.fake.add("pods", bound_pod(f"llama-chat-{i}", "a100-0", 1))
-    dep = rig.fake.get("deployments", "serving", "llama-chat")
-    assert dep is not None
-    dep["status"]["readyReplicas"] = dep["status"]["replicas"] = 8
-    rig.fake.add("deployments", dep)
+    _fill_the_node(rig)
 
     # a new process (an upgrade, a new leader): nothing in memory but what the status holds
     stage = MoneyStage()
