@@ -17,6 +17,7 @@ from autoscaler.config.schema import ForecastProfile
 from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.types import ScalingPolicy
 from autoscaler.simulation.tuning import (
+    BAND_MISS_SHARE,
     DEFAULT_POOL_DAYS,
     LEAD_ONLY_QUANTILE,
     MIN_BAND_DAYS,
@@ -620,7 +621,8 @@ def test_where_the_forecast_sees_the_ramp_a_predictive_point_is_chosen() -> None
 def test_when_nothing_meets_the_objective_a_dearer_point_must_beat_the_safest_hpa_point_on_every_day() -> None:
     """A bursty stream no point can serve at 99%: p99 out-attains the HPA's own point on the pool of two days because
     one of them went its way, at three times the GPU-hours; it was worse on the other day, so the safest HPA point
-    runs. Where p99 attains more on each day (only the forecast's bands reach it), p99 runs."""
+    runs. Where p99 attains more on each day (only the forecast's bands reach it) and cuts at least a quarter of the
+    HPA point's misses, p99 runs."""
     def day(end: int, q99: float, hpa: float) -> Day:
         return Day(end, (Candidate(99, 300.0, q99, 60.0, 0.0, 10_000.0),
                          Candidate(LEAD_ONLY_QUANTILE, 100.0, hpa, 60.0, 0.0, 10_000.0, 0.5),
@@ -635,6 +637,14 @@ def test_when_nothing_meets_the_objective_a_dearer_point_must_beat_the_safest_hp
     every = (day(1, 0.97, 0.90), day(2, 0.93, 0.90))
     chosen, met = choose(pool([d.candidates for d in every]), 0.99, days=every)
     assert (chosen.point, met) == ((99, 1.0), False)
+    # p99 attains more on each day, but misses nine tenths of what the HPA's point misses, at three times its
+    # GPU-hours: the HPA's curve sells that for less (BAND_MISS_SHARE), so its safest point runs
+    marginal = (day(1, 0.915, 0.90), day(2, 0.905, 0.90))
+    chosen, met = choose(pool([d.candidates for d in marginal]), 0.99, days=marginal)
+    assert (chosen.point, met) == ((LEAD_ONLY_QUANTILE, 0.5), False)
+    assert BAND_MISS_SHARE == 0.75
+    enough = (day(1, 0.93, 0.90), day(2, 0.92, 0.90))  # a quarter of its misses cut and more: p99
+    assert choose(pool([d.candidates for d in enough]), 0.99, days=enough)[0].point == (99, 1.0)
 
 
 # ---- the self-check -------------------------------------------------------------------------------------

@@ -128,6 +128,10 @@ MIN_OBSERVED_SHARE = 0.5  # of the replay window: a day mostly missing says noth
 # error budget. Among the points that pass it, one that met the objective on every pooled day is preferred
 # (``holds``).
 NEXT_DAY_Z = 0.6745
+# When no point meets the objective, a forecast band point runs as the safest only if it misses at most this share of
+# what the safest of the HPA's own points misses on the pooled days (``choose``): a band that buys less is paid for at
+# a price the HPA's curve beats.
+BAND_MISS_SHARE = 0.75
 # The HPA's own operating points: quantile 50 with a utilisation u is the HPA at target u started early, the
 # forecast adding only the lead (``ScalingPolicy.lead_only``: the median forecast at the lead, sized like the
 # observed demand at u; no band, no warm pool). Why: a replay then always holds what the HPA would have done, so
@@ -441,6 +445,8 @@ def choose(candidates: Sequence[Candidate], target: float, margin: float = DEFAU
     if not days or safest.lead_only or not hpa:
         return safest, False
     best = _safest(hpa)
+    if misses(safest) > BAND_MISS_SHARE * misses(best):
+        return best, False
     for day in days:
         ours = next((c for c in day.candidates if c.point == safest.point), None)
         theirs = next((c for c in day.candidates if c.point == best.point), None)
