@@ -130,7 +130,8 @@ class TuningSchedule(ControllerBase):
         is replayed on ``DEFAULT_GPUS_PER_NODE``-GPU nodes, as ``simulate`` replays by default). A tick's first replay
         needs nothing more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another
         starts only if it should end within the tuning budget, counted from the end of the plans, by the replays'
-        running mean duration. The rest wait for a later tick."""
+        running mean duration. The rest wait for a later tick. With ``loop.replay_workers`` N they run in rounds of N
+        at once in worker processes (``runtime.replay_pool``), a round taking the place of one replay above."""
         deadline = min(self._fit_deadline, self._tune_deadline)
         workers = self._config().loop.replay_workers
         ready: list[tuple[Replay, Memory, TrafficSeries]] = []
