@@ -70,40 +70,46 @@ from models.clean import prepare
 from models.types import SECONDS_PER_DAY, TrafficSeries
 
 # Measured while building self-tuning (see the section text); kept next to the code that prints it.
-READING = """Reading the frontier (measured 2026-11-26 on the one engine; the four synthetic shapes are on this page \
-since that day). *GPU-h saved*: the predictive curve interpolated at the attainment the HPA reaches at a target; \
-">=" where the curve's cheapest point already attains more than the HPA (its saving is then a lower bound); n/a \
-where the curve does not reach that attainment. **What changed in this run, and why**: *the first two replays \
-choose the cheapest point meeting the objective among the HPA's own points only* (`simulation.tuning.decide`, \
-`MIN_BAND_DAYS`: that choice reads a point's day-to-day spread, which one or two replayed days do not show; when no \
-point meets the objective, the safest runs as before). Measured first on 108 recorded fortnights of the synthetic \
-shapes (section tuner rules). Here it moved NASA from 1.53x at 99.69% to 1.57x at 99.70% (the HPA at 0.6 started \
-early on the first three tunings, where p90 ran before), the social stream from 1.09x at 89.04% to 1.04x at 88.20% \
-(the HPA at 0.7 on twelve tunings, where p99 ran one day before), the series turning volatile from 99.81% to 99.82% \
-at 1.15x; the other five traces did not move. The run before added the self-check (`beaten_by`: when one of the \
-HPA's own points would have done strictly better over the four weeks of replayed days than what ran, that point \
-runs, unless the week is spending its error budget). **The self-tuned default is dominated by no HPA target and no \
-anchor on any of the eight traces**: NASA 1.57x the oracle at 99.70% (p95 on ten tunings, the HPA at 0.6 on three; \
-68% fewer misses than the HPA at its GPU-hours, 72% before), ServeGen m_mid 1.34x at 99.42% (between the HPA at \
-0.8, 1.29x at 99.15%, and 0.7, 1.47x at 99.85%), m_small 1.28x at 99.60% (0.8: 1.21x at 99.06%; 0.7: 1.38x at \
-99.91%; 30% fewer misses), LoRA 3.28x at 98.70% (no HPA target passes 95.2%), the synthetic LLM series with bursts \
-1.179x at 98.953% (the HPA at 0.8: 1.182x at 98.976%, a hair dearer for a hair more; 0.7: 1.32x at 99.31%), the \
-series turning volatile 1.15x at 99.82%, the social stream 1.04x at 88.20% (the HPA at 0.7: 1.04x at 88.25%, a hair \
-dearer for a hair more; no point reaches 99% there) and the diurnal shape 1.83x at 99.53%. On traffic without a \
-daily cycle the engine's points lie on the HPA's curve, not above it, and the self-tuned run lands on it too (misses \
-cut at equal GPU-hours: 1% on the LLM series with bursts, -0% on the social stream). The pinned curve is dominated at \
-its cheap end on four shapes (`predictive@90` by the HPA at 0.8 on m_small, `predictive@80/u0.85` on the series \
-turning volatile, every cheap point on the social stream, `predictive@80` and `predictive@95` on the diurnal shape); \
-the self-tuned run avoids those points on those days. **The HPAs users run on vLLM's queue are far worse than every \
-other policy on every trace** (`hpa-queue@10`, `prodstack-queue@1`, `keda-queue@5`: a queue only forms once \
-replicas are already short). **Not met**: >= 90% fewer SLO misses at equal GPU-hours on LoRA (46%), m_small (66%) \
-and the diurnal shape (14%; NASA 93%); >= 30% fewer GPU-hours at equal attainment on any trace (NASA 12%); the \
-self-tuned default within 1.3x the oracle on NASA (1.57x: knowing the future to within 5 minutes already costs \
-1.17x, see simulate) and the diurnal shape (1.83x); 99% on LoRA, the social stream and (by 0.05 points) the LLM \
-series with bursts. Self-tuning cost 0.55-0.89 s of CPU per replay (one day of bins, twelve points) in this run, \
-once a day per Deployment."""
+READING = """Reading the frontier (measured 2026-11-26 and 2026-11-27 on the one engine; the four synthetic shapes \
+are on this page since the first of them). *GPU-h saved*: the predictive curve interpolated at the attainment the HPA \
+reaches at a target; ">=" where the curve's cheapest point already attains more than the HPA (its saving is then a \
+lower bound); n/a where the curve does not reach that attainment. **What changed in this run, and why** (2026-11-27): \
+when no point meets the objective, a forecast band runs as the safest point only if it cuts at least a quarter of the \
+misses of the HPA's safest point on the pooled days (`simulation.tuning.choose`, `BAND_MISS_SHARE`; measured first on \
+recorded fortnights, section tuner rules). Here only the Alibaba LoRA trace moved: one day of p80 with the floor at \
+0.75 became the HPA's 0.5 started early, 98.70% to 98.65% at 3.28x the oracle; the seven other traces made the same \
+choices. The run before: *the first two replays choose the cheapest point meeting the objective among the HPA's own \
+points only* (`simulation.tuning.decide`, `MIN_BAND_DAYS`: that choice reads a point's day-to-day spread, which one \
+or two replayed days do not show; when no point meets the objective, the safest runs as before). Measured first on \
+108 recorded fortnights of the synthetic shapes (section tuner rules). Here it moved NASA from 1.53x at 99.69% to \
+1.57x at 99.70% (the HPA at 0.6 started early on the first three tunings, where p90 ran before), the social stream \
+from 1.09x at 89.04% to 1.04x at 88.20% (the HPA at 0.7 on twelve tunings, where p99 ran one day before), the series \
+turning volatile from 99.81% to 99.82% at 1.15x; the other five traces did not move. The run before added the \
+self-check (`beaten_by`: when one of the HPA's own points would have done strictly better over the four weeks of \
+replayed days than what ran, that point runs, unless the week is spending its error budget). **The self-tuned default \
+is dominated by no HPA target and no anchor on any of the eight traces**: NASA 1.57x the oracle at 99.70% (p95 on ten \
+tunings, the HPA at 0.6 on three; 68% fewer misses than the HPA at its GPU-hours, 72% before), ServeGen m_mid 1.34x \
+at 99.42% (between the HPA at 0.8, 1.29x at 99.15%, and 0.7, 1.47x at 99.85%), m_small 1.28x at 99.60% (0.8: 1.21x at \
+99.06%; 0.7: 1.38x at 99.91%; 30% fewer misses), LoRA 3.28x at 98.65% (no HPA target passes 95.2%), the synthetic LLM \
+series with bursts 1.179x at 98.953% (the HPA at 0.8: 1.182x at 98.976%, a hair dearer for a hair more; 0.7: 1.32x at \
+99.31%), the series turning volatile 1.15x at 99.82%, the social stream 1.04x at 88.20% (the HPA at 0.7: 1.04x at \
+88.25%, a hair dearer for a hair more; no point reaches 99% there) and the diurnal shape 1.83x at 99.53%. On traffic \
+without a daily cycle the engine's points lie on the HPA's curve, not above it, and the self-tuned run lands on it \
+too (misses cut at equal GPU-hours: 1% on the LLM series with bursts, -0% on the social stream). The pinned curve is \
+dominated at its cheap end on four shapes (`predictive@90` by the HPA at 0.8 on m_small, `predictive@80/u0.85` on the \
+series turning volatile, every cheap point on the social stream, `predictive@80` and `predictive@95` on the diurnal \
+shape); the self-tuned run avoids those points on those days. **The HPAs users run on vLLM's queue are far worse than \
+every other policy on every trace** (`hpa-queue@10`, `prodstack-queue@1`, `keda-queue@5`: a queue only forms once \
+replicas are already short). **Not met**: >= 90% fewer SLO misses at equal GPU-hours on LoRA (46%), m_small (66%) and \
+the diurnal shape (14%; NASA 93%); >= 30% fewer GPU-hours at equal attainment on any trace (NASA 12%); the self-tuned \
+default within 1.3x the oracle on NASA (1.57x: knowing the future to within 5 minutes already costs 1.17x, see \
+simulate) and the diurnal shape (1.83x); 99% on LoRA, the social stream and (by 0.05 points) the LLM series with \
+bursts. Self-tuning cost 0.55-0.89 s of CPU per replay (one day of bins, twelve points) in this run, once a day per \
+Deployment."""
 
-READING_STARTUP = """Reading the start-up sensitivity (measured 2026-11-26 on all eight traces with the engine and \
+READING_STARTUP = """Reading the start-up sensitivity (measured 2026-11-26, and again 2026-11-27 with a band point \
+held to a quarter of the HPA's misses when nothing meets the objective, which moved only the Alibaba LoRA trace, by \
+under a tenth of a point; on all eight traces with the engine and \
 tuner of the frontier section, the self-check and the first days' gate included; the 120 s rows are that section's \
 run; each ratio is against the oracle at the same start-up). **The self-tuned default is dominated in one of the \
 thirty-two runs, by a hair**: the synthetic diurnal shape at 300 s (by the HPA at 0.5: 1.817x at 99.48% against \
@@ -123,7 +129,7 @@ GPU-hours at equal attainment; on the series turning volatile 12% up to 120 s; o
 30-60 s and nothing at 120-300 s. 30 s instead of 300 s saves 12-20% of the self-tuned default's GPU-hours on \
 ServeGen and 18% on the series with bursts. On the Alibaba LoRA trace no HPA target reaches 99% at any start-up (the \
 HPA at 0.3: 97.2% at 30 s, 92.1% at 300 s); the self-tuned default (p99 on nearly every day) meets it at 30 s and \
-60 s (99.24%, 99.06%) and attains more than every HPA target at every start-up, for 12-15% more GPU-hours than the \
+60 s (99.22%, 99.06%) and attains more than every HPA target at every start-up, for 12-15% more GPU-hours than the \
 HPA at 0.3."""
 
 READING_DRAWS = """Reading the other draws (measured 2026-11-26 with the engine and tuner of the frontier section, \
