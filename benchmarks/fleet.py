@@ -56,7 +56,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -267,8 +267,10 @@ def _history_bytes(controller: Controller) -> int:
     return total
 
 
-def worker(n: int, refit: bool, profile_top: int) -> None:
+def worker(n: int, refit: bool, profile_top: int, replay_workers: int = 0) -> None:
     cfg = load_config()
+    if replay_workers:
+        cfg = replace(cfg, loop=replace(cfg.loop, replay_workers=replay_workers))
     fleet = SyntheticFleet(n)
     emit("start", n=n, rss=rss_bytes(), peak_rss=peak_rss_bytes())
     emit("anchors", n=n, **anchors(fleet, cfg, n))
@@ -314,14 +316,17 @@ def worker(n: int, refit: bool, profile_top: int) -> None:
         now = COLD_NOW + cfg.profiles["default"].refit_seconds
         _tick(controller, clock, source, cluster, now, "refit", n)
     emit("done", n=n, rss=rss_bytes(), peak_rss=peak_rss_bytes(), history_bytes=_history_bytes(controller))
+    controller.close()  # its replay workers, if any
 
 
 # ---------------------------------------------------------------------------------------------- parent
 
 
-def run_worker(n: int, cap: float, refit: bool, profile_top: int) -> tuple[list[dict[str, Any]], bool]:
+def run_worker(n: int, cap: float, refit: bool, profile_top: int,
+               replay_workers: int = 0) -> tuple[list[dict[str, Any]], bool]:
     """Run one fleet size in a fresh interpreter; returns its records and whether it hit the cap."""
-    cmd = [sys.executable, "-m", "benchmarks.fleet", "--worker", str(n), "--profile-top", str(profile_top)]
+    cmd = [sys.executable, "-m", "benchmarks.fleet", "--worker", str(n), "--profile-top", str(profile_top),
+           "--replay-workers", str(replay_workers)]
     if refit:
         cmd.append("--refit")
     records: list[dict[str, Any]] = []
@@ -758,6 +763,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", metavar="PATH", action="append",
                         help="re-render runs saved with --json (repeatable; later files win per size; no measuring)")
     parser.add_argument("--note", help="with --from-json: a paragraph appended to the section (e.g. code versions)")
+    parser.add_argument("--replay-workers", type=int, default=0, metavar="N",
+                        help="the controller's loop.replay_workers (default 0, the default config's); other values "
+                        "print only")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--refit", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-prometheus", action="store_true", help=argparse.SUPPRESS)
@@ -766,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         emit("prometheus", **promql_client_costs(), kube=kube_client_costs())
         return 0
     if args.worker is not None:
-        worker(args.worker, args.refit, args.profile_top)
+        worker(args.worker, args.refit, args.profile_top, args.replay_workers)
         return 0
     if args.from_json:
         by_size: dict[int, SizeResult] = {}
@@ -798,7 +806,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[SizeResult] = []
     for n in sizes:
         print(f"N={n}: running (cap {caps.get(n, 1800):.0f} s) ...", file=sys.stderr, flush=True)
-        records, capped = run_worker(n, caps.get(n, 1800), n <= args.refit_max, args.profile_top)
+        records, capped = run_worker(n, caps.get(n, 1800), n <= args.refit_max, args.profile_top,
+                                     args.replay_workers)
         results.append(SizeResult(n, records, capped))
         for rec in records:
             if rec["kind"] == "tick":
@@ -813,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
                        "prometheus": prom}, f)
     text, _ = summarise(results, prom, date)
     print(text)
-    if not args.no_write and (args.write or TARGET_N in sizes):
+    if not args.no_write and not args.replay_workers and (args.write or TARGET_N in sizes):
         update_section("fleet", text)
         print("wrote the 'fleet' section of docs/BENCHMARKS.md", file=sys.stderr)
     return 0
