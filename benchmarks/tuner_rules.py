@@ -417,8 +417,9 @@ below it. Adopted 2026-11-27, and the table above re-recorded with it: when no p
 band runs as the safest point only if it cuts at least a quarter of the misses of the HPA's safest point on the \
 pool (``tuning.choose``, ``BAND_MISS_SHARE``). Found on draws 9-16, recorded that day with the rule before: 9 of \
 their 32 fortnights were dominated, four of them the social stream's (draws 11, 13, 14 and 15), whose first \
-tunings ran p99 for 0.0-0.5 points over the HPA at 0.5 started early at two to three times its GPU-hours and left \
-the fortnight 12-28% dearer than an HPA target that attained as much. Replayed on those recordings with the rule: \
+tunings ran p99, which on the pooled days attained 0.03-4.7 points more than the HPA at 0.5 started early (less \
+than a quarter of its misses) at 1.5-12 times its GPU-hours, and left the fortnight up to 28% dearer than an HPA \
+target that attained as much. Replayed on those recordings with the rule: \
 7 of 32 dominated, the objective met as often (23 of 24); on draws 1-8 (these 32) 6 became 5, met 21 of 24 either \
 way; the four trace files made the same choices but one day (the Alibaba LoRA trace, where p99 cuts most of the \
 HPA's misses, still runs it: 98.65% at 3.28x the oracle in the frontier section, from 98.70%); the takeover table \

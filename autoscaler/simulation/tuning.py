@@ -431,8 +431,9 @@ def choose(candidates: Sequence[Candidate], target: float, margin: float = DEFAU
     Why a share of the misses: where no point reaches the objective, a band point that buys a few of the HPA point's
     misses at a band's price is below the HPA's curve, whose lower targets would buy them for less. Recorded with
     ``benchmarks/tuner_rules.py`` (2026-11-27): on the synthetic social stream's draws 9-16, p99 ran the first days of
-    four fortnights for +0.0-0.5 points over the HPA at 0.5 started early and left them dominated by the HPA's targets
-    by 12-28% of GPU-hours; with the share, 7 of those 32 fortnights dominated instead of 9 and 5 of draws 1-8's 32
+    four fortnights, where on the pooled days it attained 0.03-4.7 points more than the HPA at 0.5 started early (less
+    than a quarter of its misses) at 1.5-12 times its GPU-hours, and left them dominated by the HPA's targets by up to
+    28% of GPU-hours; with the share, 7 of those 32 fortnights dominated instead of 9 and 5 of draws 1-8's 32
     instead of 6, the objective met as often, and the four trace files unchanged (the Alibaba LoRA trace, where p99
     cuts most of the HPA's misses, still runs it).
 
