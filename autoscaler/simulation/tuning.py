@@ -960,7 +960,7 @@ def retuner(
     replays the Deployments whose tuning falls due at the same tick at once (the same choices, each run from the
     next decision). None: each replay runs in this process when it is started."""
     return _Retuner(TuneSettings(make_model, tuple(quantiles), slo_wait_seconds, slo_attainment, tuple(utilisations),
-                              tuple(hpa_targets), gpus_per_node, warmup_seconds, timeout_seconds, horizon_seconds),
+                                 tuple(hpa_targets), gpus_per_node, warmup_seconds, timeout_seconds, horizon_seconds),
                     executor)
 
 
