@@ -28,13 +28,16 @@ all fitted in the cold tick). Phase times come from timing the controller's own 
 (no edit of the loop).
 
 What a steady tick holds besides the tick's own work (*tune*): the self-tuning replays. Every Deployment's first
-replay is due once its model is fitted, and the controller runs them after the plans, least recently tuned first,
-within the tuning budget (a tenth of the loop interval: 3 s; ``runtime.tuning_schedule``): one replay a tick
-whatever it costs, more only while they fit in the budget. A Deployment's first replay also replays up to a week
-of the history it had before (``tuning.tune``'s backfill), which takes longer than the budget, so until every
-Deployment has had one a steady tick is the tick's own work plus one such replay (and the first few at N=1,000 fit
-what the cold tick's fitting budget deferred); the daily refits' replays are of one day each. The phase table and
-the findings keep them apart, and say how long the fleet's first tunings take at that pace.
+replay is due once its model is fitted, and the controller runs them once the plans are written, least recently
+tuned first (the dearest Deployments first among those), within the tuning budget (a tenth of the loop interval:
+3 s; ``runtime.tuning_schedule``): one replay a tick whatever it costs, more only while they fit in the budget. A
+Deployment's first replay also replays up to a week of the history it had before (``tuning.tune``'s backfill), which
+takes longer than the budget, so until every Deployment has had one a steady tick is the tick's own work plus one
+such replay (and the first few at N=1,000 fit what the cold tick's fitting budget deferred); the daily refits'
+replays are of one day each. The phase table and the findings keep them apart, and say how long the fleet's first
+tunings take at that pace. With ``--replay-workers N`` (``loop.replay_workers``, print only) the replays run in the
+background in N worker processes, so the steady ticks are paced at the loop interval in real time (the workers
+replay between them), and the findings say how many came back a tick.
 
 Every figure is also given as a ratio against anchors measured in the same process: one default-chain
 fit + predict on 14 days (what a cold tick must do per Deployment), one chain ``update`` of one bin +
@@ -272,7 +275,7 @@ def worker(n: int, refit: bool, profile_top: int, replay_workers: int = 0) -> No
     if replay_workers:
         cfg = replace(cfg, loop=replace(cfg.loop, replay_workers=replay_workers))
     fleet = SyntheticFleet(n)
-    emit("start", n=n, rss=rss_bytes(), peak_rss=peak_rss_bytes())
+    emit("start", n=n, rss=rss_bytes(), peak_rss=peak_rss_bytes(), replay_workers=replay_workers)
     emit("anchors", n=n, **anchors(fleet, cfg, n))
     source = SyntheticSource(fleet)
     every = max(1, n // 10)
@@ -295,7 +298,10 @@ def worker(n: int, refit: bool, profile_top: int, replay_workers: int = 0) -> No
     for _ in range(STEADY_TICKS):
         previous, now = now, now + cfg.loop.interval_seconds
         crosses = now // STEP != previous // STEP
+        started = time.perf_counter()
         _tick(controller, clock, source, cluster, now, "steady-bin" if crosses else "steady", n)
+        if replay_workers:  # the workers replay between ticks: the ticks keep the loop's pace in real time
+            time.sleep(max(0.0, cfg.loop.interval_seconds - (time.perf_counter() - started)))
     if profile_top:
         # One more bin, every forecaster updates: a steady tick like those above. Before the refit tick, not after
         # it: the tick after a refit tick fits what that tick's budget deferred, which no steady tick does.
@@ -563,7 +569,8 @@ def summarise(results: list[SizeResult], prom: dict[str, Any] | None, date: str)
     lines += ["Phase shares of the median tick of each kind (wall seconds; *fetch* includes splicing into the cached",
               "history, in brackets the synthetic source alone; *plan* includes the start-up read; *apply* includes",
               "serialising every status to JSON as the real adapter does; *export* = the controller's own metrics;",
-              "*tune* = the self-tuning replays run after the plans, within the tuning budget, and how many):",
+              "*tune* = the self-tuning replays run once the plans are written, within the tuning budget, and how "
+              "many):",
               "",
               "| N | tick | wall | read | fetch (source) | forecast | plan | apply | export | tune (replays) | other |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -717,7 +724,22 @@ def _tune_findings(result: SizeResult) -> list[str]:
                      f"{_fmt_s(statistics.median(t['phases']['forecast'] for t in fitting))} of "
                      f"{_fmt_s(statistics.median(t['wall'] for t in fitting))}, median): the budget spreads the "
                      "fleet's first fits over the ticks after the cold one.")
-    if rest:
+    start = result.one("start") or {}
+    workers = int(start.get("replay_workers", 0))
+    if rest and workers:
+        replays = sum(t.get("replays", 0) for t in rest)
+        pace = replays / len(rest)
+        untuned = steady[-1].get("untuned", 0)
+        interval_seconds = load_config().loop.interval_seconds
+        lines.append(
+            f"- The other {len(rest)} (median), paced at the loop interval in real time with `loop.replay_workers: "
+            f"{workers}`: {_fmt_s(statistics.median(t['wall'] for t in rest))} a tick, of which "
+            f"{_fmt_s(statistics.median(t['phases']['tune'] for t in rest))} handing replays to the workers and taking "
+            f"back the finished ones; the workers replay between ticks, {pace:.1f} replays came back a tick "
+            f"({replays:,} in these ticks; {untuned:,} Deployments still without one after the last)"
+            + (f". At that pace the fleet's first tunings take about {untuned / pace:,.0f} more ticks "
+               f"(~{untuned / pace * interval_seconds / 3600:.1f} h)." if pace > 0 and untuned else "."))
+    elif rest:
         replays = sum(t.get("replays", 0) for t in steady)
         per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
         own = statistics.median(t["wall"] - t["phases"]["tune"] for t in rest)
@@ -730,8 +752,8 @@ def _tune_findings(result: SizeResult) -> list[str]:
             f"- The other {len(rest)} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
             f"self-tuning replays ({replays:,} replays in these ticks, {_fmt_s(per)} each; "
             f"{untuned:,} Deployments still without one after the last). Every Deployment's first replay falls due "
-            "once its model is fitted; they run after the plans, one a tick whatever it costs and more only within "
-            f"the tuning budget ({_fmt_s(budget)}, a tenth of the loop interval)"
+            "once its model is fitted; they run once the plans are written, one a tick whatever it costs and more "
+            f"only within the tuning budget ({_fmt_s(budget)}, a tenth of the loop interval)"
             + (f", so a first replay, which also replays up to a week of the history before it, overruns the budget "
                f"by {per / budget:.1f}x" if per > budget else "")
             + (f". At {pace:.1f} a tick the fleet's first tunings take about {untuned / pace:,.0f} more ticks "

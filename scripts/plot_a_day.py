@@ -88,11 +88,11 @@ def observed() -> Iterator[dict[str, Any]]:
         seen["result"] = real_simulate(*args, **kwargs)
         return seen["result"]
 
-    predictive.factory, engine.simulate = factory, simulate  # type: ignore[assignment]
+    predictive.factory, engine.simulate = factory, simulate
     try:
         yield seen
     finally:
-        predictive.factory, engine.simulate = real_factory, real_simulate  # type: ignore[assignment]
+        predictive.factory, engine.simulate = real_factory, real_simulate
 
 
 def run_simulate(argv: list[str]) -> dict[str, Any]:
@@ -121,12 +121,14 @@ def draw(seen: dict[str, Any], day: str, path: Path) -> None:
     if lo < 0 or hi > result.demand.shape[0]:
         raise SystemExit(f"{day} is not a whole day of the simulated trace")
     times = result.start + tick * np.arange(lo, hi)
-    x = [datetime.fromtimestamp(int(t), UTC) for t in times]
+    # matplotlib date numbers (days since its epoch), which its date locator and formatter below read
+    epoch = float(mdates.date2num(np.datetime64(0, "s")))  # type: ignore[no-untyped-call]
+    x = epoch + times.astype(np.float64) / DAY
     cap = result.capacity_per_replica
     demand = np.nan_to_num(result.demand[lo:hi], nan=0.0)
 
     fc_times = sorted(t for t in rec.forecast if start <= t < start + DAY)
-    fx = [datetime.fromtimestamp(t, UTC) for t in fc_times]
+    fx = epoch + np.asarray(fc_times, dtype=np.float64) / DAY
     median = np.array([rec.forecast[t][0] for t in fc_times])
     upper = np.array([rec.forecast[t][1] for t in fc_times])
     levels = sorted({rec.forecast[t][2] for t in fc_times})

@@ -28,6 +28,6 @@ bash scripts/install.sh --dev
 PY=.venv/bin/python
 
 echo "== ruff"; "$PY" -m ruff check autoscaler models tests benchmarks
-echo "== mypy --strict"; "$PY" -m mypy autoscaler models tests benchmarks
+echo "== mypy --strict"; "$PY" -m mypy autoscaler models tests benchmarks scripts
 echo "== import contracts"; .venv/bin/lint-imports
 echo "== pytest"; "$PY" -m pytest "$@"

@@ -106,7 +106,7 @@ class LoopConfig:
     interval_seconds: int = 30
     history_seconds: int = 14 * 86_400
     step_seconds: int = 60
-    # Worker processes the self-tuning replays run in, that many at once (0: in the loop's own process, one after the
+    # Worker processes the self-tuning replays run in, in the background (0: in the loop's own process, one after the
     # other). Why: a fleet annotated at once is tuned one Deployment a tick (``autoscaler.runtime.replay_pool``).
     replay_workers: int = 0
 

@@ -323,12 +323,6 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
             pools=PoolsRead(self._pool_reads, self._pools_unread, {
                 f"{p.view.namespace}/{p.view.name}": self._headroom_member(p, int(now)) for p in plans}, self._lent),
         )
-        # The self-tuning replays run after the plans and the money stage (their choices apply from the next tick), on
-        # nodes of the size the money stage read for each Deployment's NodePool, as the simulator's cluster has them.
-        self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the plans
-            cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
-            else self.tune_budget_seconds)
-        self._replay_due(now, errors, money.gpus_per_node)
         decisions = [money.decisions.get(f"{p.view.namespace}/{p.view.name}", p.decision) for p in plans]
         for p, d in zip(plans, decisions, strict=True):
             mem = self._memory[(p.view.namespace, p.view.name)]
@@ -341,6 +335,13 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         order = sorted(range(len(plans)), key=lambda i: decisions[i].desired_replicas - plans[i].view.replicas)
         concluded = {i: self._conclude(plans[i], decisions[i], now, write, errors, loads) for i in order}
         outcomes.extend(concluded[i] for i in range(len(plans)))
+        # The self-tuning replays run last, once this tick's plans are written (a replay never delays a scale-up),
+        # their choices applying from the next tick; on nodes of the size the money stage read for each Deployment's
+        # NodePool, as the simulator's cluster has them.
+        self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the writes
+            cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
+            else self.tune_budget_seconds)
+        self._replay_due(now, errors, money.gpus_per_node)
         return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
 
     @staticmethod

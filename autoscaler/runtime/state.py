@@ -236,7 +236,8 @@ def policy_for(spec: WorkloadSpec, profile: ForecastProfile, capacity: float) ->
 
 @dataclass(frozen=True)
 class Replay:
-    """A self-tuning replay one Deployment's plan found due (``Controller._replay_due`` runs it after the plans)."""
+    """A self-tuning replay one Deployment's plan found due (``Controller._replay_due`` runs it once the plans are
+    written)."""
 
     key: Key
     policy: ScalingPolicy  # the profile's own, untuned

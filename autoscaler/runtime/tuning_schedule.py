@@ -1,6 +1,7 @@
 """The self-tuning schedule: when a Deployment's operating point is re-chosen (daily, after a refit, when its
-objective changes), resuming the state a previous controller left, running the due replays within their budget
-after the plans, and the metrics and Events that say what was chosen.
+objective changes), resuming the state a previous controller left, running the due replays once the tick's plans are
+written (within their budget, or in the background in worker processes), and the metrics and Events that say what was
+chosen.
 
 Why a module of its own: the replays (``autoscaler.simulation.tuning``) are the costliest work a tick does after
 fitting, and when they run is a policy of its own, separate from reading, deciding and applying.
@@ -46,11 +47,16 @@ from models.types import TrafficSeries
 
 log = logging.getLogger(LOGGER)
 
+# Replays a tick hands one worker at most (``loop.replay_workers``): a loop interval's worth of the short daily ones,
+# while each waits in the workers' queue with the history it was handed (at most about a tick old).
+MAX_HANDED_PER_WORKER = 16
+
 
 class TuningSchedule(ControllerBase):
     """When and how each Deployment is re-tuned."""
 
-    replay_pool: ReplayPool  # where the replays run (``loop.replay_workers``)
+    # where the replays run (``loop.replay_workers``), each tagged with its job and the tuning it continues
+    replay_pool: ReplayPool[tuple[Replay, Tuning | None]]
 
     def _tuned(
         self, view: WorkloadView, spec: WorkloadSpec, profile: ForecastProfile, policy: ScalingPolicy,
@@ -125,15 +131,26 @@ class TuningSchedule(ControllerBase):
     def _replay_due(self, now: float, errors: list[str], gpus_per_node: Mapping[str, int]) -> None:
         """Run the self-tuning replays queued by this tick's plans, least recently tuned first (of those, the one whose
         replicas hold the most GPUs: a large fleet's first tunings take hours, and the dearest Deployments save the
-        most), after the plans and only in what the fits left of the fitting budget (fits come first).
-        ``gpus_per_node``: per NodePool whose shape the money stage knows (a Deployment naming none, or one not known,
-        is replayed on ``DEFAULT_GPUS_PER_NODE``-GPU nodes, as ``simulate`` replays by default). A tick's first replay
-        needs nothing more (so a tuning budget shorter than one replay still tunes one Deployment a tick); another
-        starts only if it should end within the tuning budget, counted from the end of the plans, by the replays'
-        running mean duration. The rest wait for a later tick. With ``loop.replay_workers`` N they run in rounds of N
-        at once in worker processes (``runtime.replay_pool``), a round taking the place of one replay above."""
-        deadline = min(self._fit_deadline, self._tune_deadline)
-        workers = self._config().loop.replay_workers
+        most), once the tick's plans are written, and only in what the fits left of the fitting budget (fits come
+        first). ``gpus_per_node``: per NodePool whose shape the money stage knows (a Deployment naming none, or one
+        not known, is replayed on ``DEFAULT_GPUS_PER_NODE``-GPU nodes, as ``simulate`` replays by default).
+
+        In the loop's process (``loop.replay_workers`` 0), a tick's first replay needs nothing more (so a tuning
+        budget shorter than one replay still tunes one Deployment a tick); another starts only if it should end
+        within the tuning budget, by the replays' running mean duration; the rest wait for a later tick. With N
+        workers (``runtime.replay_pool``) the tick takes back the replays that finished since the last one and hands
+        over the next ones due, and waits for none: they run in the background. It hands each worker about a loop
+        interval's worth (by the replays' running mean CPU time; one each until a replay has come back), so the
+        workers stay busy until the next tick, and a replay runs on a history at most about a tick old."""
+        cfg = self._config()
+        workers = cfg.loop.replay_workers
+        self.replay_pool.resize(workers)
+        for _, (job, previous), result in self.replay_pool.finished():
+            if isinstance(result, Tuning):
+                took = result.cpu_seconds
+                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
+            self._take_tuning(job, previous, result, now, errors)
+        running = self.replay_pool.running()
         ready: list[tuple[Replay, Memory, TrafficSeries]] = []
         for job in sorted(self._replays, key=lambda j: (self._memory[j.key].tuning_tried, -j.gpus, j.key)):
             memory = self._memory.get(job.key)
@@ -141,33 +158,47 @@ class TuningSchedule(ControllerBase):
             keeper = None if memory is None else memory.keeper
             if memory is None or history is None or len(history) < 2 or keeper is None or keeper.model is None:
                 continue  # no model yet: it is fitted (this or a later tick) before it is tuned
-            ready.append((job, memory, history))
-        ran = 0
-        while ready:
-            # the first round of a tick needs only what the fits left; the next ones must also end in time
-            if (time.perf_counter() > self._fit_deadline
-                    or (ran and time.perf_counter() + self._replay_seconds > deadline)):
-                break
-            batch, ready = ready[:max(1, workers)], ready[max(1, workers):]  # one round: as many as there are workers
-            ran += len(batch)
-            started = time.perf_counter()
-            calls = [self._replay_call(job, memory, history, gpus_per_node) for job, memory, history in batch]
-            outcomes = self.replay_pool.run([call for call, _ in calls], workers)
-            took = time.perf_counter() - started
-            if any(isinstance(o, Tuning) for o in outcomes):
-                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
-            for (job, memory, _), (_, previous), result in zip(batch, calls, outcomes, strict=True):
-                if not isinstance(result, Tuning):  # a replay bug must not stop the fleet: keep the last point
-                    self.metrics.errors.labels("tuning").inc()
-                    errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(result).__name__}: "
-                                  f"{result}); keeping the last operating point")
-                    memory.tuning_tried = now
-                    continue
-                memory.tuning_tried, memory.tuning_inputs = now, job.inputs
-                if result.chosen is not None or previous is None or previous.chosen is None:
-                    memory.tuning = result
-                self._note_tuning(job.key, memory, result)
+            if job.key not in running:  # a worker has its replay already
+                ready.append((job, memory, history))
         self._replays = []
+        if workers:
+            each = math.ceil(cfg.loop.interval_seconds / self._replay_seconds) if self._replay_seconds else 1
+            room = workers * min(max(1, each), MAX_HANDED_PER_WORKER) - len(running)
+            if time.perf_counter() <= self._fit_deadline:  # handing over costs a pickle each, not a replay
+                for job, memory, history in ready[:max(0, room)]:
+                    call, previous = self._replay_call(job, memory, history, gpus_per_node)
+                    self.replay_pool.submit(job.key, call, (job, previous), workers)
+            return
+        deadline = min(self._fit_deadline, self._tune_deadline)
+        for n, (job, memory, history) in enumerate(ready):
+            # the first replay of a tick needs only what the fits left; the next ones must also end in time
+            clock = time.perf_counter()
+            if clock > self._fit_deadline or (n and clock + self._replay_seconds > deadline):
+                break
+            started = time.perf_counter()
+            call, previous = self._replay_call(job, memory, history, gpus_per_node)
+            (result,) = self.replay_pool.run([call])
+            if isinstance(result, Tuning):
+                took = time.perf_counter() - started
+                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
+            self._take_tuning(job, previous, result, now, errors)
+
+    def _take_tuning(self, job: Replay, previous: Tuning | None, result: Tuning | Exception, now: float,
+                     errors: list[str]) -> None:
+        """Keep what a replay of ``job`` chose (from the next tick), or report that it failed."""
+        memory = self._memory.get(job.key)
+        if memory is None:  # the Deployment left while its replay ran
+            return
+        if not isinstance(result, Tuning):  # a replay bug must not stop the fleet: keep the last point
+            self.metrics.errors.labels("tuning").inc()
+            errors.append(f"{job.key[0]}/{job.key[1]}: self-tuning failed ({type(result).__name__}: {result}); "
+                          "keeping the last operating point")
+            memory.tuning_tried = now
+            return
+        memory.tuning_tried, memory.tuning_inputs = now, job.inputs
+        if result.chosen is not None or previous is None or previous.chosen is None:
+            memory.tuning = result
+        self._note_tuning(job.key, memory, result)
 
     @staticmethod
     def _replay_call(job: Replay, memory: Memory, history: TrafficSeries,

@@ -1,11 +1,13 @@
-"""The self-tuning replays in worker processes (``loop.replay_workers``): the same choices as in the loop's process,
-a failed replay reported as one, and the workers stopped with the controller."""
+"""The self-tuning replays in worker processes (``loop.replay_workers``): handed over without waiting, the same choices
+as in the loop's process, a failed replay reported as one, and the workers stopped with the controller."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import time
+from collections.abc import Hashable
 from functools import partial
 from typing import Any
 
@@ -36,56 +38,85 @@ def comparable(t: Tuning | Exception) -> dict[str, Any]:
     return out
 
 
+def collect(pool: ReplayPool[str], n: int, timeout: float = 240.0) -> dict[Hashable, tuple[str, Tuning | Exception]]:
+    """What ``n`` replays handed to ``pool`` came back with, by key (polled as the loop's ticks poll)."""
+    out: dict[Hashable, tuple[str, Tuning | Exception]] = {}
+    waited = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < waited:
+        out.update({key: (tag, outcome) for key, tag, outcome in pool.finished()})
+        time.sleep(0.05)
+    assert len(out) == n, f"{len(out)} of {n} replays came back within {timeout:.0f} s"
+    return out
+
+
 def test_workers_choose_what_the_loops_process_chooses_and_a_failure_is_returned() -> None:
     calls = [call(seed=1), call(seed=2), call(quantiles=())]  # no operating point to replay: tune raises
-    pool = ReplayPool()
+    pool: ReplayPool[str] = ReplayPool()
     try:
-        here = pool.run(calls, workers=0)
-        there = pool.run(calls, workers=2)
-        assert pool.started == 2  # started for the round, kept for the next tick
+        here = pool.run(calls)
+        assert pool.started == 0  # in the caller's process
+        for key, job in zip("abc", calls, strict=True):
+            pool.submit(key, job, f"tag-{key}", workers=2)
+        # handed over at once: two run, the third waits for a free worker, and the caller goes on
+        assert pool.running() == {"a", "b", "c"}
+        assert pool.started == 2
+        there = collect(pool, 3)
+        assert pool.started == 2  # kept for the next tick
+        assert pool.running() == frozenset()
     finally:
         pool.close()
     assert pool.started == 0
-    assert [comparable(t) for t in there[:2]] == [comparable(t) for t in here[:2]]
-    assert comparable(there[0])["chosen"] is not None
-    assert comparable(there[0]) != comparable(there[1])  # two Deployments' own days
+    assert {k: tag for k, (tag, _) in there.items()} == {"a": "tag-a", "b": "tag-b", "c": "tag-c"}
+    assert [comparable(there[k][1]) for k in "ab"] == [comparable(t) for t in here[:2]]
+    assert comparable(there["a"][1])["chosen"] is not None
+    assert comparable(there["a"][1]) != comparable(there["b"][1])  # two Deployments' own days
     # the bad call fails in the worker as it does here: returned, not raised, so the rest of the fleet goes on
+    failed = there["c"][1]
     assert isinstance(here[2], Exception)
-    assert isinstance(there[2], Exception)
-    assert type(there[2]) is type(here[2])
-    assert str(there[2]) == str(here[2])
+    assert isinstance(failed, Exception)
+    assert type(failed) is type(here[2])
+    assert str(failed) == str(here[2])
 
 
 def test_no_workers_starts_no_process() -> None:
-    pool = ReplayPool()
-    assert isinstance(pool.run([call()], workers=0)[0], Tuning)
+    pool: ReplayPool[str] = ReplayPool()
+    assert isinstance(pool.run([call()])[0], Tuning)
     assert pool.started == 0
+    assert pool.finished() == []
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_a_change_of_workers_restarts_the_pool(workers: int) -> None:
-    pool = ReplayPool()
+def test_a_change_of_workers_restarts_the_pool_and_drops_what_it_held(workers: int) -> None:
+    pool: ReplayPool[str] = ReplayPool()
     try:
-        pool.run([], workers=2)
+        pool.submit("a", call(), "a", workers=2)
         assert pool.started == 2
-        pool.run([], workers=workers)
+        pool.resize(2)  # the same number: kept, and so is the replay it holds
+        assert pool.running() == {"a"}
+        pool.resize(workers)  # another number: stopped, and the replay is asked again by a later tick
+        assert pool.started == 0
+        assert pool.running() == frozenset()
+        assert pool.finished() == []
+        pool.submit("b", call(), "b", workers=workers)
         assert pool.started == workers
-        pool.run([], workers=0)  # back to the loop's process: the workers are stopped
+        pool.resize(0)  # back to the loop's process: the workers are stopped
         assert pool.started == 0
     finally:
         pool.close()
 
 
 def test_a_worker_that_dies_fails_its_replays_and_the_next_round_starts_new_ones() -> None:
-    pool = ReplayPool()
+    pool: ReplayPool[str] = ReplayPool()
     try:
-        assert isinstance(pool.run([call()], workers=1)[0], Tuning)
+        pool.submit("a", call(), "a", workers=1)
+        assert isinstance(collect(pool, 1)["a"][1], Tuning)
+        pool.submit("b", call(seed=2), "b", workers=1)
         for worker in multiprocessing.active_children():  # killed (the pod's memory limit, say)
             os.kill(worker.pid or 0, signal.SIGKILL)
             worker.join(timeout=10)
-        (failed,) = pool.run([call()], workers=1)
-        assert isinstance(failed, Exception)  # reported as a failed replay; the fleet goes on
+        assert isinstance(collect(pool, 1)["b"][1], Exception)  # reported as a failed replay; the fleet goes on
         assert pool.started == 0
-        assert isinstance(pool.run([call()], workers=1)[0], Tuning)  # a later tick: new workers
+        pool.submit("b", call(seed=2), "b", workers=1)  # a later tick: new workers
+        assert isinstance(collect(pool, 1)["b"][1], Tuning)
     finally:
         pool.close()

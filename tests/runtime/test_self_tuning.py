@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -22,6 +23,9 @@ from autoscaler.domain.annotations import PREFIX, STATUS_ANNOTATION
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.runtime.loop import Controller
 from autoscaler.runtime.metrics import ControllerMetrics
+from autoscaler.runtime.replay_pool import ReplayPool
+from autoscaler.runtime.state import Replay
+from autoscaler.simulation.tuning import TuneJob, Tuning
 from tests.kube.conftest import stored_status
 from tests.kube.fakeapi import FakeKubeAPI
 from tests.runtime.conftest import RecordingTransport, Rig, make_source
@@ -58,7 +62,8 @@ def tuning_rig(fleet: FakeKubeAPI, api_client: client.ApiClient, prometheus_serv
     metrics = ControllerMetrics()
     cfg = _config(prometheus_server.url)
     controller = Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: cfg, metrics=metrics)
-    controller.fit_budget_seconds = 120.0  # the shared test machine: never let the budget decide this test
+    controller.fit_budget_seconds = 120.0  # the shared test machine: never let the budgets decide these tests
+    controller.tune_budget_seconds = 120.0
     yield Rig(controller, fleet, transport, source, metrics)
     source.close()
 
@@ -79,8 +84,8 @@ def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_can
 ) -> None:
     rig = tuning_rig
     now = prometheus_server.now - 1800
-    rig.controller.tick(now)  # first tick: models are fitted first, tuning follows once a model exists
-    rig.controller.tick(now + 30)
+    rig.controller.tick(now)  # models are fitted first, then the replay runs once the plans are written ...
+    rig.controller.tick(now + 30)  # ... and the next tick's status shows what it chose
     status = _status(rig.fake, "serving", "llama-chat")
     tuning = status["tuning"]
     assert tuning is not None
@@ -141,8 +146,8 @@ def test_an_objective_no_point_meets_runs_the_safest_with_one_warning_and_recove
     now = prometheus_server.now - 1800
     # llama-chat carries ~2.5 req/s; two replicas of 0.4 req/s can never serve it: no point meets any objective
     _annotate(rig.fake, "serving", "llama-chat", max_replicas="2")
-    rig.controller.tick(now)
-    rig.controller.tick(now + 30)
+    for t in (now, now + 30, now + 60):
+        rig.controller.tick(t)
     tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
     assert tuning["met"] is False
     best = max(tuning["candidates"], key=lambda c: (c["slo_attainment"], -c["gpu_hours"]))
@@ -154,11 +159,13 @@ def test_an_objective_no_point_meets_runs_the_safest_with_one_warning_and_recove
     assert "no operating point meets 99% within 2s" in warnings[0]["message"]
     labels = {"namespace": "serving", "deployment": "llama-chat"}
     assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == 0.0
-    rig.controller.tick(now + 60)
+    rig.controller.tick(now + 90)
     assert len([e for e in rig.events("serving", "llama-chat") if e["reason"] == "SLOUnreachable"]) == 1
     # the team raises max-replicas and states a looser objective: re-tuned at once, met, and an Event says so
     _annotate(rig.fake, "serving", "llama-chat", max_replicas="20", slo_wait="5s", slo_attainment="95%")
-    rig.controller.tick(now + 90)
+    rig.controller.tick(now + 120)
+    assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == 1.0  # replayed at the end of that tick
+    rig.controller.tick(now + 150)
     tuning = _status(rig.fake, "serving", "llama-chat")["tuning"]
     assert tuning["met"] is True
     assert (tuning["slo_wait_seconds"], tuning["slo_attainment"]) == (5.0, 0.95)
@@ -194,12 +201,35 @@ def test_replays_wait_for_what_the_fits_leave_and_apply_from_the_next_tick(
     assert rig.metric("predictive_autoscaler_slo_tuned_quantile", {"namespace": "serving",
                                                                    "deployment": "llama-chat"}) is None
     rig.controller.fit_budget_seconds = 120.0
-    rig.controller.tick(now + 60)  # fitted first, then the replay runs after this tick's plans ...
-    status = _status(rig.fake, "serving", "llama-chat")
-    assert status["tuning"]["chosen"] is not None
+    rig.controller.tick(now + 60)  # fitted first, then the replay runs once this tick's plans are written ...
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    chosen = rig.metric("predictive_autoscaler_slo_tuned_quantile", labels)
+    assert chosen is not None
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"] is None  # written before it
     rig.controller.tick(now + 90)  # ... and the chosen point decides from the next one (its band is forecast)
     status = _status(rig.fake, "serving", "llama-chat")
-    assert f"p{status['tuning']['chosen']}" in status["forecast"]["bands"]
+    assert status["tuning"]["chosen"] == chosen
+    assert f"p{chosen:g}" in status["forecast"]["bands"]
+
+
+def test_a_tick_writes_its_scale_ups_before_it_runs_a_replay(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    """A replay takes seconds (a first one, with its week of history, several): it runs once the tick's plans are
+    written, so it never holds a scale-up back."""
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    scales_seen: list[int] = []
+
+    class Watched(ReplayPool[tuple[Replay, Tuning | None]]):
+        def run(self, jobs: Sequence[TuneJob]) -> list[Tuning | Exception]:
+            scales_seen.append(len(rig.fake.calls("PATCH", r"/deployments/llama-chat/scale$")))
+            return super().run(jobs)
+
+    rig.controller.replay_pool = Watched()
+    rig.controller.tick(now)
+    assert rig.fake.calls("PATCH", r"/deployments/llama-chat/scale$")  # the first tick scales it up ...
+    assert scales_seen[:1] == [1]  # ... and its first replay ran after that write
 
 
 def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
@@ -218,13 +248,13 @@ def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
     def tuned() -> list[str]:
         return [name for ns, name in names if _status(rig.fake, ns, name)["tuning"] is not None]
 
-    for i in range(3):
+    for i in range(4):
         rig.controller.tick(now + 30 * i)
-        # the dearest first: a large fleet's first tunings take hours
-        assert tuned() == [name for _, name in names[:i + 1]]
+        # the dearest first: a large fleet's first tunings take hours (each in the status of the tick after its replay)
+        assert tuned() == [name for _, name in names[:i]]
 
 
-def test_replay_workers_run_a_round_of_replays_at_once(
+def test_replay_workers_run_the_replays_in_the_background(
     fleet: FakeKubeAPI, api_client: client.ApiClient, prometheus_server: PrometheusServer,
 ) -> None:
     cfg = parse_config_text(CONFIG.format(url=prometheus_server.url).replace("  step: 1m\n",
@@ -243,8 +273,16 @@ def test_replay_workers_run_a_round_of_replays_at_once(
     try:
         report = controller.tick(now)
         assert report.ok, report.errors
-        assert tuned() == 2  # two workers: two of the three at once
-        assert controller.tick(now + 30).ok
+        # two workers, no replay back yet to time them by: one each (the dearest first), and the tick went on
+        assert len(controller.replay_pool.running()) == 2
+        assert ("serving", "llama-chat") in controller.replay_pool.running()
+        assert tuned() == 0
+        # the ticks go on while they run; each takes back what finished and hands the third to an idle worker
+        t, waited = now, time.monotonic() + 180
+        while tuned() < 3 and time.monotonic() < waited:
+            time.sleep(0.5)
+            t += 30
+            assert controller.tick(t).ok
         assert tuned() == 3
         status = _status(fleet, "serving", "llama-chat")["tuning"]
         assert status["chosen"] is not None
