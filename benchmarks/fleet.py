@@ -90,7 +90,7 @@ PAGE = 4096
 # export).
 PHASE_METHODS = (
     "_parse", "_report_problems", "_fetch", "_report_outage", "_plan", "_conclude",
-    "_forecast", "_startups", "_apply", "_export", "_replay_due",
+    "_forecast", "_startups", "_apply", "_export", "_replay_due", "_publish",
 )
 
 
@@ -153,7 +153,8 @@ def phases(clock: PhaseClock, total: float, source_seconds: float, cluster_secon
     plan_and_apply = s("_plan", 0.0) + s("_conclude", 0.0)
     forecast = s("_forecast", 0.0)
     startups = s("_startups", 0.0)
-    apply_ = s("_apply", 0.0) + s("_report_outage", 0.0)
+    publish = s("_publish", 0.0)  # the status writes, after the replays
+    apply_ = s("_apply", 0.0) + s("_report_outage", 0.0) + publish
     export = s("_export", 0.0)
     tune = s("_replay_due", 0.0)  # the self-tuning replays the tick's plans found due, within the tuning budget
     read = s("_parse", 0.0) + s("_report_problems", 0.0)
@@ -169,7 +170,7 @@ def phases(clock: PhaseClock, total: float, source_seconds: float, cluster_secon
         "export": export,
         "cluster_calls": cluster_seconds,
         "tune": tune,
-        "other": total - read - fetch - plan_and_apply - s("_report_outage", 0.0) - tune,
+        "other": total - read - fetch - plan_and_apply - s("_report_outage", 0.0) - tune - publish,
     }
 
 

@@ -74,14 +74,6 @@ class PlanApplier(MetricsExport):
         """Second pass: apply ``decision`` (the plan after the money stage) and export it."""
         view, spec = plan.view, plan.spec
         memory = self._memory[(view.namespace, view.name)]
-        if write and memory.tuning_state is not None:
-            slo, lead_only, why = memory.tuning_state
-            kind: EventType = "Normal" if slo == "met" else "Warning"
-            reason = SLO_EVENTS[slo]
-            memory.notices.tell("slo", slo, partial(self._event, view, kind, reason, why, now, errors), quiet="met")
-            reason = "ForecastAddsOnlyLead" if lead_only else "ForecastInUse"
-            memory.notices.tell("lead-only", lead_only, partial(self._event, view, "Normal", reason, why, now, errors),
-                                quiet=False)
         decision, guard = self._guard_rollout(view, spec, decision, now, write, errors)
         marks = None
         if write or self.dry_run:
@@ -98,6 +90,18 @@ class PlanApplier(MetricsExport):
             actions=tuple(actions), demand_source=self._memory[(view.namespace, view.name)].demand_source,
             scale_down_marks=marks if marks is not None and not marks.empty else None,
         )
+
+    def _tell_tuning(self, view: WorkloadView, memory: Memory, now: float, errors: list[str]) -> None:
+        """The Events of the self-tuning state (``Memory.tuning_state``): once per transition, not per replay."""
+        if memory.tuning_state is None:
+            return
+        slo, lead_only, why = memory.tuning_state
+        kind: EventType = "Normal" if slo == "met" else "Warning"
+        reason = SLO_EVENTS[slo]
+        memory.notices.tell("slo", slo, partial(self._event, view, kind, reason, why, now, errors), quiet="met")
+        reason = "ForecastAddsOnlyLead" if lead_only else "ForecastInUse"
+        memory.notices.tell("lead-only", lead_only, partial(self._event, view, "Normal", reason, why, now, errors),
+                            quiet=False)
 
     def _guard_rollout(
         self, view: WorkloadView, spec: WorkloadSpec, decision: ScalingDecision, now: float, write: bool,
@@ -289,34 +293,54 @@ class PlanApplier(MetricsExport):
             # Requests/s per replica planned with, where it came from (annotation, learned; null: not learned yet, the
             # replicas held) and the learned estimate with its evidence (also beside an annotation, for comparison).
             capacity=self._capacity_status(spec, memory),
-            # The self-tuned operating point: the candidates replayed, their GPU-hours and attainment, the choice.
-            # With the objective and sizing it was made for and when it ran, a restarted controller continues it.
-            tuning=({**memory.tuning.to_dict(), "inputs": list(memory.tuning_inputs or ()),
-                     "tried": memory.tuning_tried} if memory.tuning is not None else None),
+            tuning=_tuning_status(memory),
             # The last scale-down applied: the pods marked for removal, or why the marks did not choose them.
             scale_down=memory.last_scale_down,
             scaled_by=memory.scalers,  # the HPAs that scale it too (autoscaler.domain.contention)
         )
-        # Written when the decision changes (``DeploymentStatus.decided``) and otherwise every STATUS_REFRESH_SECONDS:
-        # the forecast's numbers move every bin, and a write per Deployment per tick would be a thousand writes every
-        # 30 s on a large fleet for nothing anyone acts on. Not before the status it left was read (a failed list,
-        # reported): this one would replace it, self-tuning days and all.
+        memory.status_built = status  # written by ``_publish``, after the tick's replays
+        return actions
+
+    def _write_status(self, view: WorkloadView, memory: Memory, status: DeploymentStatus, now: float,
+                      errors: list[str]) -> bool:
+        """Write ``status`` when it is due; True when the server's copy changed.
+
+        Written when the decision changes (``DeploymentStatus.decided``) and otherwise every STATUS_REFRESH_SECONDS:
+        the forecast's numbers move every bin, and a write per Deployment per tick would be a thousand writes every
+        30 s on a large fleet for nothing anyone acts on. Not before the status it left was read (a failed list,
+        reported): this one would replace it, self-tuning days and all."""
         decided = status.decided()
         due = decided != memory.status_written or now - memory.status_written_at >= STATUS_REFRESH_SECONDS
-        if due and memory.status_read:
-            try:
-                result = self.cluster.write_status(view.namespace, view.name, view.uid,
-                                                   replace(status, time=utc(now).isoformat()).to_dict(),
-                                                   memory.status_object)
-            except KubeError as exc:
-                self.metrics.errors.labels("kube_write").inc()
-                errors.append(f"{view.namespace}/{view.name}: writing status failed: {exc}")
-            else:
-                memory.status_object, memory.status_copy = result.stored, None  # newer than any copy left to make
-                memory.status_written, memory.status_written_at = decided, now
-                if result.written:
-                    actions.append("status written")
-        return actions
+        if not (due and memory.status_read):
+            return False
+        try:
+            result = self.cluster.write_status(view.namespace, view.name, view.uid,
+                                               replace(status, time=utc(now).isoformat()).to_dict(),
+                                               memory.status_object)
+        except KubeError as exc:
+            self.metrics.errors.labels("kube_write").inc()
+            errors.append(f"{view.namespace}/{view.name}: writing status failed: {exc}")
+            return False
+        memory.status_object, memory.status_copy = result.stored, None  # newer than any copy left to make
+        memory.status_written, memory.status_written_at = decided, now
+        return result.written
+
+    def _publish(self, view: WorkloadView, outcome: WorkloadOutcome, now: float, write: bool,
+                 errors: list[str]) -> WorkloadOutcome:
+        """Publish what this tick's ``_apply`` made of the Deployment, once the tick's replays have run (they come
+        last, so as not to hold a scale-up back): its status, with the self-tuning state as it stands now, and the
+        Events of that state. So a replay's record and choice are published by the tick that ran it, not the next
+        one, which a process that stops after this tick (``run --once``, a lost lease) would never run; and the
+        status is still written at most once a tick."""
+        memory = self._memory.get((view.namespace, view.name))
+        if memory is None or memory.status_built is None:
+            return outcome
+        status, memory.status_built = memory.status_built, None
+        if write:
+            self._tell_tuning(view, memory, now, errors)
+        if self._write_status(view, memory, replace(status, tuning=_tuning_status(memory)), now, errors):
+            return replace(outcome, actions=(*outcome.actions, "status written"))
+        return outcome
 
     def _scaled_down(self, view: WorkloadView, desired: int, marks: ScaleDownMarks | None, now: float) -> str:
         """Record how the pods of a scale-down just applied were chosen (the status's ``scaleDown``), count and log
@@ -407,3 +431,11 @@ class PlanApplier(MetricsExport):
         if not cfg.allows_namespace(key[0]):
             return f"namespace {key[0]} is not in the configuration's namespaces"
         return "the Deployment is not opted in (no enabled label) or is gone"
+
+
+def _tuning_status(memory: Memory) -> dict[str, Any] | None:
+    """The status's self-tuned operating point: the candidates replayed, their GPU-hours and attainment, the choice;
+    with the objective and sizing it was made for and when it ran, so a restarted controller continues it."""
+    if memory.tuning is None:
+        return None
+    return {**memory.tuning.to_dict(), "inputs": list(memory.tuning_inputs or ()), "tried": memory.tuning_tried}

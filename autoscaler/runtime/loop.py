@@ -1,4 +1,4 @@
-"""The control loop: one tick = snapshot -> forecast -> plan -> money -> apply.
+"""The control loop: one tick = snapshot -> forecast -> plan -> money -> apply -> self-tuning replays -> statuses.
 
 Why it is shaped this way (kopf's and Karpenter's lessons): every tick first *reads* (Deployments,
 their start-up times, one fleet-wide Prometheus query), then *decides* with pure functions
@@ -9,8 +9,10 @@ money stage (``autoscaler.runtime.money``) prices the whole plan, holds it under
 GPU headroom and alerts in step (and places scheduled training gangs on the median forecasts of the cached
 models, which the loop lends it as ``_GangForecasts``: no refit, only when such gangs exist); only then is each
 decision applied. So ``--dry-run`` is the same tick
-with the last phase replaced by printing, and a test can drive ticks with a fake clock, a recording
-cluster and a real Prometheus.
+with the writes replaced by printing, and a test can drive ticks with a fake clock, a recording
+cluster and a real Prometheus. The self-tuning replays due come after the writes (``tuning_schedule``): a replay
+takes seconds and must not hold a scale-up back; what they choose applies from the next tick, and is in the statuses
+published last (``apply._publish``).
 
 The controller is split by concern: this module is the tick (read, plan each Deployment through the engine, the
 money stage, apply); ``reads`` holds the snapshot reads and what they tell, ``tuning_schedule`` when self-tuning
@@ -334,14 +336,14 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         # scale-downs first: a GPU a spare gives back is free for a replica another plan adds (engine.spare)
         order = sorted(range(len(plans)), key=lambda i: decisions[i].desired_replicas - plans[i].view.replicas)
         concluded = {i: self._conclude(plans[i], decisions[i], now, write, errors, loads) for i in order}
-        outcomes.extend(concluded[i] for i in range(len(plans)))
         # The self-tuning replays run last, once this tick's plans are written (a replay never delays a scale-up),
         # their choices applying from the next tick; on nodes of the size the money stage read for each Deployment's
-        # NodePool, as the simulator's cluster has them.
+        # NodePool, as the simulator's cluster has them. Then the statuses, with what the replays found.
         self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the writes
             cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
             else self.tune_budget_seconds)
         self._replay_due(now, errors, money.gpus_per_node)
+        outcomes.extend(self._publish(plans[i].view, concluded[i], now, write, errors) for i in range(len(plans)))
         return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
 
     @staticmethod

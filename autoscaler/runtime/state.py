@@ -25,6 +25,7 @@ from autoscaler.domain.coldstart import ColdStartProfile
 from autoscaler.domain.demand import DemandUnit
 from autoscaler.domain.learned_capacity import LearnedCapacity
 from autoscaler.domain.scaledown import ScaleDownMarks, has_marks
+from autoscaler.domain.status import DeploymentStatus
 from autoscaler.domain.types import ScalingDecision, ScalingPolicy, Step
 from autoscaler.engine.forecasting import ForecastKeeper
 from autoscaler.ports import Cluster, EventType, PodStartups, StatusObject, WorkloadView
@@ -144,6 +145,7 @@ class Memory:
     overwrites: tuple[float, ...] = ()
     status_written: dict[str, Any] | None = None
     status_written_at: float = -math.inf
+    status_built: DeploymentStatus | None = None  # the status this tick's ``_apply`` made, until ``_publish`` writes it
     # The status it left (autoscaler.domain.status): looked for (its namespace's status objects listed; until then
     # no status is written, which would drop the self-tuning days it may hold), the object as last read or written
     # (None: none known), the status to resume from, and one an older version's annotation holds that is to be

@@ -238,9 +238,9 @@ class TuningSchedule(ControllerBase):
                 self.metrics.record_gpu_hours.labels(*key, point).set(gpu_hours)
                 self.metrics.record_attainment.labels(*key, point).set(attained)
         self.metrics.beaten_by_hpa.labels(*key).set(1 if versus is not None and versus.beaten else 0)
-        # Told by the next applied tick, once per transition (reachable is assumed before anything was told). Where
-        # the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and once more
-        # when the forecast earns its place again.
+        # Told when this tick publishes (``_publish``), once per transition (reachable is assumed before anything was
+        # told). Where the forecast's bands buy nothing, the controller runs as the HPA started early: said once, and
+        # once more when the forecast earns its place again.
         memory.tuning_state = (result.slo_state, chosen.lead_only, result.reason)
 
 
