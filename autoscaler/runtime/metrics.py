@@ -96,6 +96,17 @@ class ControllerMetrics:
             "Forecaster fits due this tick but left for a later one (over the tick's fitting budget).",
             registry=r,
         )
+        self.replays_waiting = Gauge(
+            "predictive_autoscaler_tuning_replays_waiting",
+            "Self-tuning replays due this tick but left for a later one (over the tick's budgets, or no worker free): "
+            "how far the fleet's tunings are behind.",
+            registry=r,
+        )
+        self.replays_in_workers = Gauge(
+            "predictive_autoscaler_tuning_replays_in_workers",
+            "Self-tuning replays handed to the loop.replay_workers processes and not taken back yet.",
+            registry=r,
+        )
         self.tick_seconds = Histogram(
             "predictive_autoscaler_tick_duration_seconds",
             "Wall time of one control-loop tick.",

@@ -164,17 +164,22 @@ class TuningSchedule(ControllerBase):
         if workers:
             each = math.ceil(cfg.loop.interval_seconds / self._replay_seconds) if self._replay_seconds else 1
             room = workers * min(max(1, each), MAX_HANDED_PER_WORKER) - len(running)
-            if time.perf_counter() <= self._fit_deadline:  # handing over costs a pickle each, not a replay
-                for job, memory, history in ready[:max(0, room)]:
-                    call, previous = self._replay_call(job, memory, history, gpus_per_node)
-                    self.replay_pool.submit(job.key, call, (job, previous), workers)
+            handed = max(0, room) if time.perf_counter() <= self._fit_deadline else 0  # a pickle each, not a replay
+            for job, memory, history in ready[:handed]:
+                call, previous = self._replay_call(job, memory, history, gpus_per_node)
+                self.replay_pool.submit(job.key, call, (job, previous), workers)
+            self.metrics.replays_waiting.set(len(ready) - min(handed, len(ready)))
+            self.metrics.replays_in_workers.set(len(self.replay_pool.running()))
             return
+        self.metrics.replays_in_workers.set(0)
         deadline = min(self._fit_deadline, self._tune_deadline)
-        for n, (job, memory, history) in enumerate(ready):
+        ran = 0
+        for job, memory, history in ready:
             # the first replay of a tick needs only what the fits left; the next ones must also end in time
             clock = time.perf_counter()
-            if clock > self._fit_deadline or (n and clock + self._replay_seconds > deadline):
+            if clock > self._fit_deadline or (ran and clock + self._replay_seconds > deadline):
                 break
+            ran += 1
             started = time.perf_counter()
             call, previous = self._replay_call(job, memory, history, gpus_per_node)
             (result,) = self.replay_pool.run([call])
@@ -182,6 +187,7 @@ class TuningSchedule(ControllerBase):
                 took = time.perf_counter() - started
                 self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
             self._take_tuning(job, previous, result, now, errors)
+        self.metrics.replays_waiting.set(len(ready) - ran)
 
     def _take_tuning(self, job: Replay, previous: Tuning | None, result: Tuning | Exception, now: float,
                      errors: list[str]) -> None:

@@ -245,8 +245,10 @@ def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
 
     for i in range(3):
         rig.controller.tick(now + 30 * i)
-        # the dearest first: a large fleet's first tunings take hours
+        # the dearest first: a large fleet's first tunings take hours, and how far behind they are is exported
         assert tuned() == [name for _, name in names[:i + 1]]
+        assert rig.metric("predictive_autoscaler_tuning_replays_waiting", {}) == 2 - i
+    assert rig.metric("predictive_autoscaler_tuning_replays_in_workers", {}) == 0
 
 
 def test_replay_workers_run_the_replays_in_the_background(
@@ -256,9 +258,9 @@ def test_replay_workers_run_the_replays_in_the_background(
                                                                              "  step: 1m\n  replay_workers: 2\n"),
                             "tuning-config.yaml")
     source = make_source(prometheus_server.url)
-    controller = Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: cfg)
+    metrics = ControllerMetrics()
+    controller = Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: cfg, metrics=metrics)
     controller.fit_budget_seconds = 120.0
-    controller.tune_budget_seconds = 1e-6  # one round a tick: as many replays as there are workers
     now = prometheus_server.now - 1800
     names = [("serving", "llama-chat"), ("serving", "mistral-code"), ("research", "qwen-eval")]
 
@@ -272,6 +274,8 @@ def test_replay_workers_run_the_replays_in_the_background(
         assert len(controller.replay_pool.running()) == 2
         assert ("serving", "llama-chat") in controller.replay_pool.running()
         assert tuned() == 0
+        assert metrics.registry.get_sample_value("predictive_autoscaler_tuning_replays_in_workers") == 2
+        assert metrics.registry.get_sample_value("predictive_autoscaler_tuning_replays_waiting") == 1
         # the ticks go on while they run; each takes back what finished and hands the third to an idle worker
         t, waited = now, time.monotonic() + 180
         while tuned() < 3 and time.monotonic() < waited:
