@@ -212,6 +212,9 @@ class DeploymentStatus:
     # The HorizontalPodAutoscalers that also scale it (``autoscaler.domain.contention``): while there are any, a
     # Deployment annotated ``mode: scale`` runs as advisory.
     scaled_by: tuple[str, ...] = ()
+    # What its Events last told of each condition still in force (``runtime.notices``: the metrics outage, GPUs that
+    # do not come, a rollout holding a scale-down, ...), so that a restarted controller tells only what changed.
+    told: Mapping[str, bool | str] | None = None
 
     def decided(self) -> dict[str, Any]:
         """The part that changes only when the decision does (counts, mode, warm pool, which rules set which count,
@@ -245,6 +248,8 @@ class DeploymentStatus:
         }
         if self.scaled_by:
             out["scaledBy"] = list(self.scaled_by)
+        if self.told:
+            out["told"] = dict(self.told)
         if self.time is not None:
             out["time"] = self.time
         return out
@@ -279,4 +284,6 @@ class DeploymentStatus:
             scale_down=_opt(data, "scaleDown", Mapping, "an object"),
             time=_opt(data, "time", str, "a string"),
             scaled_by=tuple(n for n in _opt(data, "scaledBy", list, "a list") or () if isinstance(n, str)),
+            told={k: v for k, v in (_opt(data, "told", Mapping, "an object") or {}).items()
+                  if isinstance(k, str) and isinstance(v, (bool, str))} or None,
         )

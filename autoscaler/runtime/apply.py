@@ -48,6 +48,7 @@ from autoscaler.runtime.export import MetricsExport
 from autoscaler.runtime.state import (
     LOGGER,
     MARK_SWEEP_SECONDS,
+    RESUMED_NOTICES,
     STATUS_REFRESH_SECONDS,
     Key,
     Memory,
@@ -338,7 +339,8 @@ class PlanApplier(MetricsExport):
         status, memory.status_built = memory.status_built, None
         if write:
             self._tell_tuning(view, memory, now, errors)
-        if self._write_status(view, memory, replace(status, tuning=_tuning_status(memory)), now, errors):
+        told = memory.notices.states(RESUMED_NOTICES) or None
+        if self._write_status(view, memory, replace(status, tuning=_tuning_status(memory), told=told), now, errors):
             return replace(outcome, actions=(*outcome.actions, "status written"))
         return outcome
 

@@ -46,6 +46,11 @@ class Notices:
         self._told[subject] = True
         return True
 
+    def states(self, subjects: tuple[str, ...]) -> dict[str, bool | str]:
+        """The told state of each of ``subjects`` that has one a status can carry (true/false or a word), for a
+        restarted controller to ``set`` again."""
+        return {s: v for s in subjects if isinstance(v := self._told.get(s), (bool, str))}
+
     def set(self, subject: Hashable, state: object) -> None:
         """Record ``state`` as told without saying it (it was told by someone else: a resumed status)."""
         self._told[subject] = state

@@ -56,6 +56,7 @@ from autoscaler.runtime.state import (
     LOGGER,
     POD_LOAD_QUERY,
     REFETCH_BINS,
+    RESUMED_NOTICES,
     STARTUP_RECHECK_SECONDS,
     ControllerBase,
     CurrentDemandSource,
@@ -387,6 +388,9 @@ class SnapshotReads(ControllerBase):
                     if saved.scaled_by:  # the controller that wrote it saw these HPAs and told of them (``_contend``)
                         memory.notices.set("contention", saved.scaled_by)
                         memory.scalers = memory.scalers or saved.scaled_by  # the last read, should this tick's fail
+                    for subject, state in (saved.told or {}).items():  # what its Events told (``RESUMED_NOTICES``)
+                        if subject in RESUMED_NOTICES:
+                            memory.notices.set(subject, state)
                     memory.last_scale_down = saved.scale_down  # the last scale-down outlives a restart too
                     if saved.desired_replicas == view.replicas:  # the spares it names are the ones standing now
                         memory.spares_planned, memory.spares_lent = lent_in(

@@ -72,6 +72,13 @@ CAPACITY_BATCH = 100  # Deployments a tick reads the evidence of (whole namespac
 # capacity shapes nothing: no replica count is derived from it (the plan is a hold, engine.deciding.capacity_hold).
 FORECAST_ONLY_CAPACITY = 1.0
 
+# The Events whose last told state the status keeps (``DeploymentStatus.told``) and a restarted controller resumes,
+# so it tells only what changed while it was away (a metrics outage that ended, GPUs that came): the metrics outage,
+# the demand formula's fallback, pods waiting for GPUs, a capacity not learned, a rollout holding a scale-down,
+# another writer setting the replicas back. The HPAs it told of and the self-tuning state resume from their own parts
+# of the status (``scaledBy``, ``tuning``).
+RESUMED_NOTICES = ("outage", "degraded", "gpus", "capacity", "rollout", "overwritten")
+
 # A replay costs about 1.5 s of CPU: a tick starts replays for at most this share of the loop interval (and only in
 # what its fits left of theirs), so a fleet's daily replays spread over many ticks instead of stretching some.
 TUNE_BUDGET_SHARE = 1 / 10

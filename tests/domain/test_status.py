@@ -134,6 +134,16 @@ def test_the_hpas_that_also_scale_it_are_published_only_when_there_are_any() -> 
         DeploymentStatus.from_dict({**_published(), "scaledBy": "llama-cpu"})
 
 
+def test_what_the_events_told_is_kept_and_an_entry_of_another_kind_is_left_out() -> None:
+    assert "told" not in DeploymentStatus.from_dict(_published()).to_dict()
+    told = DeploymentStatus.from_dict({**_published(), "told": {"outage": True, "rollout": "held", "odd": [1]}})
+    assert told.told == {"outage": True, "rollout": "held"}
+    assert told.to_dict()["told"] == {"outage": True, "rollout": "held"}
+    assert told.decided() != DeploymentStatus.from_dict(_published()).decided()  # a transition is written
+    with pytest.raises(ValueError, match="told"):
+        DeploymentStatus.from_dict({**_published(), "told": ["outage"]})
+
+
 def test_an_older_status_without_newer_keys_reads_with_their_defaults() -> None:
     old = {k: v for k, v in _published().items() if k not in ("demandUnit", "tokenWeights", "scaleDown", "capacity")}
     status = DeploymentStatus.from_dict(old)

@@ -15,7 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
 
+from autoscaler.adapters.kube import KubeCluster
+from autoscaler.config.schema import Config
 from autoscaler.domain.annotations import PREFIX
 from autoscaler.domain.status import STATUS_DATA_KEY, status_object_name
 from autoscaler.engine.deciding import (
@@ -23,7 +26,8 @@ from autoscaler.engine.deciding import (
     CURRENT_DEMAND_WIDE_WINDOW_SECONDS,
     CURRENT_DEMAND_WINDOW_SECONDS,
 )
-from autoscaler.runtime.loop import TickReport
+from autoscaler.runtime.loop import Controller, TickReport
+from autoscaler.runtime.metrics import ControllerMetrics
 from autoscaler.runtime.state import WorkloadOutcome
 from tests.kube.conftest import pod, stored_status
 from tests.kube.fakeapi import FakeKubeAPI
@@ -322,6 +326,35 @@ def test_prometheus_outage_holds_replicas_warns_once_and_recovers_by_itself(
     assert replicas(rig.fake, "research", "qwen-eval") == 6
     rig.controller.tick(recovered_at + STEP)
     assert len([r for r in reasons(rig) if r[2].startswith("Metrics")]) == 6, "no repeats"
+
+
+def test_a_controller_restarted_during_an_outage_does_not_warn_again_and_tells_the_recovery(
+    rig: Rig, now0: int, api_client: client.ApiClient, loop_config: Config,
+) -> None:
+    """What the Events told is in the status (``told``): a new process (an upgrade, a new leader) does not post
+    MetricsUnavailable again while the outage lasts, and does post MetricsRecovered when it ends."""
+    assert rig.controller.tick(now0).ok
+    down = make_source(f"http://127.0.0.1:{free_port()}")  # nothing listens there; retries=0
+    rig.controller.source = down
+    assert not rig.controller.tick(now0 + STEP).ok
+    unavailable = [r for r in reasons(rig) if r[2] == "MetricsUnavailable"]
+    assert len(unavailable) == 3
+    assert published(rig.fake, "serving", "llama-chat")["told"]["outage"] is True
+
+    def restart(source: Any) -> Controller:  # in memory only what the status holds
+        return Controller(KubeCluster(api_client, instance="test-controller"), source, lambda: loop_config,
+                          metrics=ControllerMetrics())
+
+    assert not restart(down).tick(now0 + 2 * STEP).ok  # still down: nothing new to tell
+    down.close()
+    assert [r for r in reasons(rig) if r[2] == "MetricsUnavailable"] == unavailable
+    assert restart(rig.source).tick(now0 + 3 * STEP).ok  # back, seen by yet another process: told once
+    assert sorted(r for r in reasons(rig) if r[2] == "MetricsRecovered") == [
+        ("llama-chat", "Normal", "MetricsRecovered"),
+        ("mistral-code", "Normal", "MetricsRecovered"),
+        ("qwen-eval", "Normal", "MetricsRecovered"),
+    ]
+    assert published(rig.fake, "serving", "llama-chat")["told"]["outage"] is False
 
 
 def test_a_failed_scale_is_reported_counted_and_retried_next_tick(rig: Rig, now0: int) -> None:

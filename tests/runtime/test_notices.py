@@ -51,6 +51,15 @@ def test_a_resumed_state_is_not_said_again_and_a_forgotten_one_is() -> None:
     assert teller.said == ["reachable", "unreachable"]
 
 
+def test_the_states_a_status_can_carry_are_given_for_the_subjects_asked() -> None:
+    notices = Notices()
+    notices.set("outage", True)
+    notices.set("rollout", "held")
+    notices.set("contention", ("llama-cpu",))  # not a state a status carries here
+    notices.once(("expired", "gang"), lambda: None)
+    assert notices.states(("outage", "rollout", "contention", "gpus")) == {"outage": True, "rollout": "held"}
+
+
 def test_once_says_a_note_the_first_time_until_forgotten() -> None:
     notices, teller = Notices(), Teller()
     assert [notices.once("pool unpriced", lambda: teller("note")) for _ in range(3)] == [True, False, False]
