@@ -342,7 +342,11 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._tune_deadline = time.perf_counter() + (  # replays get their own time, after the writes
             cfg.loop.interval_seconds * TUNE_BUDGET_SHARE if self.tune_budget_seconds is None
             else self.tune_budget_seconds)
-        self._replay_due(now, errors, money.gpus_per_node)
+        try:
+            self._replay_due(now, errors, money.gpus_per_node)
+        except Exception as exc:  # a bug in scheduling the replays must not cost the tick its statuses
+            self.metrics.errors.labels("tuning").inc()
+            errors.append(f"self-tuning replays not run this tick ({type(exc).__name__}: {exc})")
         outcomes.extend(self._publish(plans[i].view, concluded[i], now, write, errors) for i in range(len(plans)))
         return self._finish(now, acting, metrics_ok, tuple(outcomes), errors, started, money)
 

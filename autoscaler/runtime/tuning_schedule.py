@@ -147,8 +147,7 @@ class TuningSchedule(ControllerBase):
         self.replay_pool.resize(workers)
         for _, (job, previous), result in self.replay_pool.finished():
             if isinstance(result, Tuning):
-                took = result.cpu_seconds
-                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
+                self._time_replay(result.cpu_seconds)
             self._take_tuning(job, previous, result, now, errors)
         running = self.replay_pool.running()
         ready: list[tuple[Replay, Memory, TrafficSeries]] = []
@@ -184,10 +183,13 @@ class TuningSchedule(ControllerBase):
             call, previous = self._replay_call(job, memory, history, gpus_per_node)
             (result,) = self.replay_pool.run([call])
             if isinstance(result, Tuning):
-                took = time.perf_counter() - started
-                self._replay_seconds = took if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * took
+                self._time_replay(time.perf_counter() - started)
             self._take_tuning(job, previous, result, now, errors)
         self.metrics.replays_waiting.set(len(ready) - ran)
+
+    def _time_replay(self, seconds: float) -> None:
+        """Fold one replay's duration into the running mean the next ones are planned by."""
+        self._replay_seconds = seconds if not self._replay_seconds else 0.8 * self._replay_seconds + 0.2 * seconds
 
     def _take_tuning(self, job: Replay, previous: Tuning | None, result: Tuning | Exception, now: float,
                      errors: list[str]) -> None:

@@ -227,6 +227,23 @@ def test_a_tick_writes_its_scale_ups_before_it_runs_a_replay(
     assert scales_seen[:1] == [1]  # ... and its first replay ran after that write
 
 
+def test_a_bug_in_running_the_replays_is_reported_and_the_statuses_are_still_written(
+    tuning_rig: Rig, prometheus_server: PrometheusServer,
+) -> None:
+    rig = tuning_rig
+
+    class Broken(ReplayPool[tuple[Replay, Tuning | None]]):
+        def run(self, jobs: Sequence[TuneJob]) -> list[Tuning | Exception]:
+            raise RuntimeError("a bug")
+
+    rig.controller.replay_pool = Broken()
+    report = rig.controller.tick(prometheus_server.now - 1800)
+    assert "self-tuning replays not run this tick (RuntimeError: a bug)" in report.errors
+    assert rig.metric("predictive_autoscaler_errors_total", {"kind": "tuning"}) == 1
+    assert all("status written" in w.actions for w in report.workloads)  # the tick's own work is all there
+    assert _status(rig.fake, "serving", "llama-chat")["tuning"] is None
+
+
 def test_a_tight_tuning_budget_runs_one_replay_a_tick_and_the_rest_later(
     tuning_rig: Rig, prometheus_server: PrometheusServer,
 ) -> None:
