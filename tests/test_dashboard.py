@@ -449,8 +449,8 @@ def test_the_dashboard_shows_what_an_operator_watches() -> None:
         "forecast_requests_per_second", "demand_requests_per_second", "desired_replicas", "current_replicas",
         "ready_replicas", "lead_seconds", "warm_pool_replicas", "projected_cost_dollars_per_hour",
         "cost_ceiling_dollars_per_hour", "gang_planned_start_timestamp_seconds", "gpus_unavailable",
-        "errors_total", "tick_duration_seconds_bucket", "deferred_fits", "metrics_source_up", "is_leader",
-        "replicas_overwritten_total",
+        "errors_total", "tick_duration_seconds_bucket", "deferred_fits", "tuning_replays_waiting", "metrics_source_up",
+        "is_leader", "replicas_overwritten_total",
     }
     assert not {w for w in wanted if f"predictive_autoscaler_{w}" not in text}
     assert "by (kind)" in " ".join(text.split())
