@@ -226,6 +226,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self._tune_deadline = math.inf
         self._replays: list[Replay] = []  # self-tuning replays this tick's plans found due
         self._replay_seconds = 0.0  # running mean wall time of one round of replays (0: none run yet)
+        self._acted = False  # the last tick acted: a tick that acts after one that did not takes over (``tick``)
         self.replay_pool = ReplayPool()  # the worker processes of loop.replay_workers (none by default)
         self._deferred_fits = 0
         self._swept_at = -math.inf  # when the pods with marks of ours were last listed (MARK_SWEEP_SECONDS)
@@ -248,6 +249,12 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         cfg = self._config()
         write = acting and not self.dry_run
         self.metrics.leader.set(1 if acting else 0)
+        if acting and not self._acted:
+            # A standby taking over (a lost lease, an upgrade): what the last leader told, chose and wrote is in the
+            # statuses, not in this replica's memory (it wrote nothing, told nothing): read them again this tick.
+            for memory in self._memory.values():
+                memory.status_read = memory.tuning_read = False
+        self._acted = acting
         errors: list[str] = []
         try:
             views = [v for v in self.cluster.list_workloads() if cfg.allows_namespace(v.namespace)]

@@ -107,12 +107,14 @@ class TuningSchedule(ControllerBase):
         """Continue from the self-tuning state the saved status holds (written by this controller before a restart, or
         by the previous leader, in the status object or an older version's annotation): its pooled days, error
         budget and choice, for the objective and sizing it was made for. A replay this controller already ran is
-        kept. A state that cannot be read is logged and tuning starts over, as it would without one."""
-        if memory.tuning is not None:
-            return
+        kept unless the saved one is newer (a standby that replayed while another replica led takes over the leader's
+        record, which knows what ran). A state that cannot be read is logged and tuning starts over, as it would
+        without one."""
         try:
             saved = memory.saved_tuning
             if not saved or saved.get("chosen") is None:
+                return
+            if memory.tuning is not None and memory.tuning.at > float(saved["at"]):
                 return
             tuning = Tuning.from_dict(saved)
             inputs = tuple(float(v) for v in saved["inputs"])

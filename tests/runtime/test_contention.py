@@ -151,6 +151,25 @@ def test_a_failed_hpa_list_keeps_the_last_read_and_is_reported(rig: Rig, now0: i
     assert llama_replicas(rig) > 2
 
 
+def test_a_standby_that_takes_over_tells_only_what_the_leader_did_not(
+    rig: Rig, now0: int, api_client: client.ApiClient, loop_config: Config
+) -> None:
+    """The standby wrote and told nothing; what the leader told is in the statuses, which it reads again when it
+    takes over: no second Warning for the HPA the leader already named, and the HPA's going is told."""
+    standby = Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: loop_config,
+                         metrics=ControllerMetrics())
+    assert standby.tick(now0, acting=False).ok  # first sight of the statuses: nothing told yet
+    rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
+    assert rig.controller.tick(now0 + STEP).ok  # the leader names the HPA once
+    assert standby.tick(now0 + STEP, acting=False).ok
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED]
+    assert standby.tick(now0 + 2 * STEP).ok  # the leader's lease is lost: the standby acts
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED]
+    rig.fake.remove("horizontalpodautoscalers", "serving", "llama-cpu")
+    assert standby.tick(now0 + 3 * STEP).ok
+    assert [e[1] for e in contention_events(rig)] == [EVENT_REASON_CONTENDED, EVENT_REASON_RESOLVED]
+
+
 def test_a_standby_says_nothing_and_scales_nothing(rig: Rig, now0: int) -> None:
     rig.fake.add("horizontalpodautoscalers", hpa("serving", "llama-cpu", "llama-chat"))
     assert rig.controller.tick(now0, acting=False).ok
