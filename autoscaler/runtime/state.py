@@ -324,6 +324,7 @@ class ControllerBase:
     _memory: dict[Key, Memory]
     _replays: list[Replay]
     _replay_seconds: float
+    _acted: bool  # this tick acts (this replica leads, or runs dry)
     _fit_deadline: float
     _tune_deadline: float
     _deferred_fits: int

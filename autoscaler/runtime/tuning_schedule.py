@@ -145,6 +145,12 @@ class TuningSchedule(ControllerBase):
         interval's worth (by the replays' running mean CPU time; one each until a replay has come back), so the
         workers stay busy until the next tick, and a replay runs on a history at most about a tick old."""
         cfg = self._config()
+        if not self._acted:  # a standby: the leader tunes, and its record is read back at a takeover (``tick``)
+            self._replays = []
+            self.replay_pool.resize(0)  # its workers, had it led before, are stopped
+            self.metrics.replays_waiting.set(0)
+            self.metrics.replays_in_workers.set(0)
+            return
         workers = cfg.loop.replay_workers
         self.replay_pool.resize(workers)
         for _, (job, previous), result in self.replay_pool.finished():

@@ -359,6 +359,32 @@ def test_a_restarted_controller_continues_the_pooled_days_and_the_choice_from_th
     assert _status(rig.fake, "serving", "llama-chat")["tuning"]["days_pooled"] == 2
 
 
+def test_a_standby_replays_nothing_and_takes_over_the_leaders_record(
+    tuning_rig: Rig, api_client: client.ApiClient, prometheus_server: PrometheusServer,
+) -> None:
+    """The leader tunes; a standby, which writes nothing, would only spend the same CPU again: it replays nothing,
+    and when it takes over it continues the record the leader's status holds."""
+    rig = tuning_rig
+    now = prometheus_server.now - 1800
+    cfg = _config(prometheus_server.url)
+    metrics = ControllerMetrics()
+    standby = Controller(KubeCluster(api_client, instance="test-controller"), rig.source, lambda: cfg,
+                         metrics=metrics)
+    standby.fit_budget_seconds = standby.tune_budget_seconds = 120.0
+    for t in (now, now + 30):
+        standby.tick(t, acting=False)  # first, so its first sight of the statuses finds none
+        rig.controller.tick(t)
+    led = _status(rig.fake, "serving", "llama-chat")["tuning"]
+    assert led["chosen"] is not None
+    labels = {"namespace": "serving", "deployment": "llama-chat"}
+    assert metrics.registry.get_sample_value("predictive_autoscaler_slo_tuned_quantile", labels) is None
+    assert standby.tick(now + 60).ok  # the leader is gone: the standby acts, on the leader's choice
+    assert metrics.registry.get_sample_value("predictive_autoscaler_slo_tuned_quantile", labels) == led["chosen"]
+    status = _status(rig.fake, "serving", "llama-chat")
+    assert status["tuning"]["days"] == led["days"]  # the leader's record, not one of its own
+    assert f"p{led['chosen']}" in status["forecast"]["bands"]
+
+
 def test_an_upgrade_resumes_from_the_annotation_an_older_version_left_and_moves_it(
     tuning_rig: Rig, api_client: client.ApiClient, prometheus_server: PrometheusServer,
 ) -> None:
