@@ -92,6 +92,24 @@ def test_once_exits_0_after_acting_as_leader_and_releases_the_lease(
     assert capsys.readouterr().out == "", "without --dry-run nothing is printed"
 
 
+def test_once_runs_its_replays_in_its_own_tick_even_with_replay_workers(
+    files: tuple[str, str], fleet: FakeKubeAPI, at: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``--once`` process exits after its tick: replays handed to workers would never come back."""
+    kubeconfig, config = files
+    text = Path(config).read_text(encoding="utf-8")
+    Path(config).write_text(text.replace("  step: 1m\n", "  step: 1m\n  replay_workers: 2\n"), encoding="utf-8")
+    assert "replay_workers: 2" in Path(config).read_text(encoding="utf-8")
+
+    code = main(["run", "--once", "--no-leader-election", "--kubeconfig", kubeconfig, "--config", config,
+                 "--at", str(at)])
+
+    assert code == 0, capsys.readouterr().err
+    tuning = stored_status(fleet, "serving", "llama-chat")["tuning"]
+    assert tuning is not None  # replayed (a day of history is too little to choose on: it says so)
+    assert "not enough history to tune" in tuning["reason"]
+
+
 def test_once_exits_1_when_metrics_fail_and_holds_replicas(
     files: tuple[str, str], fleet: FakeKubeAPI, at: int, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -180,8 +181,15 @@ def run(args: argparse.Namespace) -> int:
     cfg: Config = store.current()
     source = prometheus_source(cfg.prometheus, args.prometheus_url)
     money = MoneyStage(capacity=_capacity(api, cfg.karpenter), training=_training(api, cfg), alerts=_sink(cfg.alerts))
-    controller = Controller(KubeCluster(api, instance=args.identity), source, store.current, dry_run=args.dry_run,
-                            money=money, learn_capacity=True)
+    def in_one_tick() -> Config:
+        """``--once``: the config with the replays in the tick's own process (one tick would hand them to workers and
+        exit before they came back, its tunings lost)."""
+        now = store.current()
+        return replace(now, loop=replace(now.loop, replay_workers=0))
+
+    controller = Controller(KubeCluster(api, instance=args.identity), source,
+                            in_one_tick if args.once else store.current, dry_run=args.dry_run, money=money,
+                            learn_capacity=True)
     clock = SystemClock()
     leader = None
     if not (args.dry_run or args.no_leader_election):
