@@ -225,7 +225,7 @@ class Controller(SnapshotReads, TuningSchedule, PlanApplier):
         self.tune_budget_seconds: float | None = None
         self._tune_deadline = math.inf
         self._replays: list[Replay] = []  # self-tuning replays this tick's plans found due
-        self._replay_seconds = 0.0  # running mean wall time of one round of replays (0: none run yet)
+        self._replay_seconds = 0.0  # running mean duration of one replay (0: none run yet; ``_time_replay``)
         self._acted = False  # the last tick acted: a tick that acts after one that did not takes over (``tick``)
         self.replay_pool = ReplayPool()  # the worker processes of loop.replay_workers (none by default)
         self._deferred_fits = 0
