@@ -725,41 +725,38 @@ def _tune_findings(result: SizeResult) -> list[str]:
                      f"{_fmt_s(statistics.median(t['phases']['forecast'] for t in fitting))} of "
                      f"{_fmt_s(statistics.median(t['wall'] for t in fitting))}, median): the budget spreads the "
                      "fleet's first fits over the ticks after the cold one.")
-    start = result.one("start") or {}
-    workers = int(start.get("replay_workers", 0))
-    if rest and workers:
-        replays = sum(t.get("replays", 0) for t in rest)
-        pace = replays / len(rest)
-        untuned = steady[-1].get("untuned", 0)
-        interval_seconds = load_config().loop.interval_seconds
+    if not rest:
+        return lines
+    workers = int((result.one("start") or {}).get("replay_workers", 0))
+    pace = sum(t.get("replays", 0) for t in rest) / len(rest)  # replays a tick, once the first fits are made
+    untuned = steady[-1].get("untuned", 0)
+    interval_seconds = load_config().loop.interval_seconds  # what the ticks ran with (the default config)
+    eta = (f"the fleet's first tunings take about {untuned / pace:,.0f} more ticks "
+           f"(~{untuned / pace * interval_seconds / 3600:.1f} h)" if pace > 0 and untuned else "")
+    if workers:
         lines.append(
             f"- The other {len(rest)} (median), paced at the loop interval in real time with `loop.replay_workers: "
             f"{workers}`: {_fmt_s(statistics.median(t['wall'] for t in rest))} a tick, of which "
             f"{_fmt_s(statistics.median(t['phases']['tune'] for t in rest))} handing replays to the workers and taking "
             f"back the finished ones; the workers replay between ticks, {pace:.1f} replays came back a tick "
-            f"({replays:,} in these ticks; {untuned:,} Deployments still without one after the last)"
-            + (f". At that pace the fleet's first tunings take about {untuned / pace:,.0f} more ticks "
-               f"(~{untuned / pace * interval_seconds / 3600:.1f} h)." if pace > 0 and untuned else "."))
-    elif rest:
-        replays = sum(t.get("replays", 0) for t in steady)
-        per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
-        own = statistics.median(t["wall"] - t["phases"]["tune"] for t in rest)
-        tune = statistics.median(t["phases"]["tune"] for t in rest)
-        untuned = steady[-1].get("untuned", 0)
-        interval_seconds = load_config().loop.interval_seconds  # what the ticks ran with (the default config)
-        budget = interval_seconds * TUNE_BUDGET_SHARE
-        pace = sum(t.get("replays", 0) for t in rest) / len(rest)  # replays a tick, once the first fits are made
-        lines.append(
-            f"- The other {len(rest)} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
-            f"self-tuning replays ({replays:,} replays in these ticks, {_fmt_s(per)} each; "
-            f"{untuned:,} Deployments still without one after the last). Every Deployment's first replay falls due "
-            "once its model is fitted; they run once the plans are written, one a tick whatever it costs and more "
-            f"only within the tuning budget ({_fmt_s(budget)}, a tenth of the loop interval)"
-            + (f", so a first replay, which also replays up to a week of the history before it, overruns the budget "
-               f"by {per / budget:.1f}x" if per > budget else "")
-            + (f". At {pace:.1f} a tick the fleet's first tunings take about {untuned / pace:,.0f} more ticks "
-               f"(~{untuned / pace * interval_seconds / 3600:.1f} h), while those Deployments run the start point "
-               "(the HPA's own point started early)." if pace > 0 and untuned else "."))
+            f"({sum(t.get('replays', 0) for t in rest):,} in these ticks; {untuned:,} Deployments still without one "
+            "after the last)" + (f". At that pace {eta}." if eta else "."))
+        return lines
+    replays = sum(t.get("replays", 0) for t in steady)
+    per = sum(t["phases"]["tune"] for t in steady) / replays if replays else math.nan
+    own = statistics.median(t["wall"] - t["phases"]["tune"] for t in rest)
+    tune = statistics.median(t["phases"]["tune"] for t in rest)
+    budget = interval_seconds * TUNE_BUDGET_SHARE
+    lines.append(
+        f"- The other {len(rest)} (median): {_fmt_s(own)} of the tick's own work and {_fmt_s(tune)} of "
+        f"self-tuning replays ({replays:,} replays in these ticks, {_fmt_s(per)} each; "
+        f"{untuned:,} Deployments still without one after the last). Every Deployment's first replay falls due "
+        "once its model is fitted; they run once the plans are written, one a tick whatever it costs and more "
+        f"only within the tuning budget ({_fmt_s(budget)}, a tenth of the loop interval)"
+        + (f", so a first replay, which also replays up to a week of the history before it, overruns the budget "
+           f"by {per / budget:.1f}x" if per > budget else "")
+        + (f". At {pace:.1f} a tick {eta}, while those Deployments run the start point (the HPA's own point started "
+           "early)." if eta else "."))
     return lines
 
 

@@ -181,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     cfg: Config = store.current()
     source = prometheus_source(cfg.prometheus, args.prometheus_url)
     money = MoneyStage(capacity=_capacity(api, cfg.karpenter), training=_training(api, cfg), alerts=_sink(cfg.alerts))
+
     def in_one_tick() -> Config:
         """``--once``: the config with the replays in the tick's own process (one tick would hand them to workers and
         exit before they came back, its tunings lost)."""

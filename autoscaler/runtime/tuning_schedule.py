@@ -170,12 +170,12 @@ class TuningSchedule(ControllerBase):
         self._replays = []
         if workers:
             each = math.ceil(cfg.loop.interval_seconds / self._replay_seconds) if self._replay_seconds else 1
-            room = workers * min(max(1, each), MAX_HANDED_PER_WORKER) - len(running)
+            room = workers * min(each, MAX_HANDED_PER_WORKER) - len(running)
             handed = max(0, room) if time.perf_counter() <= self._fit_deadline else 0  # a pickle each, not a replay
             for job, memory, history in ready[:handed]:
                 call, previous = self._replay_call(job, memory, history, gpus_per_node)
                 self.replay_pool.submit(job.key, call, (job, previous), workers)
-            self.metrics.replays_waiting.set(len(ready) - min(handed, len(ready)))
+            self.metrics.replays_waiting.set(max(0, len(ready) - handed))
             self.metrics.replays_in_workers.set(len(self.replay_pool.running()))
             return
         self.metrics.replays_in_workers.set(0)
@@ -183,11 +183,10 @@ class TuningSchedule(ControllerBase):
         ran = 0
         for job, memory, history in ready:
             # the first replay of a tick needs only what the fits left; the next ones must also end in time
-            clock = time.perf_counter()
-            if clock > self._fit_deadline or (ran and clock + self._replay_seconds > deadline):
+            started = time.perf_counter()
+            if started > self._fit_deadline or (ran and started + self._replay_seconds > deadline):
                 break
             ran += 1
-            started = time.perf_counter()
             call, previous = self._replay_call(job, memory, history, gpus_per_node)
             (result,) = self.replay_pool.run([call])
             if isinstance(result, Tuning):

@@ -53,8 +53,7 @@ def test_workers_choose_what_the_loops_process_chooses_and_a_failure_is_returned
     calls = [call(seed=1), call(seed=2), call(quantiles=())]  # no operating point to replay: tune raises
     pool: ReplayPool[str] = ReplayPool()
     try:
-        here = pool.run(calls)
-        assert pool.started == 0  # in the caller's process
+        here = pool.run(calls)  # in the caller's process
         for key, job in zip("abc", calls, strict=True):
             pool.submit(key, job, f"tag-{key}", workers=2)
         # handed over at once: two run, the third waits for a free worker, and the caller goes on
@@ -76,13 +75,6 @@ def test_workers_choose_what_the_loops_process_chooses_and_a_failure_is_returned
     assert isinstance(failed, Exception)
     assert type(failed) is type(here[2])
     assert str(failed) == str(here[2])
-
-
-def test_no_workers_starts_no_process() -> None:
-    pool: ReplayPool[str] = ReplayPool()
-    assert isinstance(pool.run([call()])[0], Tuning)
-    assert pool.started == 0
-    assert pool.finished() == []
 
 
 @pytest.mark.parametrize("workers", [1, 3])
