@@ -177,7 +177,8 @@ class ControllerMetrics:
         self.tuned_quantile = Gauge(
             "predictive_autoscaler_slo_tuned_quantile",
             "The warm_pool_quantile self-tuning chose for the Deployment: the cheapest operating point whose replay "
-            "of its own last day met its latency objective with a margin (or the safest, when none did).",
+            "of its own last days met its latency objective, and at the next day's lower quartile (or the safest, when "
+            "none did).",
             WORKLOAD,
             registry=r,
         )
