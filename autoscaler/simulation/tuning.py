@@ -923,8 +923,8 @@ def tune(
                   f"while it does better ({best.slo_attainment * 100:.2f}% on {span}{short})")
     elif met and budget <= slo_attainment:
         reason = (f"{_describe(best, decision.hpa_only)}: cheapest of {among} meeting {objective} on {span} "
-                  f"({best.slo_attainment * 100:.2f}% >= {need * 100:.2f}%, at the next day's lower quartile too"
-                  f"{' and on every day' if holds(best, slo_attainment, margin) else ''}, "
+                  f"({best.slo_attainment * 100:.2f}% >= {need * 100:.2f}% pooled, at the next day's lower quartile"
+                  f"{' and on every day' if holds(best, slo_attainment, margin) else ''}; "
                   f"{best.gpu_hours:.1f} GPU-h){spent}")
     elif met:
         reason = (f"{_describe(best, decision.hpa_only)}: "
