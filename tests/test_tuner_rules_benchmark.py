@@ -17,11 +17,13 @@ from benchmarks.tuner_rules import (
     estimate,
     fewest_misses_within,
     hold_hpa_point,
+    objective_first,
     record,
     replay,
     start_point,
     takeover,
     takeover_row,
+    with_margin,
     without_gate,
     without_self_check,
 )
@@ -135,3 +137,25 @@ def test_a_band_point_below_the_hpas_curve_over_the_record_is_left_out() -> None
     above = [_points(86400 * (i + 1), None, (*low, 10.0, 0.98), (*high, 15.0, 1.0), (*band, 14.0, 0.998))
              for i in range(MIN_BAND_DAYS)]
     assert bands_on_the_curve(above, 0.99) == current_rule(above, 0.99) == band
+
+
+def test_the_margin_of_before_asks_the_replay_for_a_quarter_of_the_error_budget_more() -> None:
+    cheap, dear = (LEAD_ONLY_QUANTILE, 0.7), (LEAD_ONLY_QUANTILE, 0.6)
+    # the HPA at 0.7 attains 99.1% every day: it meets 99% (no spread), but not 99.25%
+    days = [_points(86400 * (i + 1), None, (*cheap, 9.0, 0.991), (*dear, 10.0, 0.999)) for i in range(MIN_BAND_DAYS)]
+    assert current_rule(days, 0.99) == cheap
+    assert with_margin(days, 0.99) == dear
+
+
+def test_the_self_check_gives_way_only_to_a_point_that_meets_the_objective() -> None:
+    cheap, dear = (LEAD_ONLY_QUANTILE, 0.7), (LEAD_ONLY_QUANTILE, 0.5)
+    # a band point ran and did poorly: the HPA at 0.7 beat it (cheaper, fewer misses) but misses 99% too; the HPA at
+    # 0.5 meets it at more GPU-hours than what ran
+    days = [_points(86400 * (i + 1), BAND, (*BAND, 12.0, 0.95), (*cheap, 10.0, 0.97), (*dear, 15.0, 0.999))
+            for i in range(MIN_BAND_DAYS + 1)]
+    assert current_rule(days, 0.99) == cheap  # the self-check holds the point that beat the record
+    assert objective_first(days, 0.99) == dear
+    # when the point the self-check holds meets the objective, it stays
+    met = [_points(86400 * (i + 1), BAND, (*BAND, 12.0, 0.95), (*cheap, 10.0, 0.995), (*dear, 15.0, 0.999))
+           for i in range(MIN_BAND_DAYS + 1)]
+    assert objective_first(met, 0.99) == current_rule(met, 0.99) == cheap
