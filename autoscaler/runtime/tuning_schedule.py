@@ -160,10 +160,9 @@ class TuningSchedule(ControllerBase):
         running = self.replay_pool.running()
         ready: list[tuple[Replay, Memory, TrafficSeries]] = []
         for job in sorted(self._replays, key=lambda j: (self._memory[j.key].tuning_tried, -j.gpus, j.key)):
-            memory = self._memory.get(job.key)
-            history = memory.history if memory is not None else None
-            keeper = None if memory is None else memory.keeper
-            if memory is None or history is None or len(history) < 2 or keeper is None or keeper.model is None:
+            memory = self._memory[job.key]  # queued by this tick's plans, so its memory is there (the sort read it)
+            history, keeper = memory.history, memory.keeper
+            if history is None or len(history) < 2 or keeper is None or keeper.model is None:
                 continue  # no model yet: it is fitted (this or a later tick) before it is tuned
             if job.key not in running:  # a worker has its replay already
                 ready.append((job, memory, history))
