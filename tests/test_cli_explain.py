@@ -5,6 +5,7 @@ object (a ConfigMap), or the annotation an older controller wrote when there is 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -390,6 +391,13 @@ def test_explain_shows_what_ran_over_the_record_against_each_hpa_point() -> None
     (hpa,) = [line for line in lines if "hpa@0.9+lead" in line]
     assert hpa.split() == ["hpa@0.9+lead", "20.0", "GPU-h", "(-17%)", "99.50%", "<-", "did", "better", "than",
                            "what", "ran"]
+    # a day replayed before the controller ran it reads as what the rule would have run there, and says so
+    taken_over = (Day(86_400, record[0].candidates, None, (90, 1.0)), record[1])
+    lines = render("ns", "llm", {"mode": "scale", "steps": [],
+                                 "tuning": replace(tuning, days=taken_over).to_dict()}, [])
+    assert "   over the record's 2 replayed day(s) (1 of them replayed before the controller ran it: what its rule " \
+           "would have run there): what ran 24.0 GPU-h, 99.00% on time; the HPA's own points (started early) on the " \
+           "same days:" in lines
     # a record it cannot read (an older controller's status, a hand edit) shows nothing of it
     spoiled = {**tuning.to_dict(), "days": "?"}
     assert not any("over the record" in line for line in render("ns", "llm", {"tuning": spoiled}, []))

@@ -103,7 +103,7 @@ def test_a_takeover_chooses_first_on_that_day_alone_or_on_the_week_before_it_too
     assert backfilled.gpu_hours == 3 * 12.0
     assert alone.gpu_hours == sum(14.0 if p == HPA else 12.0 for p in alone.choices[:3])
     # the table counts a run an HPA point does better than as dominated: the HPA point costs more here
-    assert takeover_row([rec], 6) == "| end of day 8 | 0 | 1 | 0 | 1 |"
+    assert takeover_row([rec], 6) == "| end of day 8 | 0 | 1 | 0 | 1 | 0 | 1 |"
 
 
 def _points(end: int, ran: tuple[int, float] | None, *points: tuple[int, float, float, float]) -> Day:
@@ -159,3 +159,11 @@ def test_the_self_check_gives_way_only_to_a_point_that_meets_the_objective() -> 
     met = [_points(86400 * (i + 1), BAND, (*BAND, 12.0, 0.95), (*cheap, 10.0, 0.995), (*dear, 15.0, 0.999))
            for i in range(MIN_BAND_DAYS + 1)]
     assert objective_first(met, 0.99) == current_rule(met, 0.99) == cheap
+
+
+def test_the_takeover_table_counts_a_run_that_held_one_hpa_point_as_tying_with_it_not_dominated() -> None:
+    # the HPA's point and a band point cost and attain the same every day: a run on either ties with the HPA's
+    # point, which did no better (counting ties as dominated had put such runs among the dominated ones)
+    days = tuple(_day(86400 * (i + 1), None, (12.0, 0.999), (12.0, 0.999)) for i in range(10))
+    rec = Recorded("t", days, (), (0.0, 1.0), 10_000.0, ())
+    assert takeover_row([rec], 6) == "| end of day 8 | 0 | 1 | 0 | 1 | 0 | 1 |"

@@ -25,6 +25,7 @@ from autoscaler.simulation.tuning import (
     Day,
     Tuning,
     Versus,
+    assume,
     beaten_by,
     budget_lost,
     budget_requirement,
@@ -38,6 +39,7 @@ from autoscaler.simulation.tuning import (
     pool,
     required_attainment,
     retuner,
+    running_point,
     start_policy,
     tune,
     versus_hpa,
@@ -379,10 +381,30 @@ def test_history_the_record_lacks_is_replayed_at_once_so_a_first_choice_is_made_
     after_gap = at(9, at(6, backfill=0))
     assert [(d.end, d.ran is None) for d in after_gap.days] == [(end(6), False), (end(7), True), (end(8), True),
                                                                 (end(9), False)]
-    # the self-check reads only what ran: the days up to the last unknown one are left out
+    # what the rule would have run on each earlier day is assumed, as replaying it there gives: the start point on
+    # the first (nothing before it), then the choice on the record before it; the newest day ran what it ran
+    start = running_point(None, _policy(capacity=5.0))
+    assert first.days[0].assumed == start
+    for i in range(1, 6):
+        assert first.days[i].assumed == decide(first.days[:i], 0.99).best.point
+    assert first.days[-1].assumed is None
+    assert [d.assumed is None for d in after_gap.days] == [True, False, False, True]
+    assert after_gap.days[1].assumed == decide(after_gap.days[:1], 0.99).best.point
+    # the self-check reads the assumed days as what ran (the rule's record); the error budget does not
     versus = versus_hpa(first.days)
     assert versus is not None
-    assert versus.days == 1
+    assert (versus.days, versus.assumed) == (7, 6)
+    newest = first.days[-1].realised()
+    assert newest is not None
+    assert budget_requirement(first.days, 0.99) == budget_requirement(first.days[-1:], 0.99)
+    # and the record rides in the status with them
+    assert ([(d.end, d.ran, d.assumed) for d in Tuning.from_dict(first.to_dict()).days]
+            == [(d.end, d.ran, d.assumed) for d in first.days])
+    # a status written before days were assumed reads as nothing assumed
+    old = first.to_dict()
+    for day in old["days"]:
+        day.pop("assumed", None)
+    assert all(d.assumed is None for d in Tuning.from_dict(old).days)
 
 
 def test_operating_points_are_each_quantile_and_the_lowest_with_each_margin() -> None:
@@ -469,7 +491,7 @@ def test_after_a_day_that_lost_the_window_the_objective_holds_and_a_point_that_h
         running = None if last is None else (last.chosen, last.chosen_utilisation)
         last = tune(history.slice(0, d * DAY // STEP), _policy(capacity=5.0), COLD, Persistence, quantiles=(80, 99),
                     utilisations=(0.65,), slo_wait_seconds=2, slo_attainment=0.99, previous=last,
-                    running=running or (80, 1.0), min_band_days=1)
+                    running=running or (80, 1.0), min_band_days=1, backfill_days=0)  # a record made day by day
         if d < 5:
             assert last.budget_attainment == 0.99
             assert (last.chosen, last.chosen_utilisation) == (80, 1.0)
@@ -682,6 +704,43 @@ def test_an_hpa_point_that_did_strictly_better_than_what_ran_beats_the_record() 
     # equal on both axes is not better (sums in another order differ in their last bits)
     same = [_record_day(DAY * (i + 1), BAND, cheap=(0.1 + 0.2, 0.99), band=(0.3, 0.99)) for i in range(2)]
     assert beaten_by(same) == ()
+
+
+def test_the_self_check_reads_the_point_assumed_on_history_replayed_before_the_controller_ran() -> None:
+    # the days of the test above, replayed before the controller ran the Deployment (what ran is not known), with the
+    # band point assumed on them (what the rule would have run there): the HPA at 0.9 did better than that record
+    days = [_record_day(DAY, None, cheap=(10.0, 0.99), safe=(15.0, 0.999), band=(12.0, 0.99)),
+            _record_day(2 * DAY, None, cheap=(10.0, 0.995), safe=(15.0, 0.999), band=(12.0, 0.99))]
+    assert beaten_by(days) == ()  # nothing known, nothing assumed: no record
+    assumed = [replace(d, assumed=BAND) for d in days]
+    assert [c.point for c in beaten_by(assumed)] == [HPA_CHEAP]
+    versus = _versus(assumed)
+    assert (versus.days, versus.assumed, versus.gpu_hours) == (2, 2, 24.0)
+    # the self-check runs it from the first tuning on; without the assumption it had no record to read
+    decision = decide(assumed, 0.99)
+    assert decision.beaten is not None
+    assert decision.best.point == HPA_CHEAP
+    assert decide(days, 0.99).beaten is None
+    # the error budget counts what users got, which is not known on those days: the objective itself
+    assert budget_requirement(assumed, 0.99) == 0.99
+    spent = [replace(d, assumed=(LEAD_ONLY_QUANTILE, 0.9)) for d in days]  # assumed 1% late both days
+    assert budget_requirement(spent, 0.995) == 0.995
+    # a day known to have run something is read as what ran, whatever is assumed on it
+    assert _versus([replace(assumed[0], ran=HPA_SAFE), assumed[1]]).gpu_hours == 27.0
+
+
+def test_assuming_replays_the_rule_day_by_day_from_the_start_point() -> None:
+    days = [_record_day(DAY * (i + 1), None, cheap=(10.0, 0.999), safe=(15.0, 0.999), band=(12.0, 0.999))
+            for i in range(4)]
+    record = assume((), days, 0.99, HPA_SAFE)
+    assert record[0].assumed == HPA_SAFE  # nothing before it: the start point
+    for i in range(1, 4):
+        assert record[i].assumed == decide(record[:i], 0.99).best.point
+    assert [d.ran for d in record] == [None] * 4
+    assert [d.candidates for d in record] == [d.candidates for d in days]
+    # after a record that says what ran, the first assumed day is the choice on that record
+    lived = (replace(days[0], ran=HPA_CHEAP),)
+    assert assume(lived, days[1:2], 0.99, HPA_SAFE)[-1].assumed == decide(lived, 0.99).best.point
 
 
 def _versus(days: list[Day]) -> Versus:

@@ -153,7 +153,9 @@ def _record_lines(tuning: dict[str, Any]) -> list[str]:
         return []
     if versus is None or not versus.hpa:
         return []
-    lines = [f"   over the record's {versus.days} replayed day(s): what ran {versus.gpu_hours:.1f} GPU-h, "
+    assumed = (f" ({versus.assumed} of them replayed before the controller ran it: what its rule would have run "
+               "there)" if versus.assumed else "")
+    lines = [f"   over the record's {versus.days} replayed day(s){assumed}: what ran {versus.gpu_hours:.1f} GPU-h, "
              f"{versus.attainment * 100:.2f}% on time; the HPA's own points (started early) on the same days:"]
     for c in versus.hpa:
         more = (c.gpu_hours / versus.gpu_hours - 1.0) * 100 if versus.gpu_hours > 0 else math.nan

@@ -208,7 +208,8 @@ class ControllerMetrics:
         self.record_gpu_hours = Gauge(
             "predictive_autoscaler_slo_record_gpu_hours",
             "GPU-hours over the self-tuning record's replayed days (up to four weeks), by point: ran (the points the "
-            "controller ran, each day's replayed) and each of the HPA's own points replayed on the same days "
+            "controller ran, each day's replayed; on the history replayed before it ran the Deployment, the points "
+            "its rule would have run there) and each of the HPA's own points replayed on the same days "
             "(hpa@U+lead: the HPA at utilisation target U that starts early). What the forecast saved against the HPA "
             "a team would otherwise run.",
             [*WORKLOAD, "point"],

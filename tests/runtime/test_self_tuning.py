@@ -106,23 +106,37 @@ def test_a_deployment_with_enough_history_runs_its_tuned_point_and_shows_the_can
     assert rig.metric("predictive_autoscaler_slo_tuned_utilisation", labels) == tuning["chosen_utilisation"]
     assert rig.metric("predictive_autoscaler_slo_tuning_met", labels) == (1.0 if tuning["met"] else 0.0)
     # the record: the newest day, on which the start point ran (the HPA at 0.7 started early), and the whole day
-    # before it, which the history held and the first tuning replayed at once (what ran on it is not known)
+    # before it, which the history held and the first tuning replayed at once (what ran on it is not known; what the
+    # rule would have run there, the start point with nothing before it, is assumed)
     backfilled, day = tuning["days"]
     assert backfilled["ran"] is None
+    assert backfilled["assumed"] == [50, 0.7]
     assert day["ran"] == [50, 0.7]
+    assert "assumed" not in day
     assert "1 earlier day(s) of the history replayed at once" in tuning["reason"]
-    # against the HPA's own points, only the day the controller ran counts: what ran is the start point's replay,
-    # and one day is no record to be beaten on
-    record = {u: (gpu_hours, attained) for q, u, gpu_hours, attained, *_ in day["points"] if q == 50}
+    # against the HPA's own points both days count (the self-check reads the rule's record, the assumed day too):
+    # what ran is the start point's replay on both
+    record: dict[float, tuple[float, float, float]] = {}
+    for d in (backfilled, day):
+        for q, u, day_gpu_hours, attained, _wait, _dropped, requests in d["points"]:
+            if q == 50:
+                g, late, n = record.get(u, (0.0, 0.0, 0.0))
+                record[u] = (g + day_gpu_hours, late + requests * (1 - attained), n + requests)
     assert sorted(record) == [0.5, 0.6, 0.7, 0.8, 0.9]
-    for u, (gpu_hours, attained) in record.items():
+    for u, (record_gpu_hours, late, n) in record.items():
         point = {**labels, "point": f"hpa@{u:g}+lead"}
-        assert rig.metric("predictive_autoscaler_slo_record_gpu_hours", point) == pytest.approx(gpu_hours, abs=1e-3)
-        assert rig.metric("predictive_autoscaler_slo_record_attainment", point) == pytest.approx(attained, abs=1e-6)
+        assert rig.metric("predictive_autoscaler_slo_record_gpu_hours", point) == pytest.approx(record_gpu_hours,
+                                                                                                 abs=2e-3)
+        assert rig.metric("predictive_autoscaler_slo_record_attainment", point) == pytest.approx(1 - late / n, abs=1e-6)
     ran = {**labels, "point": "ran"}
-    assert rig.metric("predictive_autoscaler_slo_record_gpu_hours", ran) == pytest.approx(record[0.7][0], abs=1e-3)
-    assert rig.metric("predictive_autoscaler_slo_record_attainment", ran) == pytest.approx(record[0.7][1], abs=1e-6)
-    assert rig.metric("predictive_autoscaler_slo_beaten_by_hpa", labels) == 0.0
+    assert rig.metric("predictive_autoscaler_slo_record_gpu_hours", ran) == pytest.approx(record[0.7][0], abs=2e-3)
+    assert rig.metric("predictive_autoscaler_slo_record_attainment", ran) == pytest.approx(
+        1 - record[0.7][1] / record[0.7][2], abs=1e-6)
+    # beaten when one of the others had no more GPU-hours and no more late requests than the start point, one fewer
+    ours = record[0.7]
+    beaten = any(g <= ours[0] and late <= ours[1] and (g < ours[0] - 1e-6 or late < ours[1] - 1e-6)
+                 for u, (g, late, _n) in record.items() if u != 0.7)
+    assert rig.metric("predictive_autoscaler_slo_beaten_by_hpa", labels) == (1.0 if beaten else 0.0)
     rig.metrics.forget("serving", "llama-chat")  # as when it leaves the controller's care: no stale record series
     assert [s.name for f in rig.metrics.registry.collect() for s in f.samples
             if "slo_record" in s.name or "beaten_by_hpa" in s.name] == []
