@@ -214,14 +214,16 @@ def frontier_config(series: TrafficSeries, pod_startup_seconds: int, policies: t
                    cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
 
 
-def self_tuned() -> PredictiveFactory:
-    """The self-tuned default as the controller runs it, for the objective ``OBJECTIVE``."""
+def self_tuned(taken_over_seconds: int = 0) -> PredictiveFactory:
+    """The self-tuned default as the controller runs it, for the objective ``OBJECTIVE``; ``taken_over_seconds``: the
+    controller takes the Deployment over that long into the trace (``predictive.factory``)."""
     profile = ForecastProfile()
     wait, share = OBJECTIVE
     hook = retuner(lambda: registry.make_chain("default"), quantiles=profile.tune_quantiles,
                    utilisations=profile.tune_utilisations, slo_wait_seconds=wait, slo_attainment=share,
                    warmup_seconds=profile.history_seconds)
-    return factory(lambda: registry.make_chain("default"), profile=profile, retune=hook)
+    return factory(lambda: registry.make_chain("default"), profile=profile, retune=hook,
+                   taken_over_seconds=taken_over_seconds)
 
 
 def run_trace(source: Path | Trace, pod_startup_seconds: int = POD_STARTUP_SECONDS, whole: bool = True) -> Curve:
@@ -281,7 +283,7 @@ def miss_cut(curve: Curve, run: PolicyResult) -> float:
     return math.nan if hpa_miss <= 0 else 1.0 - (1.0 - run.slo_attainment) / hpa_miss
 
 
-def _beats(a: PolicyResult, b: PolicyResult) -> bool:
+def beats(a: PolicyResult, b: PolicyResult) -> bool:
     """``a`` dominates ``b``: no more GPU-hours and no less attainment, one of them strictly."""
     return (a.gpu_hours <= b.gpu_hours and a.slo_attainment >= b.slo_attainment
             and (a.gpu_hours < b.gpu_hours or a.slo_attainment > b.slo_attainment))
@@ -289,7 +291,7 @@ def _beats(a: PolicyResult, b: PolicyResult) -> bool:
 
 def efficient(curve: Curve) -> tuple[PolicyResult, ...]:
     """The predictive curve: the points no other predictive point dominates (the ones self-tuning can end on)."""
-    return tuple(p for p in curve.predictive if not any(_beats(o, p) for o in curve.predictive if o is not p))
+    return tuple(p for p in curve.predictive if not any(beats(o, p) for o in curve.predictive if o is not p))
 
 
 def dominated(curve: Curve) -> list[str]:
@@ -297,10 +299,10 @@ def dominated(curve: Curve) -> list[str]:
     HPA point or any anchor (the queue HPAs, ``predictive-persistence``) dominates it."""
     out = []
     for p in efficient(curve):
-        beaten = next((h for h in curve.hpa if _beats(h, p)), None)
+        beaten = next((h for h in curve.hpa if beats(h, p)), None)
         if beaten is not None:
             out.append(f"{p.name} by {beaten.name}")
-    beaten_by = [h.name for h in (*curve.hpa, *curve.anchors) if _beats(h, curve.tuned)]
+    beaten_by = [h.name for h in (*curve.hpa, *curve.anchors) if beats(h, curve.tuned)]
     if beaten_by:
         out.append(f"{curve.tuned.name} by {', '.join(beaten_by)}")
     return out

@@ -831,3 +831,48 @@ def test_the_slo_state_tells_a_point_run_below_the_objective_by_the_self_check_f
     assert young.slo_state == "below"
     assert Tuning.from_dict(young.to_dict()).hpa_only
     assert not Tuning.from_dict({k: v for k, v in young.to_dict().items() if k != "hpa_only"}).hpa_only  # older
+
+
+def test_a_deployment_taken_over_with_history_tunes_from_the_takeover_on_a_week_replayed_at_once() -> None:
+    from autoscaler.simulation.engine import SimulationConfig, simulate
+    from autoscaler.simulation.predictive import PredictivePolicy, factory
+
+    history = _noisy_daily(6, seed=5)
+    made: list[PredictivePolicy] = []
+
+    def run(taken_over_seconds: int) -> PredictivePolicy:
+        hook = retuner(Persistence, quantiles=(80, 99), slo_wait_seconds=2, slo_attainment=0.99,
+                       warmup_seconds=14 * DAY)
+        build = factory(Persistence, retune=hook, taken_over_seconds=taken_over_seconds, explain=False)
+
+        def keep(*args: Any) -> PredictivePolicy:
+            policy = build(*args)
+            assert isinstance(policy, PredictivePolicy)
+            made.append(policy)
+            return policy
+
+        simulate(history, SimulationConfig(capacity_per_replica=5.0, policies=("predictive",)), "t", predictive=keep)
+        return made[-1]
+
+    def tunings(policy: PredictivePolicy) -> list[Tuning]:
+        out = [t for t in policy.tunings if isinstance(t, Tuning)]
+        assert len(out) == len(policy.tunings)
+        return out
+
+    fresh, taken = run(0), run(4 * DAY)
+    # a new Deployment tunes from its second day on, a day at a time
+    assert tunings(fresh)[0].at < history.start + 3 * DAY
+    assert all(d.assumed is None for t in tunings(fresh) for d in t.days)
+    # taken over at the end of day 4: nothing is tuned before, and the first tuning replays the days before at once,
+    # what the rule would have run on them assumed (the start point on the first)
+    # (a tuning replays the settled bins: they end a bin before it)
+    assert min(t.at for t in tunings(taken)) >= history.start + 4 * DAY - STEP
+    first = tunings(taken)[0]
+    assert [d.ran is None for d in first.days] == [True] * (len(first.days) - 1) + [False]
+    assert len(first.days) >= 2  # the whole days with a day of history before them to fit on
+    assert first.days[0].assumed == running_point(None, fresh.base_policy)
+    assert "earlier day(s) of the history replayed at once" in first.reason
+    assert any("the controller took it over on day 4" in n for n in taken.notes())
+    with pytest.raises(ValueError, match="taken_over_seconds"):
+        factory(Persistence, taken_over_seconds=-1)(history, SimulationConfig(capacity_per_replica=5.0),
+                                                     SimulationConfig(capacity_per_replica=5.0).cluster)

@@ -140,8 +140,14 @@ class PredictivePolicy:
         retune: Retune | None = None,
         horizon_seconds: int = ForecastProfile().horizon_seconds,
         explain: bool = True,
+        taken_over_seconds: int = 0,
     ) -> None:
+        if taken_over_seconds < 0:
+            raise ValueError(f"taken_over_seconds must be >= 0, got {taken_over_seconds}")
         self.name = name
+        # when the controller takes the Deployment over (trace time): no self-tuning replay before it, and the first
+        # one after it finds the history before it, as a Deployment an HPA scaled finds its history in Prometheus
+        self.taken_over_at = series.start + taken_over_seconds
         if not explain:
             self.explains = False
         self.base_policy = policy
@@ -224,7 +230,7 @@ class PredictivePolicy:
         if forecast is not None and forecast is not self.forecast:
             self.models_used[forecast.model] = self.models_used.get(forecast.model, 0) + 1
         self.forecast = forecast
-        if self.retune is not None and self.keeper.model is not None and tuning_due(
+        if self.retune is not None and self.keeper.model is not None and now >= self.taken_over_at and tuning_due(
                 now, self.tuned_at, self.chose, self.keeper.fitted_at):
             self._start_tuning(b, now)
 
@@ -274,9 +280,11 @@ class PredictivePolicy:
             picks = ", ".join(f"{label} x{n}" for label, n in sorted(chosen.items(), key=lambda kv: -kv[1]))
             start = ""
             if self.first_chosen_at is not None:
+                taken = (self.taken_over_at - self.series.start) / SECONDS_PER_DAY
+                why = ("no day of history to replay yet" if taken == 0 else
+                       f"the controller took it over on day {taken:g}")
                 start = (f"the start point {self.started_as} for its first "
-                         f"{(self.first_chosen_at - self.series.start) / SECONDS_PER_DAY:.1f} days (no day of history "
-                         "to replay yet), then ")
+                         f"{(self.first_chosen_at - self.series.start) / SECONDS_PER_DAY:.1f} days ({why}), then ")
             out.append(f"{self.name} self-tuned daily ({len(self.tunings)} replays, objective "
                        f"{self.tunings[-1].slo_attainment * 100:g}% within {self.tunings[-1].slo_wait_seconds:g}s): "
                        f"ran {start}{picks} ({POINT_LEGEND}); met on {met}; {cpu:.2f} s CPU per replay")
@@ -388,13 +396,17 @@ def factory(
     name: str = "predictive",
     retune: Retune | None = None,
     explain: bool = True,
+    taken_over_seconds: int = 0,
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
     ``profile`` is the operator's forecast profile (sizing knobs, refit interval and history length);
     ``policy_overrides`` are ``ScalingPolicy`` fields (see ``scaling_policy_for``). ``name`` names the
     run (``predictive-persistence`` for the last-value planner: ``make_model`` = persistence); ``retune`` makes it
     self-tune after each daily refit (``autoscaler.simulation.tuning.retuner``); ``explain=False``: its decisions keep
-    no planner steps (the same counts; a fleet reads none)."""
+    no planner steps (the same counts; a fleet reads none). ``taken_over_seconds``: the controller takes the
+    Deployment over this long after the trace starts (until then it runs its start point, the HPA's own point, and
+    tunes nothing; its first tuning then replays the history before it at once, as a Deployment an HPA scaled finds
+    its history in Prometheus); 0, the default: from the trace's start, as a new Deployment."""
     chosen = profile or ForecastProfile()
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
@@ -406,7 +418,7 @@ def factory(
         return PredictivePolicy(
             series, make_model, policy, cold_start, cluster, decision_interval_seconds,
             refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name, retune=retune,
-            horizon_seconds=chosen.horizon_seconds, explain=explain,
+            horizon_seconds=chosen.horizon_seconds, explain=explain, taken_over_seconds=taken_over_seconds,
         )
 
     return build
