@@ -214,9 +214,9 @@ def frontier_config(series: TrafficSeries, pod_startup_seconds: int, policies: t
                    cluster=replace(base.cluster, pod_startup_seconds=pod_startup_seconds))
 
 
-def self_tuned(taken_over_seconds: int = 0) -> PredictiveFactory:
-    """The self-tuned default as the controller runs it, for the objective ``OBJECTIVE``; ``taken_over_seconds``: the
-    controller takes the Deployment over that long into the trace (``predictive.factory``)."""
+def self_tuned(taken_over_seconds: int | None = None) -> PredictiveFactory:
+    """The self-tuned default as the controller runs it, for the objective ``OBJECTIVE``; ``taken_over_seconds``: when
+    the controller takes the Deployment over (``predictive.factory``; None: the simulation's takeover)."""
     profile = ForecastProfile()
     wait, share = OBJECTIVE
     hook = retuner(lambda: registry.make_chain("default"), quantiles=profile.tune_quantiles,

@@ -9,9 +9,10 @@ once (``tuning.tune``'s backfill), and the self-check reads those days as runnin
 there (``tuning.assume``). This runs that case live, on the one engine the frontier runs: each trace's first
 ``frontier.DAYS`` days with the frontier's settings (``frontier.frontier_config``: 120 s pod start-up, a 99% / 2 s
 objective), the controller taking the Deployment over at the end of day N (before it, the start point, the HPA's own
-point at 0.7 started early, and no tuning: ``predictive.factory``'s ``taken_over_seconds``), scored on the days after
-it against each HPA target scored on the same days, and beside it the same self-tuned default run from the trace's
-start (a new Deployment), scored on the same days. Scores start with an empty queue at the takeover.
+point at 0.7 started early, and no tuning), every run scored on the days after it (``SimulationConfig``'s
+``taken_over_seconds``, as ``simulate --taken-over`` runs it) against each HPA target on the same days, and beside it
+the same self-tuned default run from the trace's start (a new Deployment), scored on the same days. Scores start with
+an empty queue at the takeover.
 """
 
 from __future__ import annotations
@@ -23,11 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
-from autoscaler.simulation.engine import PolicyResult, SimulationConfig, hpa_a_user_picks, score, simulate
-from autoscaler.simulation.queue import Segments
-from autoscaler.simulation.traffic import resolve, spread
+from autoscaler.simulation.engine import PolicyResult, hpa_a_user_picks, simulate
 from autoscaler.traces import Trace, load_trace
 from benchmarks.backtest import synthetic_traces
 from benchmarks.frontier import (
@@ -40,7 +37,7 @@ from benchmarks.frontier import (
 )
 from benchmarks.report import machine, require_traces, update_section
 from benchmarks.simulate import TRACES
-from models.types import SECONDS_PER_DAY, TrafficSeries
+from models.types import SECONDS_PER_DAY
 
 COMMAND = "python -m benchmarks.takeover"
 DEFAULT_DAY = 7
@@ -60,16 +57,6 @@ class Row:
     seconds: float
 
 
-def after(run: PolicyResult, series: TrafficSeries, config: SimulationConfig, first_tick: int) -> PolicyResult:
-    """``run`` scored from tick ``first_tick`` on (the queue empty there), as ``simulate`` scores a whole run."""
-    tick = config.cluster.tick_seconds
-    demand = spread(series.values, series.step_seconds // tick, resolve(config.bin_shape, series.step_seconds))[
-        first_tick:]
-    return score(run.name, demand, np.asarray(run.requested)[first_tick:], np.asarray(run.ready)[first_tick:],
-                 config.capacity_per_replica, tick, config.cluster.gpus_per_replica, 0.0, queue=config.queue,
-                 segments=Segments(demand, tick, config.queue.timeout_seconds))
-
-
 def run_one(source: Path | Trace, day: int) -> Row | None:
     """One trace's row, or None when its first days end before a day after the takeover."""
     t0 = time.perf_counter()
@@ -77,16 +64,16 @@ def run_one(source: Path | Trace, day: int) -> Row | None:
     series = first_days(trace)
     if len(series) * series.step_seconds < (day + 1) * SECONDS_PER_DAY:
         return None
-    config = frontier_config(series, POD_STARTUP_SECONDS, ("reactive",))
+    # every run scored on the days after the takeover (``SimulationConfig.taken_over_seconds``)
+    config = replace(frontier_config(series, POD_STARTUP_SECONDS, ("reactive",)),
+                     taken_over_seconds=day * SECONDS_PER_DAY)
     only = replace(config, policies=("predictive",))
     hpa = simulate(series, config, trace.name)
-    taken = simulate(series, only, trace.name, predictive=self_tuned(day * SECONDS_PER_DAY))
-    fresh = simulate(series, only, trace.name, predictive=self_tuned())
-    first = day * SECONDS_PER_DAY // config.cluster.tick_seconds
-    return Row(trace.name, replace(after(taken.policies["predictive"], series, config, first),
-                                   name="taken over"),
-               replace(after(fresh.policies["predictive"], series, config, first), name="new Deployment"),
-               tuple(after(r, series, config, first) for n, r in hpa.policies.items() if n.startswith("reactive@")),
+    taken = simulate(series, only, trace.name, predictive=self_tuned())
+    fresh = simulate(series, only, trace.name, predictive=self_tuned(0))  # a new Deployment, tuned from the start
+    return Row(trace.name, replace(taken.policies["predictive"], name="taken over"),
+               replace(fresh.policies["predictive"], name="new Deployment"),
+               tuple(r for n, r in hpa.policies.items() if n.startswith("reactive@")),
                tuple(n for n in taken.notes if "self-tuned" in n), time.perf_counter() - t0)
 
 

@@ -105,6 +105,9 @@ def test_table_and_plot(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--queue-targets", "0"], "--queue-targets"),
         (["--queue-targets", "ten"], "--queue-targets"),
         (["--bin-shape", "wavy"], "--bin-shape"),
+        (["--taken-over", "2"], "--taken-over"),
+        (["--taken-over", "9h"], "at or after the trace's end"),
+        (["--taken-over", "1h", "--ceiling-usd-per-hour", "40"], "run them apart"),
     ],
 )
 def test_bad_flags_are_one_line_errors(
@@ -846,3 +849,25 @@ def test_nan_values_are_said_in_one_line(trace: Path, tmp_path: Path, capsys: py
     assert main(["simulate", "--trace", str(path), *ORACLE]) == 0
     assert capsys.readouterr().err == (f"predictive-autoscaler simulate: warning: {path}: 4 values are NaN; they are "
                                        "replayed as missing data (gaps), not as zeros\n")
+
+
+def test_a_takeover_scores_what_follows_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # three days of a daily hump in 10-minute bins, the controller taking over after two
+    bins = np.arange(3 * 144)
+    counts = 600 + 5400 * np.sin(np.pi * (bins % 144) / 144) ** 2
+    path = _write_trace(tmp_path / "days.csv", np.round(counts), step=600)
+    args = ["simulate", "--trace", str(path), "--policies", "predictive,reactive", "--reactive-targets", "0.6"]
+    assert main([*args, "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert "taken_over_seconds" not in whole
+    assert main([*args, "--json", "--taken-over", "2d"]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["taken_over_seconds"] == 2 * 86_400
+    # the HPA ran the same: its last day is a third of its three (the same hump each day), give or take the first
+    hpa, hpa_after = whole["policies"]["reactive@0.6"], after["policies"]["reactive@0.6"]
+    assert hpa_after["gpu_hours"] == pytest.approx(hpa["gpu_hours"] / 3, rel=0.05)
+    assert main([*args, "--taken-over", "2d"]) == 0
+    out = capsys.readouterr().out
+    assert "Taken over after 2.0 days (--taken-over): every policy ran the whole trace; the scores below are of the " \
+           "24.0 hours after it." in out
+    assert "(the controller took it over on day 2)" in out

@@ -403,3 +403,32 @@ def test_bins_that_are_not_a_multiple_of_15s_get_finer_ticks() -> None:
     assert oracle.requested[k0 - 21] == 1
     assert oracle.requested[k0 - 20] == 3
     assert oracle.unserved_fraction == 0.0
+
+
+def test_a_takeover_scores_every_policy_on_the_ticks_after_it() -> None:
+    from dataclasses import replace
+
+    from autoscaler.synth import synth_trace
+
+    series = synth_trace(days=2, seed=3, tokens=False).requests
+    config = SimulationConfig(capacity_per_replica=float(np.nanmax(series.values)) / 10,
+                              policies=("reactive", "oracle"), reactive_targets=(0.7,))
+    whole = simulate(series, config, "t")
+    day = 86_400
+    after = simulate(series, replace(config, taken_over_seconds=day), "t")
+    first = day // whole.tick_seconds
+    for name, run in whole.policies.items():
+        # the same run (a policy that does not tune does not know of the takeover), scored from the takeover on
+        assert np.array_equal(after.policies[name].requested, np.asarray(run.requested)[first:])
+        assert after.policies[name].gpu_hours == pytest.approx(
+            float(np.asarray(run.requested)[first:].sum()) * whole.tick_seconds / 3600)
+        assert 0 < after.policies[name].gpu_hours < run.gpu_hours
+    assert after.start == whole.start + day
+    assert after.demand.size == whole.demand.size - first
+    # from the trace's start it is the whole run's score
+    again = simulate(series, replace(config, taken_over_seconds=0), "t")
+    assert again.policies["reactive@0.7"].slo_attainment == whole.policies["reactive@0.7"].slo_attainment
+    with pytest.raises(ValueError, match="at or after the trace's end"):
+        simulate(series, replace(config, taken_over_seconds=2 * day), "t")
+    with pytest.raises(ValueError, match="at or after the trace's start"):
+        replace(config, taken_over_seconds=-1)

@@ -1,5 +1,5 @@
-"""The takeover benchmark (``benchmarks/takeover.py``): its scores of the days after a takeover, its verdicts and its
-command line."""
+"""The takeover benchmark (``benchmarks/takeover.py``): its verdicts and its command line (the scores of the days after
+a takeover are the engine's: ``tests/test_simulate.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoscaler.simulation.engine import PolicyResult, SimulationConfig, simulate
-from autoscaler.synth import synth_trace
-from benchmarks.takeover import Row, after, draws, markdown
+from autoscaler.simulation.engine import PolicyResult
+from benchmarks.takeover import Row, draws, markdown
 
 DAY = 86_400
 
@@ -18,22 +17,6 @@ DAY = 86_400
 def _result(name: str, gpu_hours: float, attained: float) -> PolicyResult:
     empty = np.zeros(1, dtype=np.int64)
     return PolicyResult(name, gpu_hours, 0.0, 0.0, 0.0, 0, 1, empty, empty, slo_attainment=attained)
-
-
-def test_scoring_from_the_first_tick_is_the_whole_runs_score_and_later_ticks_score_the_days_after() -> None:
-    series = synth_trace(days=2, seed=3, tokens=False).requests
-    config = SimulationConfig(capacity_per_replica=float(np.nanmax(series.values)) / 10, policies=("reactive",),
-                              reactive_targets=(0.7,))
-    run = simulate(series, config, "t").policies["reactive@0.7"]
-    whole = after(run, series, config, 0)
-    assert whole.gpu_hours == pytest.approx(run.gpu_hours)
-    assert whole.slo_attainment == pytest.approx(run.slo_attainment)
-    # the second day alone: its replica-ticks, and no more than the whole run's
-    first = DAY // config.cluster.tick_seconds
-    second = after(run, series, config, first)
-    tick_hours = config.cluster.tick_seconds / 3600
-    assert second.gpu_hours == pytest.approx(float(np.asarray(run.requested)[first:].sum()) * tick_hours)
-    assert 0 < second.gpu_hours < whole.gpu_hours
 
 
 def test_the_table_says_which_hpa_target_dominates_and_whether_the_objective_was_met() -> None:

@@ -148,6 +148,7 @@ DEFAULTS: dict[str, Any] = {
     "gang": None,
     "demand": None,
     "token_weights": None,
+    "taken_over": None,
 }
 SCENARIO_KEYS = (*(k for k in DEFAULTS if k != "gang"), "gangs")
 
@@ -280,6 +281,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--model", default=None, help="forecast model for the predictive policy (default: the profile's model)"
     )
     parser.add_argument(
+        "--taken-over", default=None, metavar="DURATION",
+        help="the controller takes the Deployment over this far into the trace, as one an HPA scaled before (its "
+        "history is in Prometheus): every policy runs the whole trace and is scored on what follows; ours runs its "
+        "start point until then, and its first tuning replays the history before it at once (default: from the "
+        "trace's start, a new Deployment)",
+    )
+    parser.add_argument(
         "--decision-interval", default=None,
         help="how often the predictive policy decides (default: the config's loop interval, 30s)",
     )
@@ -401,7 +409,7 @@ def _scenario_value(key: str, value: Any, base: Path) -> Any:
             return value
         raise ValueError(f"expected [IN, OUT], {{input: IN, output: OUT}} or 'IN,OUT', got {value!r}")
     if key in ("pod_startup", "node_startup", "decision_interval", "model", "inference_priority", "profile", "sweep",
-               "demand"):
+               "demand", "taken_over"):
         if isinstance(value, str | int) and not isinstance(value, bool):
             return str(value)
         raise ValueError(f"expected a string, got {value!r}")
@@ -630,6 +638,14 @@ def build_config(trace: Trace, args: argparse.Namespace) -> SimulationConfig:
     cap = capacity_for(trace, args)
     values = trace.requests.values
     peak_need = math.ceil(float(np.nanmax(values)) / cap) if np.any(np.isfinite(values)) else 1
+    taken_over = 0 if args.taken_over is None else duration_flag("--taken-over", args.taken_over)
+    if taken_over >= trace.duration_seconds:
+        raise UserError(f"--taken-over {args.taken_over}: at or after the trace's end "
+                        f"({span_text(trace.duration_seconds)}); nothing would be scored")
+    money = money_config(args)
+    if taken_over and money.active:
+        raise UserError("--taken-over scores the days after the takeover; a cost ceiling or gangs are scored on the "
+                        "whole trace: run them apart")
     return SimulationConfig(
         capacity_per_replica=cap,
         cluster=cluster,
@@ -639,10 +655,11 @@ def build_config(trace: Trace, args: argparse.Namespace) -> SimulationConfig:
         max_replicas=max(100, 4 * peak_need),
         reactive_targets=_targets(args.reactive_targets),
         policies=_policies(args.policies),
-        money=money_config(args),
+        money=money,
         queue=queue_config(args),
         queue_targets=_queue_targets(str(args.queue_targets)),
         bin_shape=_bin_shape(str(args.bin_shape)),
+        taken_over_seconds=taken_over,
     )
 
 
@@ -827,6 +844,11 @@ def format_table(result: SimulationResult, trace: Trace, config: SimulationConfi
         f"{config.queue.slo_wait_seconds:g}s. Bins replayed {result.bin_shape} inside (--bin-shape).",
         "",
     ]
+    if config.taken_over_seconds:
+        head.insert(1, f"Taken over after {span_text(config.taken_over_seconds)} (--taken-over): every policy ran the "
+                       f"whole trace; the scores below are of the {span_text(len(result.demand) * result.tick_seconds)}"
+                       " after it. Ours ran its start point until then, and its first tuning replayed the history "
+                       "before it at once, as for a Deployment an HPA scaled before.")
     money = config.money
     if money.ceiling_usd_per_hour is not None:
         head.insert(-1, f"Cost ceiling ${money.ceiling_usd_per_hour:,.2f}/h on the simulated cluster "
@@ -957,7 +979,7 @@ def run(args: argparse.Namespace) -> int:
     # Every flag that can be checked without the trace is checked before it loads (a long run must not end
     # in a bad-flag error).
     for flag, value in (("--pod-startup", args.pod_startup), ("--node-startup", args.node_startup),
-                        ("--decision-interval", args.decision_interval)):
+                        ("--decision-interval", args.decision_interval), ("--taken-over", args.taken_over)):
         if value is not None:
             duration_flag(flag, str(value))
     operator = operator_config(args)
@@ -1044,6 +1066,8 @@ def run(args: argparse.Namespace) -> int:
         if predictive is not None and tune.profile.self_tune and tune.profile.warm_pool == "auto" else None
     if args.json:
         payload = {**result.to_json(), "cluster": cluster_json(config, unit), "units": units_json(unit)}
+        if config.taken_over_seconds:  # the scores are of what follows it
+            payload["taken_over_seconds"] = config.taken_over_seconds
         if objective is not None:
             payload["objective"] = objective_json(result, objective)
         if unit is DemandUnit.TOKENS:

@@ -82,7 +82,7 @@ DEFAULT_PEAK_REPLICAS = 20
 _SINGLE_ONLY = ("trace", "scenario", "capacity_per_replica", "peak_replicas", "gpus_per_replica", "gpus_per_node",
                 "pod_startup", "node_startup", "gpu_hour_price", "ceiling_usd_per_hour", "gang", "sweep",
                 "queue_targets", "slo_wait", "demand", "token_weights", "inference_priority", "keep_outages",
-                "prometheus_url", "deployment", "since", "step", "until")
+                "prometheus_url", "deployment", "since", "step", "until", "taken_over")
 
 
 class _Where:

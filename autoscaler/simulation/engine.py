@@ -325,9 +325,19 @@ class SimulationConfig:
     # GPUs for it, and our policy plans every new replica as waiting for a node); named, its node pool's free GPUs
     # are observed as the controller reads a named pool's (``cluster.NodePool.ready_free_gpus``).
     nodepool: str | None = None
+    # When the controller takes the Deployment over, this long into the trace (0: from its start, a new Deployment).
+    # Every policy runs the whole trace and is scored on the ticks after it (the queue empty there); the self-tuned
+    # predictive policy tunes nothing before it, and its first tuning replays the history before it at once, as a
+    # Deployment an HPA scaled finds its history in Prometheus (``predictive.factory``).
+    taken_over_seconds: int = 0
 
     def __post_init__(self) -> None:
         cap = self.capacity_per_replica
+        if self.taken_over_seconds < 0:
+            raise ValueError(f"the takeover must be at or after the trace's start, got {self.taken_over_seconds}s")
+        if self.taken_over_seconds and self.money.active:
+            raise ValueError("a takeover is scored on the days after it; the money stage (ceilings, gangs) is scored "
+                             "on the whole trace: run them apart")
         if not (math.isfinite(cap) and cap > 0):
             raise ValueError(f"capacity per replica must be a finite number > 0, got {cap!r}")
         if not (math.isfinite(self.gpu_hour_price) and self.gpu_hour_price >= 0):
@@ -455,6 +465,12 @@ def simulate(
     initial = min(int(need[: full + 1].max()) if need.size else config.min_replicas, config.max_replicas)
     price = config.gpu_hour_price
     g = cluster_cfg.gpus_per_replica
+    first = -(-config.taken_over_seconds // tick)  # the first tick scored: the takeover's, or the next one
+    if first >= demand.size:
+        raise ValueError(f"the takeover at {config.taken_over_seconds}s is at or after the trace's end "
+                         f"({demand.size * tick}s)")
+    scored = demand[first:]
+    scored_segments = segments if first == 0 else Segments(scored, tick, config.queue.timeout_seconds)
 
     notes: list[str] = []
 
@@ -480,8 +496,8 @@ def simulate(
         money = ledger.outcome() if ledger is not None else None
         if money is not None:
             notes.extend(money.notes)
-        return score(policy.name, demand, requested, ready, config.capacity_per_replica, tick, g, price,
-                     time.perf_counter() - t0, money, config.queue, segments)
+        return score(policy.name, scored, requested[first:], ready[first:], config.capacity_per_replica, tick, g,
+                     price, time.perf_counter() - t0, money, config.queue, scored_segments)
 
     results: dict[str, PolicyResult] = {}
     timings: dict[str, float] = {}
@@ -516,6 +532,6 @@ def simulate(
                 other = cls(waiting, tick, config.min_replicas, config.max_replicas)
                 results[other.name] = closed(other)
     return SimulationResult(
-        trace_name, series.start, tick, demand, config.capacity_per_replica, results, tuple(notes), timings,
-        config.queue, shape,
+        trace_name, series.start + first * tick, tick, scored, config.capacity_per_replica, results, tuple(notes),
+        timings, config.queue, shape,
     )

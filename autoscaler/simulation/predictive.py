@@ -396,7 +396,7 @@ def factory(
     name: str = "predictive",
     retune: Retune | None = None,
     explain: bool = True,
-    taken_over_seconds: int = 0,
+    taken_over_seconds: int | None = None,
 ) -> PredictiveFactory:
     """Build the predictive policy for ``simulate``: ``make_model`` gives a fresh forecaster per refit;
     ``profile`` is the operator's forecast profile (sizing knobs, refit interval and history length);
@@ -406,7 +406,8 @@ def factory(
     no planner steps (the same counts; a fleet reads none). ``taken_over_seconds``: the controller takes the
     Deployment over this long after the trace starts (until then it runs its start point, the HPA's own point, and
     tunes nothing; its first tuning then replays the history before it at once, as a Deployment an HPA scaled finds
-    its history in Prometheus); 0, the default: from the trace's start, as a new Deployment."""
+    its history in Prometheus); None, the default: the simulation's (``SimulationConfig.taken_over_seconds``); 0 runs
+    it as a new Deployment from the trace's start whenever its scores start."""
     chosen = profile or ForecastProfile()
 
     def build(series: TrafficSeries, config: SimulationConfig, cluster: ClusterConfig) -> PredictivePolicy:
@@ -418,7 +419,8 @@ def factory(
         return PredictivePolicy(
             series, make_model, policy, cold_start, cluster, decision_interval_seconds,
             refit_seconds=chosen.refit_seconds, history_seconds=chosen.history_seconds, name=name, retune=retune,
-            horizon_seconds=chosen.horizon_seconds, explain=explain, taken_over_seconds=taken_over_seconds,
+            horizon_seconds=chosen.horizon_seconds, explain=explain,
+            taken_over_seconds=config.taken_over_seconds if taken_over_seconds is None else taken_over_seconds,
         )
 
     return build
