@@ -77,16 +77,14 @@ def run_one(source: Path | Trace, day: int) -> Row | None:
                tuple(n for n in taken.notes if "self-tuned" in n), time.perf_counter() - t0)
 
 
-def _by(row: Row, run: PolicyResult) -> str:
+def dominators(row: Row, run: PolicyResult) -> list[str]:
     """The HPA targets that dominate ``run`` (no more GPU-hours, no less attainment, one of them strictly)."""
-    return ", ".join(h.name for h in row.hpa if beats(h, run)) or "no"
+    return [h.name for h in row.hpa if beats(h, run)]
 
 
-def _met(row: Row, run: PolicyResult) -> str:
-    pick = hpa_a_user_picks(row.hpa, OBJECTIVE[1])
-    if pick is None or not pick[1]:
-        return "n/a (no HPA target meets it)"
-    return "yes" if run.slo_attainment >= OBJECTIVE[1] else "**no**"
+def met(run: PolicyResult, hpa_meets: bool) -> bool | None:
+    """Whether ``run`` met the objective on the scored days; None where no HPA target met it (not counted)."""
+    return run.slo_attainment >= OBJECTIVE[1] if hpa_meets else None
 
 
 def markdown(rows: Sequence[Row], day: int, numbers: Sequence[int], seconds: float) -> str:
@@ -109,21 +107,25 @@ def markdown(rows: Sequence[Row], day: int, numbers: Sequence[int], seconds: flo
         "| met | cheapest HPA meeting 99% |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    verdict = {True: "yes", False: "**no**", None: "n/a (no HPA target meets it)"}
+    tallies = {"taken over": [0, 0, 0], "new Deployment": [0, 0, 0]}  # dominated, met, counted
     for r in rows:
         pick = hpa_a_user_picks(r.hpa, OBJECTIVE[1])
-        hpa = "none" if pick is None or not pick[1] else \
-            f"{pick[0].name}: {pick[0].gpu_hours:,.0f} GPU-h, {pick[0].slo_attainment * 100:.3f}%"
-        lines.append(
-            f"| {r.trace} | {r.taken.gpu_hours:,.0f} | {r.taken.slo_attainment * 100:.3f}% | {_by(r, r.taken)} | "
-            f"{_met(r, r.taken)} | {r.fresh.gpu_hours:,.0f} | {r.fresh.slo_attainment * 100:.3f}% | "
-            f"{_by(r, r.fresh)} | {_met(r, r.fresh)} | {hpa} |")
-    counts = []
-    for label, runs in (("taken over", [(r, r.taken) for r in rows]), ("new Deployment", [(r, r.fresh) for r in rows])):
-        dominated = sum(_by(r, run) != "no" for r, run in runs)
-        verdicts = [_met(r, run) for r, run in runs]
-        can = [v for v in verdicts if not v.startswith("n/a")]
-        counts.append(f"{label}: dominated on {dominated} of {len(rows)}, the objective met on "
-                      f"{can.count('yes')} of {len(can)}")
+        hpa_meets = pick is not None and pick[1]
+        cells = []
+        for label, run in (("taken over", r.taken), ("new Deployment", r.fresh)):
+            by, ok = dominators(r, run), met(run, hpa_meets)
+            tally = tallies[label]
+            tally[0] += bool(by)
+            tally[1] += ok is True
+            tally[2] += ok is not None
+            cells.append(f"{run.gpu_hours:,.0f} | {run.slo_attainment * 100:.3f}% | {', '.join(by) or 'no'} | "
+                         f"{verdict[ok]}")
+        hpa = (f"{pick[0].name}: {pick[0].gpu_hours:,.0f} GPU-h, {pick[0].slo_attainment * 100:.3f}%"
+               if pick is not None and hpa_meets else "none")
+        lines.append(f"| {r.trace} | {' | '.join(cells)} | {hpa} |")
+    counts = [f"{label}: dominated on {d} of {len(rows)}, the objective met on {m} of {n}"
+              for label, (d, m, n) in tallies.items()]
     lines += ["", "; ".join(counts) + ".", ""]
     lines += [f"- {r.trace}, taken over: {n}" for r in rows for n in r.notes]
     lines += ["", f"Run time: {seconds:.0f} s ({len(rows)} traces, 2 at a time). Machine: {machine()}.", "", READING]

@@ -219,11 +219,13 @@ class Day:
     assumed: tuple[int, float] | None = None
 
     def realised(self) -> Candidate | None:
-        return next((c for c in self.candidates if c.point == self.ran), None)
+        return self._replay(self.ran)
 
     def checked(self) -> Candidate | None:
         """The replay the self-check reads for this day: the point that ran, else the one assumed (None: neither)."""
-        point = self.ran if self.ran is not None else self.assumed
+        return self._replay(self.ran if self.ran is not None else self.assumed)
+
+    def _replay(self, point: tuple[int, float] | None) -> Candidate | None:
         return next((c for c in self.candidates if c.point == point), None)
 
     def to_dict(self) -> dict[str, Any]:
