@@ -30,7 +30,10 @@ Reported, like the per-Deployment frontier (docs/BENCHMARKS.md, ``## frontier``)
 *as billed* (node-hours x 8: idle headroom nodes are paid for): (1) SLO misses cut at equal GPU-hours (the HPA
 curve interpolated at the run's GPU-hours); (2) GPU-hours saved at equal attainment (the HPA curve's GPU-hours at
 the run's attainment); the project's targets: >= 30% fewer GPU-hours at equal or better attainment, >= 90% fewer
-SLO misses at equal GPU-hours.
+SLO misses at equal GPU-hours. Beside them (``allocation_bound``, by the GPU-hours the pods held): the misses the
+run cuts against one HPA target for the whole fleet, and what choosing one HPA target per Deployment, with
+hindsight, would cut at the same GPU-hours: the part of a cut that running a point per Deployment gives without any
+forecast.
 """
 
 from __future__ import annotations
