@@ -358,7 +358,7 @@ def allocation_bound(hpa: Sequence[FleetRun], gpu_hours: float) -> tuple[float, 
     targets' own runs alone reaches, with hindsight no controller has: a run that cuts more gains from more than
     choosing its points well. Each Deployment's point is taken from its run as if the others had not changed, which
     the shared pool makes an approximation (node waits differ)."""
-    return best_mix(list(zip(*(_replica_points(r) for r in hpa), strict=True)), gpu_hours) if hpa else None
+    return best_mix(list(zip(*(_replica_points(r) for r in hpa), strict=True)), gpu_hours)
 
 
 def best_mix(options: Sequence[Sequence[tuple[float, float]]], budget: float) -> tuple[float, float] | None:
@@ -379,10 +379,10 @@ def best_mix(options: Sequence[Sequence[tuple[float, float]]], budget: float) ->
     return min(front, key=lambda gm: (gm[1], gm[0]))
 
 
-def uniform_misses_at(hpa: Sequence[FleetRun], gpu_hours: float) -> float:
-    """The missed replica-hours of work of one HPA target for the whole fleet, interpolated at ``gpu_hours`` of replica
-    GPU-hours (the nearest target outside their range)."""
-    runs = sorted((r.gpu_hours, sum(m for _, m in _replica_points(r))) for r in hpa)
+def uniform_miss_share_at(hpa: Sequence[FleetRun], gpu_hours: float) -> float:
+    """The share of the fleet's work one HPA target for the whole fleet misses, interpolated at ``gpu_hours`` of
+    replica GPU-hours (the nearest target outside their range)."""
+    runs = sorted((r.gpu_hours, 1.0 - r.slo_attainment) for r in hpa)
     return float(np.interp(gpu_hours, [g for g, _ in runs], [m for _, m in runs]))
 
 
@@ -390,15 +390,16 @@ def allocation_text(run: FleetRun, hpa: Sequence[FleetRun]) -> str | None:
     """One line: the misses ``run`` cuts against the fleet-wide HPA at its replica GPU-hours, beside what choosing a
     target per Deployment with hindsight cuts there (``allocation_bound``); None when that choice cannot be had."""
     work = sum(d.work_hours for d in run.deployments)
-    mine = sum(m for _, m in _replica_points(run))
+    mine = 1.0 - run.slo_attainment
     bound = allocation_bound(hpa, run.gpu_hours)
-    uniform = uniform_misses_at(hpa, run.gpu_hours)
+    uniform = uniform_miss_share_at(hpa, run.gpu_hours)
     if bound is None or work <= 0 or uniform <= 0:
         return None
-    return (f"{run.name}: at its {run.gpu_hours:,.0f} replica GPU-h it misses {_pct(mine / work)} of the work, against "
-            f"{_pct(uniform / work)} for one HPA target fleet-wide ({_pct(1.0 - mine / uniform, 0)} cut); the HPA "
-            f"targets chosen per Deployment with hindsight, {_pct(bound[1] / work)} on {bound[0]:,.0f} "
-            f"({_pct(1.0 - bound[1] / uniform, 0)} cut)")
+    share = bound[1] / work
+    return (f"{run.name}: at its {run.gpu_hours:,.0f} replica GPU-h it misses {_pct(mine)} of the work, against "
+            f"{_pct(uniform)} for one HPA target fleet-wide ({_pct(1.0 - mine / uniform, 0)} cut); the HPA "
+            f"targets chosen per Deployment with hindsight, {_pct(share)} on {bound[0]:,.0f} "
+            f"({_pct(1.0 - share / uniform, 0)} cut)")
 
 
 def _pct(x: float, digits: int = 3) -> str:

@@ -11,7 +11,7 @@ import pytest
 from autoscaler.commands.simulate_fleet import hpa_builder
 from autoscaler.simulation.fleet import DeploymentSpec, FleetConfig, PoolSpec, run_fleet
 from autoscaler.synth import synth_trace
-from benchmarks.fleet_simulate import allocation_bound, allocation_text, best_mix, uniform_misses_at
+from benchmarks.fleet_simulate import allocation_bound, allocation_text, best_mix, uniform_miss_share_at
 
 
 def test_the_mix_spends_where_misses_are_cheap_to_cut() -> None:
@@ -49,14 +49,16 @@ def test_real_hpa_runs_one_target_fleet_wide_is_one_of_the_mixes() -> None:
     config = FleetConfig(deps, (PoolSpec("p", 8, 10.0),))
     hpa = [run_fleet(config, hpa_builder(t), f"reactive@{t:g}") for t in (0.5, 0.7, 0.9)]
     for run in hpa:
+        work = sum(d.work_hours for d in run.deployments)
         own = sum(d.work_hours * (1 - d.result.slo_attainment) for d in run.deployments)
-        assert uniform_misses_at(hpa, run.gpu_hours) == pytest.approx(own)
+        assert uniform_miss_share_at(hpa, run.gpu_hours) == pytest.approx(own / work)
         bound = allocation_bound(hpa, run.gpu_hours)
         assert bound is not None
         assert bound[0] <= run.gpu_hours + 1e-9
         assert bound[1] <= own + 1e-9  # the same target for every Deployment is one of the choices
     cheapest = min(hpa, key=lambda r: r.gpu_hours)
     assert allocation_bound(hpa, 0.5 * cheapest.gpu_hours) is None
+    assert allocation_bound([], cheapest.gpu_hours) is None
     text = allocation_text(hpa[1], hpa)
     assert text is not None
     assert text.startswith("reactive@0.7: at its ")
